@@ -1,0 +1,48 @@
+"""The ``pub0sub`` console script: one command, many subcommands.
+
+Each subcommand lives in the package that owns it and is imported only when
+called, so ``pub0sub decode`` never pays for trio or libp2p, and the SDK
+never imports the hub (``pub0sub hub`` is looked up by name).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: subcommand -> (module with ``main(argv) -> int``, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "decode": ("wire.cli", "decode frames from hex, a capture file, a log segment or stdin"),
+    "hub": ("hub.cli", "run a hub"),
+    "pub": ("sdk.cli_pub", "publish messages"),
+    "sub": ("sdk.cli_sub", "subscribe and print messages"),
+    "status": ("sdk.cli_status", "show a hub's status"),
+    "bench": ("sdk.bench.cli", "run benchmark scenarios beside Redis and NATS"),
+    "demo": ("sdk.demo", "start a local demo with traffic you can watch"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: pub0sub COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<8} {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += ["", "pub0sub COMMAND --help for the options of one command."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in SUBCOMMANDS:
+        print(f"pub0sub: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    result: int = module.main(rest, prog=f"pub0sub {name}")
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Every opcode of every pub0sub frame, in one table.
+
+All protocols share one opcode space so that ``pub0sub decode`` can read any
+capture or log segment without being told which protocol it holds:
+
+* 1-6      mesh v1, exactly as in the seed design (``/pub0sub/mesh/1.0.0``);
+           opcode 1 (heartbeat) is also used on client connections.
+* 0x10-1F  mesh v2 additions (``/pub0sub/mesh/2.0.0``).
+* 0x20-3F  client <-> hub protocol.
+* 0x40-4F  on-disk log segments.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Opcode(IntEnum):
+    #: Liveness check, body ``ping`` or ``pong`` (mesh and client links).
+    HEARTBEAT = 1
+    #: Mesh interest announcement: the sender wants these topics forwarded.
+    SUBSCRIBE = 2
+    #: Answer to SUBSCRIBE: 1 = noted, 0 = refused.
+    SUBSCRIBE_ACK = 3
+    #: Mesh interest withdrawal for these topics.
+    UNSUBSCRIBE = 4
+    #: Answer to UNSUBSCRIBE: 1 = removed, 0 = failure.
+    UNSUBSCRIBE_ACK = 5
+    #: Mesh v1 forward of one message to one or more topics.
+    FORWARD = 6
+
+    #: Mesh v2 greeting: who I am and, per origin, the last sequence I stored.
+    MESH_HELLO = 0x10
+    #: Mesh v2 batched forward: message sets with origin sequence and timestamp.
+    FORWARD_BATCH = 0x11
+    #: Mesh v2 cumulative ack: everything from ``origin`` up to ``seq`` is stored.
+    FORWARD_ACK = 0x12
+
+    #: Client greeting: protocol version, client name, optional token.
+    HELLO = 0x20
+    #: Hub answer to HELLO: hub id, limits, heartbeat interval.
+    WELCOME = 0x21
+    #: Batched publish: message sets, producer id and batch sequence.
+    PUBLISH = 0x22
+    #: Hub acknowledgement of one PUBLISH batch, with assigned offsets.
+    PUBLISH_ACK = 0x23
+    #: Open a subscription: topics/patterns, start, group, ack mode, credit.
+    SUB = 0x24
+    #: Hub confirmation of SUB or SUB_UPDATE, with start offsets.
+    SUB_OK = 0x25
+    #: Close a subscription.
+    UNSUB = 0x26
+    #: Add or remove topics/patterns on a live subscription.
+    SUB_UPDATE = 0x27
+    #: Hub push: one record batch for one subscription.
+    DELIVER = 0x28
+    #: Consumer acknowledgement of offset ranges.
+    ACK = 0x29
+    #: Flow control: the subscriber grants more messages.
+    CREDIT = 0x2A
+    #: Hub notice: messages were dropped for a drop-oldest subscription.
+    GAP = 0x2B
+    #: Hub notice: a subscription ended, with code and reason.
+    SUB_END = 0x2C
+    #: An error with code, reference and reason (either direction).
+    ERROR = 0x2D
+    #: Ask the hub for its status document.
+    STATUS = 0x2E
+    #: The hub's status document (UTF-8 JSON).
+    STATUS_REPLY = 0x2F
+
+    #: First frame of a log segment file: format, topic, base offset.
+    SEGMENT_HEADER = 0x40
+    #: One checksummed record batch in a log segment.
+    LOG_BATCH = 0x41
+
+
+MESH_V1_OPCODES = frozenset(
+    {
+        Opcode.HEARTBEAT,
+        Opcode.SUBSCRIBE,
+        Opcode.SUBSCRIBE_ACK,
+        Opcode.UNSUBSCRIBE,
+        Opcode.UNSUBSCRIBE_ACK,
+        Opcode.FORWARD,
+    }
+)
+MESH_V2_OPCODES = MESH_V1_OPCODES | {
+    Opcode.MESH_HELLO,
+    Opcode.FORWARD_BATCH,
+    Opcode.FORWARD_ACK,
+}
+#: Frames a client may send to a hub.
+CLIENT_TO_HUB_OPCODES = frozenset(
+    {
+        Opcode.HEARTBEAT,
+        Opcode.HELLO,
+        Opcode.PUBLISH,
+        Opcode.SUB,
+        Opcode.UNSUB,
+        Opcode.SUB_UPDATE,
+        Opcode.ACK,
+        Opcode.CREDIT,
+        Opcode.ERROR,
+        Opcode.STATUS,
+    }
+)
+#: Frames a hub may send to a client.
+HUB_TO_CLIENT_OPCODES = frozenset(
+    {
+        Opcode.HEARTBEAT,
+        Opcode.WELCOME,
+        Opcode.PUBLISH_ACK,
+        Opcode.SUB_OK,
+        Opcode.DELIVER,
+        Opcode.GAP,
+        Opcode.SUB_END,
+        Opcode.ERROR,
+        Opcode.STATUS_REPLY,
+    }
+)
+LOG_OPCODES = frozenset({Opcode.SEGMENT_HEADER, Opcode.LOG_BATCH})
+ALL_OPCODES = frozenset(Opcode)

@@ -1,0 +1,274 @@
+"""Record regions, message sets and record batches: the hot-path formats.
+
+A *record* is one message: ``[u16 key_len][u32 data_len][key][data]``.
+A *record region* is ``[u32 count][u32 region_len]`` then exactly
+``region_len`` bytes holding ``count`` records back to back.
+
+* :class:`MessageSet` = topic list + region: what a publisher sends (PUBLISH)
+  and what hubs forward to each other (FORWARD_BATCH).  A hub routes it by its
+  topic list alone: the region's bytes are copied, never re-encoded.
+* :class:`RecordBatch` = one topic, base offset, timestamp, origin + region:
+  what subscribers receive (DELIVER) and what the log stores (LOG_BATCH).
+  Record ``i`` has offset ``base_offset + i`` and origin sequence
+  ``origin_seq + i``.  One encoded batch is shared by every subscriber it goes to.
+
+Everything here is ``struct`` code; :mod:`wire.schema` holds the construct
+description these functions are proven identical to.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from .limits import MAX_KEY_BYTES, MAX_TOPIC_BYTES, MAX_TOPICS_PER_MESSAGE, MAX_U32
+
+RECORD_HEADER = struct.Struct(">HI")
+REGION_HEADER = struct.Struct(">II")
+BATCH_FIELDS = struct.Struct(">QQQQ")
+_u8 = struct.Struct(">B")
+
+
+@lru_cache(maxsize=4096)
+def encode_topic(topic: str) -> bytes:
+    """``[u8 len][UTF-8]`` for ``topic``; cached because topics repeat endlessly."""
+    if not isinstance(topic, str):
+        raise LocalProtocolError(f"topic must be str, got {type(topic).__name__}", code=ErrorCode.INVALID_TOPIC)
+    raw = topic.encode("utf-8")
+    if not 1 <= len(raw) <= MAX_TOPIC_BYTES:
+        raise LocalProtocolError(
+            f"topic must be 1..{MAX_TOPIC_BYTES} bytes of UTF-8, got {len(raw)}",
+            code=ErrorCode.INVALID_TOPIC,
+        )
+    return bytes((len(raw),)) + raw
+
+
+def check_topics(topics: tuple[str, ...]) -> None:
+    """Raise :class:`LocalProtocolError` unless ``topics`` is a valid topic list."""
+    if not isinstance(topics, tuple):
+        raise LocalProtocolError("topics must be a tuple", code=ErrorCode.INVALID_TOPIC)
+    if not 1 <= len(topics) <= MAX_TOPICS_PER_MESSAGE:
+        raise LocalProtocolError(
+            f"a message goes to 1..{MAX_TOPICS_PER_MESSAGE} topics, got {len(topics)}",
+            code=ErrorCode.INVALID_TOPIC,
+        )
+    for topic in topics:
+        encode_topic(topic)
+
+
+def read_topic(buf: bytes, pos: int, end: int) -> tuple[str, int]:
+    """Decode one topic at ``pos``; offsets in errors are relative to ``buf``."""
+    if pos >= end:
+        raise RemoteProtocolError("topic length byte missing", offset=pos)
+    n = buf[pos]
+    if n == 0:
+        raise RemoteProtocolError("zero-length topic", code=ErrorCode.INVALID_TOPIC, offset=pos)
+    stop = pos + 1 + n
+    if stop > end:
+        raise RemoteProtocolError(
+            f"topic of {n} bytes runs past the end of the body ({end - pos - 1} left)", offset=pos
+        )
+    try:
+        return buf[pos + 1 : stop].decode("utf-8"), stop
+    except UnicodeDecodeError:
+        raise RemoteProtocolError("topic is not valid UTF-8", code=ErrorCode.INVALID_TOPIC, offset=pos) from None
+
+
+def encode_record(key: bytes, data: bytes) -> bytes:
+    """One record: ``[u16 key_len][u32 data_len][key][data]``."""
+    if len(key) > MAX_KEY_BYTES:
+        raise LocalProtocolError(f"key of {len(key)} bytes exceeds {MAX_KEY_BYTES}")
+    if len(data) > MAX_U32:
+        raise LocalProtocolError(f"data of {len(data)} bytes exceeds {MAX_U32}")
+    return RECORD_HEADER.pack(len(key), len(data)) + key + data
+
+
+def encode_records(messages: Iterable[tuple[bytes, bytes]]) -> tuple[int, bytes]:
+    """``(count, region bytes)`` for ``(key, data)`` pairs."""
+    parts = [encode_record(key, data) for key, data in messages]
+    return len(parts), b"".join(parts)
+
+
+def scan_records(buf: bytes, pos: int, end: int) -> int:
+    """Count the records in ``buf[pos:end]``, proving they tile it exactly."""
+    unpack = RECORD_HEADER.unpack_from
+    count = 0
+    while pos < end:
+        if end - pos < 6:
+            raise RemoteProtocolError(f"record header needs 6 bytes, {end - pos} left", offset=pos)
+        key_len, data_len = unpack(buf, pos)
+        stop = pos + 6 + key_len + data_len
+        if stop > end:
+            raise RemoteProtocolError(
+                f"record of {key_len}+{data_len} bytes runs past its region", offset=pos
+            )
+        pos = stop
+        count += 1
+    return count
+
+
+def iter_records(records: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Yield ``(key, data)`` for each record of a region already validated."""
+    unpack = RECORD_HEADER.unpack_from
+    pos = 0
+    end = len(records)
+    while pos < end:
+        key_len, data_len = unpack(records, pos)
+        k = pos + 6
+        d = k + key_len
+        pos = d + data_len
+        yield records[k:d], records[d:pos]
+
+
+def read_region(buf: bytes, pos: int, end: int) -> tuple[int, bytes, int]:
+    """Decode ``[u32 count][u32 len][records]``: ``(count, records, new_pos)``."""
+    if end - pos < 8:
+        raise RemoteProtocolError("record region header needs 8 bytes", offset=pos)
+    count, length = REGION_HEADER.unpack_from(buf, pos)
+    if count == 0:
+        raise RemoteProtocolError("record count of 0", offset=pos)
+    start = pos + 8
+    stop = start + length
+    if stop > end:
+        raise RemoteProtocolError(
+            f"record region of {length} bytes runs past the end of the body ({end - start} left)",
+            offset=pos + 4,
+        )
+    found = scan_records(buf, start, stop)
+    if found != count:
+        raise RemoteProtocolError(f"record count says {count} but the region holds {found}", offset=pos)
+    return count, bytes(buf[start:stop]), stop
+
+
+def _records_plain(records: bytes) -> list[dict[str, bytes]]:
+    return [{"key": k, "data": d} for k, d in iter_records(records)]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MessageSet:
+    """Messages that all go to the same topics.
+
+    Build one with :meth:`build`; ``records`` must hold exactly ``count``
+    records (decoding proves it; :meth:`build` guarantees it).
+    """
+
+    topics: tuple[str, ...]
+    count: int
+    records: bytes
+
+    def __post_init__(self) -> None:
+        check_topics(self.topics)
+        if not 1 <= self.count <= MAX_U32:
+            raise LocalProtocolError(f"a message set holds 1..{MAX_U32} records, got {self.count}")
+        if len(self.records) > MAX_U32:
+            raise LocalProtocolError("record region exceeds 4 GiB")
+
+    @classmethod
+    def build(cls, topics: Iterable[str], messages: Iterable[tuple[bytes, bytes]]) -> MessageSet:
+        count, records = encode_records(messages)
+        return cls(topics=tuple(topics), count=count, records=records)
+
+    def encode(self) -> bytes:
+        return b"".join(
+            (
+                _u8.pack(len(self.topics)),
+                *(encode_topic(t) for t in self.topics),
+                REGION_HEADER.pack(self.count, len(self.records)),
+                self.records,
+            )
+        )
+
+    @classmethod
+    def read(cls, buf: bytes, pos: int, end: int) -> tuple[MessageSet, int]:
+        if pos >= end:
+            raise RemoteProtocolError("topic count byte missing", offset=pos)
+        n = buf[pos]
+        if n == 0:
+            raise RemoteProtocolError("topic count of 0", code=ErrorCode.INVALID_TOPIC, offset=pos)
+        pos += 1
+        topics = []
+        for _ in range(n):
+            topic, pos = read_topic(buf, pos, end)
+            topics.append(topic)
+        count, records, pos = read_region(buf, pos, end)
+        return cls(topics=tuple(topics), count=count, records=records), pos
+
+    def messages(self) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, data)`` of every message, in order."""
+        return iter_records(self.records)
+
+    def _plain(self) -> dict[str, Any]:
+        return {"topics": list(self.topics), "records": _records_plain(self.records)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecordBatch:
+    """Consecutive stored messages of one topic, as delivered and logged."""
+
+    topic: str
+    base_offset: int
+    timestamp: int
+    origin: int
+    origin_seq: int
+    count: int
+    records: bytes
+
+    def __post_init__(self) -> None:
+        encode_topic(self.topic)
+        if not 1 <= self.count <= MAX_U32:
+            raise LocalProtocolError(f"a record batch holds 1..{MAX_U32} records, got {self.count}")
+
+    def encode(self) -> bytes:
+        return b"".join(
+            (
+                encode_topic(self.topic),
+                BATCH_FIELDS.pack(self.base_offset, self.timestamp, self.origin, self.origin_seq),
+                REGION_HEADER.pack(self.count, len(self.records)),
+                self.records,
+            )
+        )
+
+    @classmethod
+    def read(cls, buf: bytes, pos: int, end: int) -> tuple[RecordBatch, int]:
+        topic, pos = read_topic(buf, pos, end)
+        if end - pos < 32:
+            raise RemoteProtocolError("record batch header needs 32 more bytes", offset=pos)
+        base_offset, timestamp, origin, origin_seq = BATCH_FIELDS.unpack_from(buf, pos)
+        count, records, pos = read_region(buf, pos + 32, end)
+        return (
+            cls(
+                topic=topic,
+                base_offset=base_offset,
+                timestamp=timestamp,
+                origin=origin,
+                origin_seq=origin_seq,
+                count=count,
+                records=records,
+            ),
+            pos,
+        )
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.count - 1
+
+    def messages(self) -> Iterator[tuple[int, bytes, bytes]]:
+        """``(offset, key, data)`` of every message, in order."""
+        offset = self.base_offset
+        for key, data in iter_records(self.records):
+            yield offset, key, data
+            offset += 1
+
+    def _plain(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "base_offset": self.base_offset,
+            "timestamp": self.timestamp,
+            "origin": self.origin,
+            "origin_seq": self.origin_seq,
+            "records": _records_plain(self.records),
+        }

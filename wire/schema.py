@@ -1,0 +1,246 @@
+"""The normative byte layouts of every frame body, written with construct.
+
+This module is the specification: ``docs/protocol.md`` is its prose form.
+Cold frames (hello, subscribe, errors...) are encoded and decoded with these
+descriptions directly.  Hot frames (publish, deliver, forwards, log batches)
+have hand-written ``struct`` fast paths in :mod:`wire.records` and
+:mod:`wire.frames`; ``tests/test_wire_fastpath.py`` proves them
+byte-identical to the descriptions here on generated inputs.
+
+Conventions: integers are unsigned big-endian; a *topic* is ``[u8 len][UTF-8]``
+with len >= 1; a length or count that can be computed from the data is a
+``Rebuild`` field so that building never trusts a caller's number; every body
+ends in ``Terminated`` so trailing bytes are an error.
+"""
+
+from __future__ import annotations
+
+from construct import (
+    Array,
+    Bytes,
+    Check,
+    Construct,
+    ExprValidator,
+    FixedSized,
+    FocusedSeq,
+    GreedyBytes,
+    GreedyRange,
+    Int8ub,
+    Int16ub,
+    Int32ub,
+    Int64ub,
+    OneOf,
+    PaddedString,
+    PascalString,
+    Prefixed,
+    Rebuild,
+    Struct,
+    Terminated,
+    len_,
+    this,
+)
+
+from .opcodes import Opcode
+
+#: ``[u8 len][UTF-8 bytes]``, 1..255 bytes.
+Topic = ExprValidator(PascalString(Int8ub, "utf8"), lambda obj, ctx: len(obj) > 0)
+#: A short name, may be empty.
+Str8 = PascalString(Int8ub, "utf8")
+#: A human-readable reason, may be empty.
+Str16 = PascalString(Int16ub, "utf8")
+
+#: One message inside a record region.
+Record = Struct(
+    "key_len" / Rebuild(Int16ub, len_(this.key)),
+    "data_len" / Rebuild(Int32ub, len_(this.data)),
+    "key" / Bytes(this.key_len),
+    "data" / Bytes(this.data_len),
+)
+
+
+def _records_len(ctx: object) -> int:
+    return sum(6 + len(r["key"]) + len(r["data"]) for r in ctx["records"])  # type: ignore[index]
+
+
+def _record_region() -> list[Construct]:
+    """``record_count``, ``records_len`` then exactly that many record bytes."""
+    return [
+        "record_count" / Rebuild(Int32ub, len_(this.records)),
+        Check(this.record_count >= 1),
+        "records_len" / Rebuild(Int32ub, _records_len),
+        "records"
+        / FixedSized(
+            this.records_len, FocusedSeq("items", "items" / GreedyRange(Record), Terminated)
+        ),
+        Check(lambda ctx: len(ctx.records) == ctx.record_count),
+    ]
+
+
+#: Messages that share one topic set (PUBLISH, FORWARD_BATCH).
+MessageSet = Struct(
+    "topic_count" / Rebuild(Int8ub, len_(this.topics)),
+    Check(this.topic_count >= 1),
+    "topics" / Array(this.topic_count, Topic),
+    *_record_region(),
+)
+
+#: Stored messages of one topic with consecutive offsets (DELIVER, LOG_BATCH).
+RecordBatch = Struct(
+    "topic" / Topic,
+    "base_offset" / Int64ub,
+    "timestamp" / Int64ub,
+    "origin" / Int64ub,
+    "origin_seq" / Int64ub,
+    *_record_region(),
+)
+
+TopicList = Struct(
+    "topic_count" / Rebuild(Int16ub, len_(this.topics)),
+    "topics" / Array(this.topic_count, Topic),
+)
+TopicOffset = Struct("topic" / Topic, "offset" / Int64ub)
+
+BODIES: dict[Opcode, Construct] = {
+    # -- mesh v1: exactly the seed layouts ------------------------------------
+    Opcode.HEARTBEAT: Struct("word" / OneOf(PaddedString(4, "ascii"), ["ping", "pong"]), Terminated),
+    Opcode.SUBSCRIBE: Struct("topics" / GreedyRange(Topic), Check(len_(this.topics) >= 1), Terminated),
+    Opcode.SUBSCRIBE_ACK: Struct("success" / OneOf(Int8ub, [0, 1]), Terminated),
+    Opcode.UNSUBSCRIBE: Struct("topics" / GreedyRange(Topic), Check(len_(this.topics) >= 1), Terminated),
+    Opcode.UNSUBSCRIBE_ACK: Struct("success" / OneOf(Int8ub, [0, 1]), Terminated),
+    Opcode.FORWARD: Struct(
+        "topic_count" / Rebuild(Int8ub, len_(this.topics)),
+        Check(this.topic_count >= 1),
+        "topics" / Array(this.topic_count, Topic),
+        "data" / Prefixed(Int32ub, GreedyBytes),
+        Terminated,
+    ),
+    # -- mesh v2 ---------------------------------------------------------------
+    Opcode.MESH_HELLO: Struct(
+        "hub_id" / Int64ub,
+        "position_count" / Rebuild(Int16ub, len_(this.positions)),
+        "positions" / Array(this.position_count, Struct("origin" / Int64ub, "seq" / Int64ub)),
+        Terminated,
+    ),
+    Opcode.FORWARD_BATCH: Struct(
+        "origin" / Int64ub,
+        "set_count" / Rebuild(Int16ub, len_(this.sets)),
+        Check(this.set_count >= 1),
+        "sets"
+        / Array(
+            this.set_count,
+            Struct("origin_seq" / Int64ub, "timestamp" / Int64ub, "messages" / MessageSet),
+        ),
+        Terminated,
+    ),
+    Opcode.FORWARD_ACK: Struct("origin" / Int64ub, "seq" / Int64ub, Terminated),
+    # -- client protocol -------------------------------------------------------
+    Opcode.HELLO: Struct(
+        "version" / Int16ub,
+        "client_name" / Str8,
+        "token" / Prefixed(Int16ub, GreedyBytes),
+        Terminated,
+    ),
+    Opcode.WELCOME: Struct(
+        "version" / Int16ub,
+        "hub_id" / Int64ub,
+        "max_body" / Int32ub,
+        "heartbeat_ms" / Int32ub,
+        "hub_name" / Str8,
+        Terminated,
+    ),
+    Opcode.PUBLISH: Struct(
+        "producer_id" / Int64ub,
+        "sequence" / Int64ub,
+        "flags" / Int8ub,
+        "set_count" / Rebuild(Int16ub, len_(this.sets)),
+        Check(this.set_count >= 1),
+        "sets" / Array(this.set_count, MessageSet),
+        Terminated,
+    ),
+    Opcode.PUBLISH_ACK: Struct(
+        "producer_id" / Int64ub,
+        "sequence" / Int64ub,
+        "status" / Int8ub,
+        "timestamp" / Int64ub,
+        "range_count" / Rebuild(Int16ub, len_(this.ranges)),
+        "ranges"
+        / Array(
+            this.range_count,
+            Struct("topic" / Topic, "first_offset" / Int64ub, "num" / Int32ub),
+        ),
+        Terminated,
+    ),
+    Opcode.SUB: Struct(
+        "sub_id" / Int32ub,
+        "start" / Int8ub,
+        "start_value" / Int64ub,
+        "ack_mode" / Int8ub,
+        "policy" / Int8ub,
+        "credit" / Int32ub,
+        "ack_wait_ms" / Int32ub,
+        "durable" / Str8,
+        "group" / Str8,
+        "pattern_count" / Rebuild(Int16ub, len_(this.patterns)),
+        Check(this.pattern_count >= 1),
+        "patterns" / Array(this.pattern_count, Topic),
+        "offset_count" / Rebuild(Int16ub, len_(this.offsets)),
+        "offsets" / Array(this.offset_count, TopicOffset),
+        Terminated,
+    ),
+    Opcode.SUB_OK: Struct(
+        "sub_id" / Int32ub,
+        "offset_count" / Rebuild(Int16ub, len_(this.offsets)),
+        "offsets" / Array(this.offset_count, TopicOffset),
+        Terminated,
+    ),
+    Opcode.UNSUB: Struct("sub_id" / Int32ub, Terminated),
+    Opcode.SUB_UPDATE: Struct(
+        "sub_id" / Int32ub,
+        "op" / OneOf(Int8ub, [1, 2]),
+        "pattern_count" / Rebuild(Int16ub, len_(this.patterns)),
+        Check(this.pattern_count >= 1),
+        "patterns" / Array(this.pattern_count, Topic),
+        Terminated,
+    ),
+    Opcode.DELIVER: Struct("sub_id" / Int32ub, "batch" / RecordBatch, Terminated),
+    Opcode.ACK: Struct(
+        "sub_id" / Int32ub,
+        "range_count" / Rebuild(Int16ub, len_(this.ranges)),
+        Check(this.range_count >= 1),
+        "ranges"
+        / Array(
+            this.range_count,
+            Struct("topic" / Topic, "first_offset" / Int64ub, "last_offset" / Int64ub),
+        ),
+        Terminated,
+    ),
+    Opcode.CREDIT: Struct("sub_id" / Int32ub, "credit" / Int32ub, Terminated),
+    Opcode.GAP: Struct(
+        "sub_id" / Int32ub,
+        "topic" / Topic,
+        "first_offset" / Int64ub,
+        "dropped" / Int64ub,
+        Terminated,
+    ),
+    Opcode.SUB_END: Struct("sub_id" / Int32ub, "code" / Int16ub, "reason" / Str16, Terminated),
+    Opcode.ERROR: Struct("code" / Int16ub, "ref" / Int64ub, "reason" / Str16, Terminated),
+    Opcode.STATUS: Struct(Terminated),
+    Opcode.STATUS_REPLY: Struct("document" / Prefixed(Int32ub, GreedyBytes), Terminated),
+    # -- log segments ----------------------------------------------------------
+    Opcode.SEGMENT_HEADER: Struct(
+        "magic" / OneOf(Bytes(4), [b"P0SL"]),
+        "version" / Int16ub,
+        "base_offset" / Int64ub,
+        "created" / Int64ub,
+        "topic" / Topic,
+        Terminated,
+    ),
+    Opcode.LOG_BATCH: Struct(
+        "crc" / Int32ub,
+        "append_ts" / Int64ub,
+        "producer_id" / Int64ub,
+        "producer_seq" / Int64ub,
+        "batch" / RecordBatch,
+        Terminated,
+    ),
+}
