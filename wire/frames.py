@@ -158,7 +158,12 @@ class Frame:
         raise NotImplementedError
 
     def encode(self) -> bytes:
-        body = self.encode_body()
+        try:
+            body = self.encode_body()
+        except struct.error as exc:
+            # Hot frames do not range-check every integer when constructed; a
+            # value that does not fit its field is still the caller's error.
+            raise LocalProtocolError(f"cannot encode {self.OPCODE.name}: {exc}") from None
         if len(body) > MAX_U32:
             raise LocalProtocolError(f"body of {len(body)} bytes does not fit a 32-bit length")
         return HEADER.pack(self.OPCODE, len(body)) + body
@@ -174,7 +179,8 @@ class _SchemaFrame(Frame):
 
     def encode_body(self) -> bytes:
         try:
-            return BODIES[self.OPCODE].build(plain(self))  # type: ignore[no-any-return]
+            body: bytes = BODIES[self.OPCODE].build(plain(self))
+            return body
         except ConstructError as exc:
             raise LocalProtocolError(f"cannot encode {self.OPCODE.name}: {exc}") from None
 

@@ -15,6 +15,8 @@ ends in ``Terminated`` so trailing bytes are an error.
 
 from __future__ import annotations
 
+from typing import Any
+
 from construct import (
     Array,
     Bytes,
@@ -58,8 +60,8 @@ Record = Struct(
 )
 
 
-def _records_len(ctx: object) -> int:
-    return sum(6 + len(r["key"]) + len(r["data"]) for r in ctx["records"])  # type: ignore[index]
+def _records_len(ctx: Any) -> int:
+    return sum(6 + len(r["key"]) + len(r["data"]) for r in ctx["records"])
 
 
 def _record_region() -> list[Construct]:

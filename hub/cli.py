@@ -1,0 +1,80 @@
+"""``pub0sub hub``: run a hub until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+
+from .config import HubConfig, load_config
+from .server import HubServer
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run a pub0sub hub.")
+    p.add_argument("--listen", help="client listener HOST:PORT (port 0: any free port; default 127.0.0.1:7420)")
+    p.add_argument("--config", type=Path, help="TOML file with hub settings ([hub] table)")
+    p.add_argument("--name", help="hub name shown to clients and in status")
+    p.add_argument("--data-dir", type=Path, help="directory for topic logs")
+    p.add_argument("--max-body", type=int, help="largest client frame body in bytes")
+    p.add_argument("--max-connections", type=int)
+    p.add_argument("--max-subscriptions", type=int, help="open subscriptions per connection")
+    p.add_argument("--max-topics-per-connection", type=int)
+    p.add_argument(
+        "--max-pending-bytes",
+        type=int,
+        help="outbound bytes queued per connection before the slow-consumer policy applies",
+    )
+    p.add_argument("--heartbeat-interval", type=float, help="seconds between heartbeats on idle connections")
+    p.add_argument("--heartbeat-misses", type=int, help="silent intervals before a client is declared dead")
+    p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
+    return p
+
+
+async def run_hub(config: HubConfig) -> None:
+    server = HubServer(config)
+    async with trio.open_nursery() as nursery:
+        address = await nursery.start(server.serve)
+        print(f"listening on {address}", flush=True)
+        print(f"hub id {server.hub_id:016x}", flush=True)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                logging.getLogger("pub0sub.hub").warning("signal %d: shutting down", signum)
+                break
+        await server.aclose()
+        nursery.cancel_scope.cancel()
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int:
+    args = build_parser(prog).parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {
+        "listen": args.listen,
+        "name": args.name,
+        "data_dir": args.data_dir,
+        "max_body": args.max_body,
+        "max_connections": args.max_connections,
+        "max_subscriptions": args.max_subscriptions,
+        "max_topics_per_connection": args.max_topics_per_connection,
+        "max_pending_bytes": args.max_pending_bytes,
+        "heartbeat_interval": args.heartbeat_interval,
+        "heartbeat_misses": args.heartbeat_misses,
+    }
+    try:
+        config = load_config(file=args.config, overrides=overrides)
+    except (OSError, ValueError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        trio.run(run_hub, config)
+    except OSError as exc:
+        print(f"{prog}: cannot listen on {config.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0

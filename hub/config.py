@@ -1,0 +1,99 @@
+"""Hub configuration: defaults < TOML file < environment < command-line flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wire.limits import DEFAULT_MAX_CLIENT_BODY
+
+ENV_PREFIX = "PUB0SUB_HUB_"
+
+
+@dataclass(kw_only=True)
+class HubConfig:
+    #: Client listener, ``HOST:PORT``; port 0 picks a free port (printed at start).
+    listen: str = "127.0.0.1:7420"
+    #: A name shown in WELCOME and status.
+    name: str = ""
+    #: Where topic logs live; None = memory only (live subscriptions only).
+    data_dir: Path | None = None
+    #: Largest frame body accepted from a client, checked at the header.
+    max_body: int = DEFAULT_MAX_CLIENT_BODY
+    #: Client connections beyond this are refused with LIMIT_EXCEEDED.
+    max_connections: int = 10_000
+    #: Open subscriptions per connection.
+    max_subscriptions: int = 1024
+    #: Topics and patterns across all subscriptions of one connection.
+    max_topics_per_connection: int = 10_000
+    #: Bytes queued for one connection before its slow-consumer policy applies.
+    max_pending_bytes: int = 8 << 20
+    #: Seconds between heartbeats on an idle connection.
+    heartbeat_interval: float = 5.0
+    #: Heartbeat intervals of silence before a client is declared dead.
+    heartbeat_misses: int = 3
+    #: Bytes the writer takes from the queue for one socket send.
+    write_chunk: int = 256 << 10
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"listen address must be HOST:PORT, got {self.listen!r}")
+        return host.strip("[]"), int(port)
+
+    def validate(self) -> None:
+        self.host_port  # noqa: B018 - parses and raises on a bad address
+        for name in ("max_body", "max_connections", "max_subscriptions", "max_topics_per_connection",
+                     "max_pending_bytes", "heartbeat_misses", "write_chunk"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.heartbeat_interval <= 0:
+            raise ValueError("heartbeat_interval must be positive")
+
+
+def _coerce(f: dataclasses.Field[Any], raw: Any) -> Any:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    if raw is None:
+        return None
+    if "Path" in kind:
+        return Path(raw)
+    if kind == "int":
+        return int(raw)
+    if kind == "float":
+        return float(raw)
+    return str(raw)
+
+
+def load_config(
+    *, file: Path | None = None, env: dict[str, str] | None = None, overrides: dict[str, Any] | None = None
+) -> HubConfig:
+    """Merge the sources in order; unknown keys are an error, not a silent typo."""
+    fields = {f.name: f for f in dataclasses.fields(HubConfig) if f.name != "extra"}
+    values: dict[str, Any] = {}
+    if file is not None:
+        with open(file, "rb") as fh:
+            data = tomllib.load(fh)
+        section = data.get("hub", data)
+        for key, raw in section.items():
+            name = key.replace("-", "_")
+            if name not in fields:
+                raise ValueError(f"{file}: unknown setting {key!r}")
+            values[name] = _coerce(fields[name], raw)
+    for key, raw in (os.environ if env is None else env).items():
+        if key.startswith(ENV_PREFIX):
+            name = key[len(ENV_PREFIX) :].lower()
+            if name not in fields:
+                raise ValueError(f"environment: unknown setting {key}")
+            values[name] = _coerce(fields[name], raw)
+    for name, raw in (overrides or {}).items():
+        if raw is not None:
+            values[name] = _coerce(fields[name], raw)
+    config = HubConfig(**values)
+    config.validate()
+    return config

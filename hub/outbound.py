@@ -1,0 +1,201 @@
+"""A connection's bounded outbound queue and its slow-consumer policies.
+
+The router only ever appends here (never awaits), so a publisher is never
+blocked by a slow subscriber.  When a delivery would push the queue past
+``cap`` bytes, the subscription's policy decides: CANCEL ends it, DROP_OLDEST
+replaces its oldest queued batches by GAP notices that say exactly what was
+dropped.  Nothing is dropped silently: every drop is counted.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from wire import Gap, deliver_prefix
+from wire.records import BATCH_FIELDS, REGION_HEADER, encode_topic
+
+if TYPE_CHECKING:
+    from .subscription import Subscription
+
+
+@dataclass(slots=True, eq=False)
+class SharedBatch:
+    """A record batch encoded once and shared by every subscriber it goes to."""
+
+    topic: str
+    base_offset: int
+    timestamp: int
+    origin: int
+    origin_seq: int
+    count: int
+    records: bytes
+    _header: bytes | None = None
+
+    @property
+    def header(self) -> bytes:
+        """RecordBatch bytes before the records (topic .. region length)."""
+        if self._header is None:
+            self._header = b"".join(
+                (
+                    encode_topic(self.topic),
+                    BATCH_FIELDS.pack(self.base_offset, self.timestamp, self.origin, self.origin_seq),
+                    REGION_HEADER.pack(self.count, len(self.records)),
+                )
+            )
+        return self._header
+
+    def split(self, first: int) -> tuple[SharedBatch, SharedBatch]:
+        """The first ``first`` records and the rest, as two batches."""
+        unpack = _RECORD.unpack_from
+        pos = 0
+        for _ in range(first):
+            key_len, data_len = unpack(self.records, pos)
+            pos += 6 + key_len + data_len
+        head = SharedBatch(self.topic, self.base_offset, self.timestamp, self.origin, self.origin_seq, first,
+                           self.records[:pos])
+        tail = SharedBatch(self.topic, self.base_offset + first, self.timestamp, self.origin,
+                           self.origin_seq + first, self.count - first, self.records[pos:])
+        return head, tail
+
+
+_RECORD = struct.Struct(">HI")
+
+
+@dataclass(slots=True, eq=False)
+class Outgoing:
+    """One queued piece of output: a DELIVER, a GAP or a control frame."""
+
+    pieces: tuple[bytes, ...]
+    nbytes: int
+    sub: Subscription | None = None
+    batch: SharedBatch | None = None
+    gap_topic: str = ""
+    gap_first: int = 0
+    gap_count: int = 0
+
+
+class OutboundQueue:
+    """FIFO of encoded frames with a byte cap enforced per subscription policy."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.items: deque[Outgoing] = deque()
+        self.pending_bytes = 0
+        self.dropped_messages = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def push_control(self, frame: bytes) -> None:
+        """Acks, pongs, SUB_OK/SUB_END, errors: small, never subject to the policy."""
+        self.items.append(Outgoing((frame,), len(frame)))
+        self.pending_bytes += len(frame)
+
+    def fits(self, nbytes: int) -> bool:
+        # An empty queue always takes one item, so a single big batch cannot
+        # cancel a consumer that is keeping up.
+        return self.pending_bytes == 0 or self.pending_bytes + nbytes <= self.cap
+
+    def push_deliver(self, sub: Subscription, batch: SharedBatch) -> None:
+        header = batch.header
+        body_len = len(header) + len(batch.records)
+        nbytes = 9 + body_len
+        self.items.append(Outgoing((deliver_prefix(sub.sub_id, body_len), header, batch.records), nbytes, sub, batch))
+        self.pending_bytes += nbytes
+        sub.queued_messages += batch.count
+
+    def drop_oldest(self, sub: Subscription, need: int) -> int:
+        """Replace ``sub``'s oldest queued batches by GAP notices until ``need`` fits.
+
+        Returns the number of messages dropped.
+        """
+        dropped = 0
+        items = self.items
+        i = 0
+        while i < len(items) and not self.fits(need):
+            item = items[i]
+            if item.sub is sub and item.batch is not None:
+                batch = item.batch
+                gap = self._gap_item(sub, batch.topic, batch.base_offset, batch.count)
+                prev = items[i - 1] if i > 0 else None
+                if (
+                    prev is not None
+                    and prev.sub is sub
+                    and prev.batch is None
+                    and prev.gap_topic == batch.topic
+                    and prev.gap_first + prev.gap_count == batch.base_offset
+                ):
+                    # Extend the notice just before instead of queueing a second one.
+                    merged = self._gap_item(sub, batch.topic, prev.gap_first, prev.gap_count + batch.count)
+                    self.pending_bytes += merged.nbytes - prev.nbytes - item.nbytes
+                    items[i - 1] = merged
+                    del items[i]
+                    sub.gap_notices -= 1
+                else:
+                    self.pending_bytes += gap.nbytes - item.nbytes
+                    items[i] = gap
+                    i += 1
+                sub.gap_notices += 1
+                sub.queued_messages -= batch.count
+                dropped += batch.count
+            else:
+                i += 1
+        sub.dropped_messages += dropped
+        self.dropped_messages += dropped
+        return dropped
+
+    def gap_instead(self, sub: Subscription, batch: SharedBatch) -> None:
+        """Queue a GAP in place of ``batch`` (no room even after dropping)."""
+        gap = self._gap_item(sub, batch.topic, batch.base_offset, batch.count)
+        self.items.append(gap)
+        self.pending_bytes += gap.nbytes
+        sub.gap_notices += 1
+        sub.dropped_messages += batch.count
+        self.dropped_messages += batch.count
+
+    def discard(self, sub: Subscription) -> int:
+        """Remove everything queued for ``sub``; returns messages discarded."""
+        kept: deque[Outgoing] = deque()
+        gone = 0
+        for item in self.items:
+            if item.sub is sub:
+                self.pending_bytes -= item.nbytes
+                if item.batch is not None:
+                    gone += item.batch.count
+            else:
+                kept.append(item)
+        self.items = kept
+        sub.queued_messages = 0
+        return gone
+
+    def clear(self) -> int:
+        """Drop everything (the connection is closing); returns messages discarded."""
+        gone = sum(item.batch.count for item in self.items if item.batch is not None)
+        self.items.clear()
+        self.pending_bytes = 0
+        return gone
+
+    def take(self, limit: int) -> tuple[list[bytes], int]:
+        """Pop items worth up to ``limit`` bytes (at least one) for one socket send."""
+        pieces: list[bytes] = []
+        size = 0
+        items = self.items
+        while items and size < limit:
+            item = items.popleft()
+            pieces.extend(item.pieces)
+            size += item.nbytes
+            if item.sub is not None and item.batch is not None:
+                sub = item.sub
+                sub.queued_messages -= item.batch.count
+                sub.delivered_messages += item.batch.count
+                sub.delivered_batches += 1
+        self.pending_bytes -= size
+        return pieces, size
+
+    @staticmethod
+    def _gap_item(sub: Subscription, topic: str, first: int, count: int) -> Outgoing:
+        frame = Gap(sub_id=sub.sub_id, topic=topic, first_offset=first, dropped=count).encode()
+        return Outgoing((frame,), len(frame), sub, None, topic, first, count)

@@ -1,0 +1,124 @@
+"""The routing table: which subscriptions want a topic.  Pure data, no I/O.
+
+Like nats-server's ``sublist.go``: exact topics in a dict, wildcard patterns
+in a list, and a cache of "topic -> matching subscriptions" that any change
+clears.  Publishes vastly outnumber (un)subscribes, so a match is usually one
+dict lookup.
+
+Topics are ``.``-separated tokens.  In a pattern ``*`` matches exactly one
+token and ``>`` (last token only) matches one or more tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+S = TypeVar("S", bound=Hashable)
+
+SINGLE = "*"
+REST = ">"
+#: Cached topics before the cache is dropped wholesale: bounds memory when a
+#: publisher sprays unique topic names.
+MAX_CACHED_TOPICS = 65536
+
+
+class InvalidTopicError(ValueError):
+    """A topic or pattern that breaks the naming rules."""
+
+
+def check_pattern(pattern: str) -> tuple[str, ...]:
+    """Validate a subscription pattern; return its tokens."""
+    tokens = tuple(pattern.split("."))
+    for i, token in enumerate(tokens):
+        if not token:
+            raise InvalidTopicError(f"empty token in {pattern!r}")
+        if token == REST and i != len(tokens) - 1:
+            raise InvalidTopicError(f"'>' must be the last token in {pattern!r}")
+    return tokens
+
+
+def check_publish_topic(topic: str) -> None:
+    """A published topic may not contain wildcard tokens."""
+    for token in topic.split("."):
+        if token in (SINGLE, REST):
+            raise InvalidTopicError(f"wildcard token {token!r} in published topic {topic!r}")
+
+
+def is_pattern(pattern: str) -> bool:
+    return any(t in (SINGLE, REST) for t in pattern.split("."))
+
+
+def pattern_matches(tokens: tuple[str, ...], topic_tokens: list[str]) -> bool:
+    for i, token in enumerate(tokens):
+        if token == REST:
+            return len(topic_tokens) > i
+        if i >= len(topic_tokens):
+            return False
+        if token != SINGLE and token != topic_tokens[i]:
+            return False
+    return len(tokens) == len(topic_tokens)
+
+
+class RoutingTable(Generic[S]):
+    """Map topics and patterns to subscribers ``S``."""
+
+    def __init__(self) -> None:
+        self._exact: dict[str, dict[S, int]] = {}
+        self._wild: dict[str, tuple[tuple[str, ...], dict[S, int]]] = {}
+        self._cache: dict[str, tuple[S, ...]] = {}
+
+    def add(self, pattern: str, sub: S) -> None:
+        """Register ``sub`` for ``pattern`` (counted: adding twice needs two removes)."""
+        tokens = check_pattern(pattern)
+        if is_pattern(pattern):
+            entry = self._wild.setdefault(pattern, (tokens, {}))
+            entry[1][sub] = entry[1].get(sub, 0) + 1
+        else:
+            subs = self._exact.setdefault(pattern, {})
+            subs[sub] = subs.get(sub, 0) + 1
+        self._cache.clear()
+
+    def remove(self, pattern: str, sub: S) -> bool:
+        """Unregister one registration of ``sub`` for ``pattern``; False if absent."""
+        if is_pattern(pattern):
+            entry = self._wild.get(pattern)
+            table = entry[1] if entry else None
+        else:
+            table = self._exact.get(pattern)
+        if not table or sub not in table:
+            return False
+        table[sub] -= 1
+        if table[sub] == 0:
+            del table[sub]
+            if not table:
+                if is_pattern(pattern):
+                    del self._wild[pattern]
+                else:
+                    del self._exact[pattern]
+        self._cache.clear()
+        return True
+
+    def match(self, topic: str) -> tuple[S, ...]:
+        """Every subscriber of ``topic``, each once, exact matches first."""
+        hit = self._cache.get(topic)
+        if hit is not None:
+            return hit
+        found: dict[S, None] = dict.fromkeys(self._exact.get(topic, ()))
+        if self._wild:
+            topic_tokens = topic.split(".")
+            for tokens, subs in self._wild.values():
+                if pattern_matches(tokens, topic_tokens):
+                    found.update(dict.fromkeys(subs))
+        result = tuple(found)
+        if len(self._cache) >= MAX_CACHED_TOPICS:
+            self._cache.clear()
+        self._cache[topic] = result
+        return result
+
+    def patterns(self) -> list[str]:
+        """Every registered topic and pattern (for interest announcements and status)."""
+        return [*self._exact, *self._wild]
+
+    def __len__(self) -> int:
+        return len(self._exact) + len(self._wild)

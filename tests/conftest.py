@@ -1,0 +1,92 @@
+"""Shared fixtures: real hubs on 127.0.0.1, started as subprocesses or in-process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HUB_START_TIMEOUT = 20.0
+
+
+class HubProcess:
+    """A ``python -m hub`` subprocess; stopped by its PID, never by name."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.args = ["--listen", "127.0.0.1:0", *args]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hub", *self.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + HUB_START_TIMEOUT
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith("listening on ") or not line:
+                break
+        if not line.startswith("listening on "):
+            self.stop()
+            raise RuntimeError(f"hub did not start: {line!r} {self.stderr_text()}")
+        self.address = line.split()[-1]
+        self.host, port = self.address.rsplit(":", 1)
+        self.port = int(port)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr_text(self) -> str:
+        if self.proc.poll() is None or self.proc.stderr is None:
+            return ""
+        return self.proc.stderr.read()
+
+    def stop(self, timeout: float = 5.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def start_hub() -> Iterator[Callable[..., HubProcess]]:
+    """Factory: ``start_hub("--max-body", "4096")`` -> a running :class:`HubProcess`."""
+    hubs: list[HubProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> HubProcess:
+        hub = HubProcess(*args, env=env)
+        hubs.append(hub)
+        return hub
+
+    yield start
+    for hub in hubs:
+        hub.stop()
+
+
+@pytest.fixture
+def hub(start_hub: Callable[..., HubProcess]) -> HubProcess:
+    """One hub subprocess with default settings."""
+    return start_hub()
+
+
+@pytest.fixture
+def hub_address(hub: HubProcess) -> str:
+    """``"127.0.0.1:PORT"`` of a fresh hub subprocess."""
+    return hub.address
