@@ -40,13 +40,13 @@ BODY_BOUNDS: dict[Opcode, tuple[int, int | None]] = {
     Opcode.DELIVER: (52, None),
     Opcode.ACK: (24, None),
     Opcode.CREDIT: (8, 8),
-    Opcode.GAP: (22, 22 + 255),
+    Opcode.GAP: (22, 22 + 254),
     Opcode.SUB_END: (8, 8 + 0xFFFF),
     Opcode.ERROR: (12, 12 + 0xFFFF),
     Opcode.STATUS: (0, 0),
     Opcode.STATUS_REPLY: (4, None),
     Opcode.SEGMENT_HEADER: (24, 24 + 254),
-    Opcode.LOG_BATCH: (76, None),
+    Opcode.LOG_BATCH: (79, None),
 }
 assert set(BODY_BOUNDS) == set(Opcode)
 
@@ -60,9 +60,13 @@ def check_header(
     """Validate a frame header; offsets in errors are relative to the header."""
     op = _VALUES.get(opcode_value)
     if op is None:
-        raise RemoteProtocolError(f"unknown opcode {opcode_value} (0x{opcode_value:02x})", code=ErrorCode.UNKNOWN_OPCODE, offset=0)
+        raise RemoteProtocolError(
+            f"unknown opcode {opcode_value} (0x{opcode_value:02x})", code=ErrorCode.UNKNOWN_OPCODE, offset=0
+        )
     if op not in accept:
-        raise RemoteProtocolError(f"{op.name} (opcode {opcode_value}) is not allowed here", code=ErrorCode.UNEXPECTED_FRAME, offset=0)
+        raise RemoteProtocolError(
+            f"{op.name} (opcode {opcode_value}) is not allowed here", code=ErrorCode.UNEXPECTED_FRAME, offset=0
+        )
     if length > limits.max_body:
         raise RemoteProtocolError(
             f"{op.name} body length {length} exceeds the limit of {limits.max_body} bytes",

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from construct import ConstructError
 
 from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError
-from .limits import MAX_U32, MAX_U64
+from .limits import MAX_TOPICS_PER_MESSAGE, MAX_U32, MAX_U64
 from .opcodes import Opcode
 from .records import (
     MessageSet,
@@ -239,6 +239,12 @@ def _decode_topic_list(body: bytes) -> tuple[str, ...]:
     topics = []
     pos = 0
     while pos < end:
+        if len(topics) == MAX_TOPICS_PER_MESSAGE:
+            # Refused here, as the peer's error: Subscribe.__post_init__ would
+            # raise LocalProtocolError, the wrong side of the h11 split.
+            raise RemoteProtocolError(
+                f"more than {MAX_TOPICS_PER_MESSAGE} topics in one frame", code=ErrorCode.INVALID_TOPIC, offset=pos
+            )
         topic, pos = read_topic(body, pos, end)
         topics.append(topic)
     return tuple(topics)
@@ -781,6 +787,10 @@ _LOG_HEAD = struct.Struct(">IQQQ")
 class LogBatch(Frame):
     """A stored record batch; ``crc`` is CRC-32 of the body bytes after it.
 
+    ``topics`` is the full topic list of the message set the batch came from
+    (``batch.topic`` among them): a reader replaying several topics uses it to
+    deliver a multi-topic message once per subscription, as the live path does.
+
     Build with :meth:`create` (computes the CRC).  Decoding verifies it: a
     batch that fails is a CHECKSUM_MISMATCH error and is never served.
     """
@@ -790,21 +800,47 @@ class LogBatch(Frame):
     append_ts: int
     producer_id: int
     producer_seq: int
+    topics: tuple[str, ...] = ()
     batch: RecordBatch
 
+    def __post_init__(self) -> None:
+        if not self.topics:
+            object.__setattr__(self, "topics", (self.batch.topic,))
+        check_topics(self.topics)
+        if self.batch.topic not in self.topics:
+            raise LocalProtocolError(f"batch topic {self.batch.topic!r} missing from the topic list")
+
     @classmethod
-    def create(cls, *, append_ts: int, producer_id: int, producer_seq: int, batch: RecordBatch) -> LogBatch:
-        rest = _LOG_HEAD.pack(0, append_ts, producer_id, producer_seq)[4:] + batch.encode()
-        return cls(crc=zlib.crc32(rest), append_ts=append_ts, producer_id=producer_id, producer_seq=producer_seq, batch=batch)
+    def create(
+        cls,
+        *,
+        append_ts: int,
+        producer_id: int,
+        producer_seq: int,
+        batch: RecordBatch,
+        topics: tuple[str, ...] = (),
+    ) -> LogBatch:
+        topics = topics or (batch.topic,)
+        head = log_batch_head(append_ts, producer_id, producer_seq, topics)
+        crc = zlib.crc32(batch.encode(), zlib.crc32(head))
+        return cls(
+            crc=crc,
+            append_ts=append_ts,
+            producer_id=producer_id,
+            producer_seq=producer_seq,
+            topics=topics,
+            batch=batch,
+        )
 
     def encode_body(self) -> bytes:
-        return _LOG_HEAD.pack(self.crc, self.append_ts, self.producer_id, self.producer_seq) + self.batch.encode()
+        head = log_batch_head(self.append_ts, self.producer_id, self.producer_seq, self.topics)
+        return _u32.pack(self.crc) + head + self.batch.encode()
 
     @classmethod
     def decode_body(cls, body: bytes) -> Frame:
         end = len(body)
-        if end < 28:
-            raise RemoteProtocolError("log batch header needs 28 bytes", offset=0)
+        if end < 29:
+            raise RemoteProtocolError("log batch header needs 29 bytes", offset=0)
         crc, append_ts, producer_id, producer_seq = _LOG_HEAD.unpack_from(body, 0)
         actual = zlib.crc32(memoryview(body)[4:])
         if actual != crc:
@@ -813,10 +849,37 @@ class LogBatch(Frame):
                 code=ErrorCode.CHECKSUM_MISMATCH,
                 offset=0,
             )
-        batch, pos = RecordBatch.read(body, 28, end)
+        n = body[28]
+        if n == 0:
+            raise RemoteProtocolError("topic count of 0", code=ErrorCode.INVALID_TOPIC, offset=28)
+        pos = 29
+        topics = []
+        for _ in range(n):
+            topic, pos = read_topic(body, pos, end)
+            topics.append(topic)
+        batch, pos = RecordBatch.read(body, pos, end)
         if pos != end:
             raise RemoteProtocolError(f"{end - pos} trailing bytes after the record batch", offset=pos)
-        return cls(crc=crc, append_ts=append_ts, producer_id=producer_id, producer_seq=producer_seq, batch=batch)
+        if batch.topic not in topics:
+            raise RemoteProtocolError(f"batch topic {batch.topic!r} missing from the topic list", offset=28)
+        return cls(
+            crc=crc,
+            append_ts=append_ts,
+            producer_id=producer_id,
+            producer_seq=producer_seq,
+            topics=tuple(topics),
+            batch=batch,
+        )
+
+
+def log_batch_head(append_ts: int, producer_id: int, producer_seq: int, topics: tuple[str, ...]) -> bytes:
+    """LOG_BATCH body bytes between the CRC and the record batch (the CRC covers them)."""
+    return b"".join(
+        (_LOG_HEAD_NO_CRC.pack(append_ts, producer_id, producer_seq, len(topics)), *map(encode_topic, topics))
+    )
+
+
+_LOG_HEAD_NO_CRC = struct.Struct(">QQQB")
 
 
 FRAME_TYPES: dict[Opcode, type[Frame]] = {

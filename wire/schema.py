@@ -242,7 +242,12 @@ BODIES: dict[Opcode, Construct] = {
         "append_ts" / Int64ub,
         "producer_id" / Int64ub,
         "producer_seq" / Int64ub,
+        "topic_count" / Rebuild(Int8ub, len_(this.topics)),
+        Check(this.topic_count >= 1),
+        "topics" / Array(this.topic_count, Topic),
         "batch" / RecordBatch,
+        # The stored batch's topic is one of the message's topics (LogBatch enforces it too).
+        Check(lambda ctx: ctx.batch.topic in ctx.topics),
         Terminated,
     ),
 }

@@ -1,0 +1,289 @@
+"""Build every example frame of docs/protocol.md from the wire encoders, verify, render.
+
+Regenerate the spec after changing a frame:
+    .venv/bin/python docs/tools/protocol_examples.py --render > docs/protocol.md
+tests/test_protocol_doc.py then proves every example decodes and re-encodes exactly.
+"""
+from __future__ import annotations
+import json, struct, sys
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+import wire
+from wire import *
+from wire.frames import SEGMENT_MAGIC
+
+TS = 1_700_000_000_000_000          # 2023-11-14T22:13:20Z in µs
+EXAMPLES: dict[str, tuple[str, str]] = {}   # key -> (frame name, markdown block)
+INVALID: dict[str, str] = {}
+
+def b8(v): return struct.pack(">B", v)
+def b16(v): return struct.pack(">H", v)
+def b32(v): return struct.pack(">I", v)
+def b64(v): return struct.pack(">Q", v)
+
+class S:
+    """A segment: some byte groups and a comment."""
+    def __init__(self, groups, comment):
+        self.groups = [g for g in groups if g]
+        self.comment = comment
+    @property
+    def raw(self): return b"".join(self.groups)
+
+def hdr(op, n): return S([b8(op), b32(n)], f"header: opcode {op} = 0x{op:02x} ({Opcode(op).name}), body length {n}")
+def u8(v, c): return S([b8(v)], c)
+def u16(v, c): return S([b16(v)], c)
+def u32(v, c): return S([b32(v)], c)
+def u64(v, c): return S([b64(v)], c)
+def topic(t, c="topic"):
+    r = t.encode(); return S([b8(len(r)), r], f'{c} "{t}" (length {len(r)})')
+def str8(t, c):
+    r = t.encode()
+    return S([b8(len(r)), r], f'{c} "{t}" (str8, length {len(r)})' if r else f"{c} (str8, length 0)")
+def str16(t, c):
+    r = t.encode(); return S([b16(len(r)), r], f'{c} "{t}" (str16, length {len(r)})')
+def record(i, key, data):
+    return S([b16(len(key)), b32(len(data)), key, data],
+             f"record {i}: key_len {len(key)}, data_len {len(data)}" + (f", key {key!r}" if key else "") + f", data {data!r}")
+def region(records, what="records"):
+    body = b"".join(encode_record(k, d) for k, d in records)
+    return [S([b32(len(records)), b32(len(body))], f"record region: record_count {len(records)}, records_len {len(body)}")] + \
+        [record(i, k, d) for i, (k, d) in enumerate(records)]
+def message_set(topics, records):
+    return [u8(len(topics), f"MessageSet: topic_count {len(topics)}")] + [topic(t) for t in topics] + region(records)
+def record_batch(rb_topic, base, ts, origin, oseq, records):
+    return [topic(rb_topic, "RecordBatch: topic"), u64(base, f"base_offset {base}"), u64(ts, f"timestamp {ts} µs"),
+            u64(origin, f"origin hub id {origin}"), u64(oseq, f"origin_seq {oseq}")] + region(records)
+
+def render(segs, name, oneline=False):
+    if oneline:
+        return "```hex\n# " + name + "\n" + " ".join(" ".join(g.hex() for g in s.groups) for s in segs) + "\n```"
+    lines = []
+    for s in segs:
+        # long groups are wrapped at 32 bytes
+        parts = []
+        for g in s.groups:
+            h = g.hex()
+            parts.extend(h[i:i+64] for i in range(0, len(h), 64)) if len(h) > 64 else parts.append(h)
+        cur = []
+        chunks = []
+        for p in parts:
+            if cur and len(" ".join(cur + [p])) > 64:
+                chunks.append(" ".join(cur)); cur = []
+            cur.append(p)
+        if cur: chunks.append(" ".join(cur))
+        for i, c in enumerate(chunks):
+            lines.append((c, s.comment if i == 0 else "…"))
+    w = max(len(c) for c, _ in lines)
+    return "```hex\n# " + name + "\n" + "\n".join(f"{c:<{w}}  # {m}" for c, m in lines) + "\n```"
+
+def check_decode(data: bytes, frame):
+    for split in ("whole", "bytes"):
+        d = FrameDecoder()
+        if split == "whole": d.feed(data)
+        else:
+            for i in range(len(data)): d.feed(data[i:i+1])
+        frames = list(d); d.close()
+        assert frames == [frame], (frames, frame)
+        assert frames[0].encode() == data
+
+def ex(key, frame, segs, oneline=False, bodysegs=None):
+    enc = frame.encode()
+    mine = b"".join(s.raw for s in segs)
+    assert mine == enc, f"{key}: my breakdown\n{mine.hex()}\n!= encoder\n{enc.hex()}"
+    check_decode(enc, frame)
+    EXAMPLES[key] = (frame.name, render(segs, frame.name, oneline), enc)
+    return enc
+
+def ex_frame(key, frame, body):
+    """segs = header + body segments (length computed)."""
+    n = sum(len(s.raw) for s in body)
+    return ex(key, frame, [hdr(frame.OPCODE, n)] + body)
+
+def invalid(key, data: bytes, note: str):
+    d = FrameDecoder()
+    try:
+        d.feed(data); list(d); d.close()
+    except RemoteProtocolError as e:
+        shown = bytes.fromhex("".join(l.split("#")[0] for l in note.splitlines()).replace(" ", ""))
+        assert shown == data, (key, shown.hex(), data.hex())
+        INVALID[key] = (e, f"```hex\n# invalid: {e.code.name} at byte {e.offset}\n{note}\n```", data)
+        return e
+    raise AssertionError(f"{key} decoded fine")
+
+# ---------------- mesh v1 ----------------
+ex_frame("ping", PING, [S([b"ping"], 'body: ASCII "ping"')])
+ex_frame("pong", PONG, [S([b"pong"], 'body: ASCII "pong"')])
+g1 = ex("golden_sub", Subscribe(topics=("topic_1", "topic_2")),
+        [hdr(2, 16), topic("topic_1"), topic("topic_2")], oneline=True)
+assert g1.hex(" ") and g1 == bytes.fromhex("02 00000010 07 746f7069635f31 07 746f7069635f32".replace(" ", ""))
+ex_frame("suback", SubscribeAck(success=True), [u8(1, "success: 1 = noted")])
+ex_frame("suback0", SubscribeAck(success=False), [u8(0, "success: 0 = refused")])
+ex_frame("unsub_mesh", Unsubscribe(topics=("topic_1",)), [topic("topic_1")])
+ex_frame("unsuback", UnsubscribeAck(success=True), [u8(1, "success: 1 = removed")])
+g2 = ex("golden_fwd", Forward(topics=("topic_1", "topic_2"), data=b"hello"),
+        [hdr(6, 26), u8(2, "topic count"), topic("topic_1"), topic("topic_2"), u32(5, "data length"), S([b"hello"], "data")],
+        oneline=True)
+assert g2 == bytes.fromhex("06 0000001a 02 07 746f7069635f31 07 746f7069635f32 00000005 68656c6c6f".replace(" ", ""))
+ex_frame("sub_pattern_mesh", Subscribe(topics=("orders.*", "audit.>")), [topic("orders.*", "pattern"), topic("audit.>", "pattern")])
+
+# ---------------- mesh v2 ----------------
+ex_frame("mesh_hello", MeshHello(hub_id=7, positions=(ResumePosition(origin=3, seq=41), ResumePosition(origin=9, seq=1200))),
+         [u64(7, "hub_id 7 (the sender)"), u16(2, "position_count 2"),
+          u64(3, "position 0: origin 3"), u64(41, "           last stored seq 41 -> send from 42"),
+          u64(9, "position 1: origin 9"), u64(1200, "           last stored seq 1200")])
+ex_frame("mesh_hello_empty", MeshHello(hub_id=9), [u64(9, "hub_id 9"), u16(0, "position_count 0: nothing stored yet")])
+fb = ForwardBatch(origin=3, sets=(
+    ForwardSet(origin_seq=42, timestamp=TS, messages=MessageSet.build(["orders.eu"], [(b"k1", b"a"), (b"", b"b")])),
+    ForwardSet(origin_seq=44, timestamp=TS + 250, messages=MessageSet.build(["orders.eu", "audit"], [(b"", b"c")])),
+))
+ex_frame("fwd_batch", fb,
+         [u64(3, "origin hub id 3"), u16(2, "set_count 2"),
+          u64(42, "set 0: origin_seq 42 (records get 42, 43)"), u64(TS, f"set 0: timestamp {TS} µs")]
+         + message_set(["orders.eu"], [(b"k1", b"a"), (b"", b"b")])
+         + [u64(44, "set 1: origin_seq 44"), u64(TS + 250, f"set 1: timestamp {TS + 250} µs")]
+         + message_set(["orders.eu", "audit"], [(b"", b"c")]))
+ex_frame("fwd_ack", ForwardAck(origin=3, seq=44), [u64(3, "origin 3"), u64(44, "seq 44: everything from origin 3 up to 44 is stored")])
+
+# ---------------- client ----------------
+ex_frame("hello", Hello(version=1, client_name="demo", token=b"s3cret"),
+         [u16(1, "version 1"), str8("demo", "client_name"), S([b16(6), b"s3cret"], 'token (u16 length 6) b"s3cret"')])
+ex_frame("hello_anon", Hello(), [u16(1, "version 1"), str8("", "client_name"), S([b16(0)], "token: length 0 (none)")])
+ex_frame("welcome", Welcome(version=1, hub_id=7, max_body=1 << 20, heartbeat_ms=5000, hub_name="hub-a"),
+         [u16(1, "version 1"), u64(7, "hub_id 7"), u32(1 << 20, "max_body 1048576 (1 MiB)"),
+          u32(5000, "heartbeat_ms 5000"), str8("hub-a", "hub_name")])
+pub = Publish(producer_id=77, sequence=1, flags=PublishFlags.ACK, sets=(
+    MessageSet.build(["orders.eu"], [(b"o-1", b"hello"), (b"", b"world")]),
+    MessageSet.build(["orders.eu", "audit"], [(b"", b"x")]),
+))
+ex_frame("publish", pub,
+         [u64(77, "producer_id 77"), u64(1, "sequence 1"), u8(1, "flags: ACK (bit 0)"), u16(2, "set_count 2")]
+         + message_set(["orders.eu"], [(b"o-1", b"hello"), (b"", b"world")])
+         + message_set(["orders.eu", "audit"], [(b"", b"x")]))
+pub_min = Publish(sets=(MessageSet.build(["t"], [(b"", b"")]),))
+ex_frame("publish_min", pub_min,
+         [u64(0, "producer_id 0 (anonymous)"), u64(0, "sequence 0"), u8(0, "flags: none"), u16(1, "set_count 1")]
+         + message_set(["t"], [(b"", b"")]))
+ex_frame("publish_ack", PublishAck(producer_id=77, sequence=1, status=AckStatus.STORED, timestamp=TS,
+                                   ranges=(OffsetRange(topic="orders.eu", first_offset=100, num=3),
+                                           OffsetRange(topic="audit", first_offset=7, num=1))),
+         [u64(77, "producer_id 77"), u64(1, "sequence 1"), u8(0, "status 0 = STORED"), u64(TS, f"timestamp {TS} µs"),
+          u16(2, "range_count 2"),
+          topic("orders.eu", "range 0: topic"), u64(100, "range 0: first_offset 100"), u32(3, "range 0: num 3 (offsets 100..102)"),
+          topic("audit", "range 1: topic"), u64(7, "range 1: first_offset 7"), u32(1, "range 1: num 1")])
+ex_frame("publish_ack_dup", PublishAck(producer_id=77, sequence=1, status=AckStatus.DUPLICATE, timestamp=TS),
+         [u64(77, "producer_id 77"), u64(1, "sequence 1"), u8(1, "status 1 = DUPLICATE"), u64(TS, f"timestamp {TS} µs"),
+          u16(0, "range_count 0")])
+ex_frame("sub_min", Sub(sub_id=1, patterns=("orders.*",)),
+         [u32(1, "sub_id 1"), u8(0, "start 0 = LATEST"), u64(0, "start_value 0 (unused)"), u8(0, "ack_mode 0 = NONE"),
+          u8(0, "policy 0 = CANCEL"), u32(0, "credit 0 = no credit limit"), u32(0, "ack_wait_ms 0 = hub default"),
+          str8("", "durable: empty = not durable"), str8("", "group: empty = no group"),
+          u16(1, "pattern_count 1"), topic("orders.*", "pattern"), u16(0, "offset_count 0")])
+ex_frame("sub_durable", Sub(sub_id=2, patterns=("orders.eu", "orders.us"), start=StartPosition.OFFSET, ack_mode=AckMode.EXPLICIT,
+                            policy=SlowConsumerPolicy.CANCEL, credit=100, ack_wait_ms=30000, durable="billing",
+                            offsets=(TopicOffset(topic="orders.eu", offset=100),)),
+         [u32(2, "sub_id 2"), u8(2, "start 2 = OFFSET"), u64(0, "start_value 0 (unused for OFFSET)"), u8(1, "ack_mode 1 = EXPLICIT"),
+          u8(0, "policy 0 = CANCEL"), u32(100, "credit 100"), u32(30000, "ack_wait_ms 30000"),
+          str8("billing", "durable name"), str8("", "group: none"),
+          u16(2, "pattern_count 2"), topic("orders.eu", "pattern"), topic("orders.us", "pattern"),
+          u16(1, "offset_count 1"), topic("orders.eu", "offset 0: topic"), u64(100, "offset 0: start at 100")])
+ex_frame("sub_ts", Sub(sub_id=3, patterns=("metrics.>",), start=StartPosition.TIMESTAMP, start_value=TS,
+                       policy=SlowConsumerPolicy.DROP_OLDEST, group="dash"),
+         [u32(3, "sub_id 3"), u8(3, "start 3 = TIMESTAMP"), u64(TS, f"start_value {TS} µs"), u8(0, "ack_mode 0 = NONE"),
+          u8(1, "policy 1 = DROP_OLDEST"), u32(0, "credit 0"), u32(0, "ack_wait_ms 0"),
+          str8("", "durable: none"), str8("dash", "group"),
+          u16(1, "pattern_count 1"), topic("metrics.>", "pattern"), u16(0, "offset_count 0")])
+ex_frame("sub_ok", SubOk(sub_id=2, offsets=(TopicOffset(topic="orders.eu", offset=100), TopicOffset(topic="orders.us", offset=0))),
+         [u32(2, "sub_id 2"), u16(2, "offset_count 2"),
+          topic("orders.eu", "offset 0: topic"), u64(100, "offset 0: next offset 100"),
+          topic("orders.us", "offset 1: topic"), u64(0, "offset 1: next offset 0")])
+ex_frame("unsub", Unsub(sub_id=2), [u32(2, "sub_id 2")])
+ex_frame("sub_update", SubUpdate(sub_id=1, op=UpdateOp.ADD, patterns=("audit",)),
+         [u32(1, "sub_id 1"), u8(1, "op 1 = ADD"), u16(1, "pattern_count 1"), topic("audit", "pattern")])
+rb = RecordBatch(topic="orders.eu", base_offset=100, timestamp=TS, origin=7, origin_seq=42, count=2,
+                 records=encode_record(b"o-1", b"hello") + encode_record(b"", b"world"))
+deliver_bytes = ex_frame("deliver", Deliver(sub_id=1, batch=rb),
+         [u32(1, "sub_id 1")] + record_batch("orders.eu", 100, TS, 7, 42, [(b"o-1", b"hello"), (b"", b"world")]))
+enc_batch = rb.encode()
+assert deliver_prefix(1, len(enc_batch)) + enc_batch == deliver_bytes
+assert deliver_prefix(9, len(enc_batch)) + enc_batch == Deliver(sub_id=9, batch=rb).encode()
+ex_frame("ack", Ack(sub_id=2, ranges=(AckRange(topic="orders.eu", first_offset=100, last_offset=101),)),
+         [u32(2, "sub_id 2"), u16(1, "range_count 1"), topic("orders.eu", "range 0: topic"),
+          u64(100, "range 0: first_offset 100"), u64(101, "range 0: last_offset 101 (inclusive)")])
+ex_frame("credit", Credit(sub_id=2, credit=100), [u32(2, "sub_id 2"), u32(100, "credit: 100 more messages")])
+ex_frame("gap", Gap(sub_id=3, topic="metrics.cpu", first_offset=5000, dropped=250),
+         [u32(3, "sub_id 3"), topic("metrics.cpu"), u64(5000, "first_offset 5000"), u64(250, "dropped 250 (offsets 5000..5249)")])
+ex_frame("sub_end", SubEnd(sub_id=3, code=ErrorCode.OUT_OF_CAPACITY, reason="too slow"),
+         [u32(3, "sub_id 3"), u16(9, "code 9 = OUT_OF_CAPACITY"), str16("too slow", "reason")])
+ex_frame("sub_end_unsub", SubEnd(sub_id=2, code=ErrorCode.UNSUBSCRIBED),
+         [u32(2, "sub_id 2"), u16(10, "code 10 = UNSUBSCRIBED"), str16("", "reason")])
+ex_frame("error", Error(code=ErrorCode.INVALID_TOPIC, ref=5, reason="wildcard in topic"),
+         [u16(6, "code 6 = INVALID_TOPIC"), u64(5, "ref 5 (the PUBLISH sequence)"), str16("wildcard in topic", "reason")])
+ex_frame("status", Status(), [])
+doc = b'{"hub":"hub-a","uptime_s":12}'
+ex_frame("status_reply", StatusReply(document=doc), [S([b32(len(doc))], f"document length {len(doc)}"), S([doc], f"document {doc.decode()}")])
+
+# ---------------- log ----------------
+ex_frame("segment_header", SegmentHeader(topic="orders.eu", base_offset=100, created=TS),
+         [S([SEGMENT_MAGIC], 'magic "P0SL"'), u16(1, "version 1"), u64(100, "base_offset 100"),
+          u64(TS, f"created {TS} µs"), topic("orders.eu")])
+lb = LogBatch.create(append_ts=TS + 1, producer_id=77, producer_seq=1, batch=rb, topics=("orders.eu", "audit"))
+lb_bytes = ex_frame("log_batch", lb,
+         [u32(lb.crc, f"crc 0x{lb.crc:08x} = zlib.crc32(body[4:])"), u64(TS + 1, f"append_ts {TS + 1} µs"),
+          u64(77, "producer_id 77"), u64(1, "producer_seq 1"), u8(2, "topic_count 2: the message set went to"),
+          topic("orders.eu"), topic("audit")]
+         + record_batch("orders.eu", 100, TS, 7, 42, [(b"o-1", b"hello"), (b"", b"world")]))
+import zlib
+assert lb.crc == zlib.crc32(lb_bytes[9:])
+
+# ---------------- invalid inputs ----------------
+def align(rows):
+    w = max(len(h) for h, _ in rows)
+    return "\n".join(f"{h:<{w}}  # {c}" for h, c in rows)
+bad = bytearray(lb_bytes); bad[-1] ^= 0x01   # 'world' -> 'worle'
+rest = bad[9:].hex()
+invalid("crc", bytes(bad), align([("41 " + bad[1:5].hex(), f"header: LOG_BATCH, body length {len(lb_bytes) - 5}"), (bad[5:9].hex(), "crc as stored"),
+         (rest[:64], "rest of the body, as in the LOG_BATCH example except the last byte:"),
+         *[(rest[i:min(i + 64, len(rest) - 6)], "…") for i in range(64, len(rest) - 6, 64)],
+         (rest[-6:], "'worle': the last byte of 'world' flipped (64 -> 65)")]))
+torn = lb_bytes[:40]
+invalid("torn", torn, align([("41 " + torn[1:5].hex(), "header: LOG_BATCH, body length " + str(len(lb_bytes) - 5)),
+                             (torn[5:].hex(), "only " + str(len(torn) - 5) + " body bytes reached the disk")]))
+invalid("too_large", bytes.fromhex("02ffffffff"), align([("02 ffffffff", "SUBSCRIBE, body length 4294967295: refused at the header")]))
+invalid("unknown", bytes.fromhex("0700000000"), align([("07 00000000", "opcode 7 is not assigned")]))
+invalid("zero_topic", bytes.fromhex("02000000020000"), align([("02 00000002", "SUBSCRIBE, body length 2"), ("00 00", "a topic of length 0 (twice)")]))
+invalid("hb_bounds", bytes.fromhex("0100000005") + b"pingx", align([("01 00000005", "HEARTBEAT with a 5-byte body: refused at the header"), ("70696e6778", "(never buffered)")]))
+invalid("trailing", bytes.fromhex("060000000f0107746f7069635f3100000001") + b"hi",
+        align([("06 0000000f", "FORWARD, body length 15"), ("01", "topic count 1"), ("07 746f7069635f31", 'topic "topic_1"'),
+               ("00000001", "data length 1 ..."), ("6869", "... but 2 bytes follow")]))
+
+if __name__ == "__main__" and "--render" not in sys.argv:
+    for k, (n, md, _) in EXAMPLES.items():
+        print(k, n); print(md)
+    for k, (e, md, _) in INVALID.items():
+        print(k, e); print(md)
+    print(len(EXAMPLES), "examples,", len(INVALID), "invalid;", "opcodes covered:", {EXAMPLES[k][0] for k in EXAMPLES} >= {o.name for o in Opcode})
+
+# a whole segment file = SEGMENT_HEADER + LOG_BATCH frames
+seg_file = EXAMPLES["segment_header"][2] + EXAMPLES["log_batch"][2]
+_d = FrameDecoder(); _d.feed(seg_file); _fr = list(_d); _d.close()
+assert [f.name for f in _fr] == ["SEGMENT_HEADER", "LOG_BATCH"]
+
+def fill(template: str) -> str:
+    import re
+    used = set()
+    def sub(m):
+        key = m.group(1)
+        used.add(key)
+        if key.startswith("!"):
+            return INVALID[key[1:]][1]
+        return EXAMPLES[key][1]
+    out = re.sub(r"^@@(!?\w+)@@$", sub, template, flags=re.M)
+    missing = (set(EXAMPLES) | {"!" + k for k in INVALID}) - used
+    assert not missing, f"examples not placed: {missing}"
+    assert "@@" not in out
+    return out
+
+
+if __name__ == "__main__" and "--render" in sys.argv:
+    from pathlib import Path
+
+    sys.stdout.write(fill((Path(__file__).parent / "protocol.md.tmpl").read_text()))

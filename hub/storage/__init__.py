@@ -1,0 +1,1 @@
+"""Durable per-topic logs: segments on disk, recovery, retention, group commit."""
