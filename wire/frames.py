@@ -236,7 +236,7 @@ def _decode_topic_list(body: bytes) -> tuple[str, ...]:
     end = len(body)
     if end == 0:
         raise RemoteProtocolError("empty topic list", code=ErrorCode.INVALID_TOPIC, offset=0)
-    topics = []
+    topics: list[str] = []
     pos = 0
     while pos < end:
         if len(topics) == MAX_TOPICS_PER_MESSAGE:

@@ -89,33 +89,99 @@ def encode_record(key: bytes, data: bytes) -> bytes:
 
 def encode_records(messages: Iterable[tuple[bytes, bytes]]) -> tuple[int, bytes]:
     """``(count, region bytes)`` for ``(key, data)`` pairs."""
-    parts = [encode_record(key, data) for key, data in messages]
-    return len(parts), b"".join(parts)
+    # One flat list of parts and a single join: no per-record concatenation.
+    # struct refuses a key or data too long for its field; encode_record then
+    # raises the same LocalProtocolError the plain path would.
+    pack = RECORD_HEADER.pack
+    parts: list[bytes] = []
+    append = parts.append
+    for key, data in messages:
+        try:
+            append(pack(len(key), len(data)))
+        except struct.error:
+            encode_record(key, data)
+            raise
+        append(key)
+        append(data)
+    return len(parts) // 3, b"".join(parts)
+
+
+def _uniform_size(buf: bytes, pos: int, end: int) -> int:
+    """Record size if ``buf[pos:end]`` is records with one identical header, else 0.
+
+    Fixed-size messages are the common case.  Comparing each of the six header
+    byte columns (a strided slice) against the first header proves, in C, that
+    every record boundary holds the same header, hence that the records tile
+    the region exactly -- the same verdict the per-record loop reaches.
+    """
+    span = end - pos
+    if span < 6:
+        return 0
+    key_len, data_len = RECORD_HEADER.unpack_from(buf, pos)
+    size = 6 + key_len + data_len
+    if span % size:
+        return 0
+    count = span // size
+    if count > 1:
+        for i in range(6):
+            column = buf[pos + i : end : size]
+            if column != bytes((buf[pos + i],)) * count:
+                return 0
+    return size
 
 
 def scan_records(buf: bytes, pos: int, end: int) -> int:
     """Count the records in ``buf[pos:end]``, proving they tile it exactly."""
+    size = _uniform_size(buf, pos, end)
+    if size:
+        return (end - pos) // size
     unpack = RECORD_HEADER.unpack_from
     count = 0
-    while pos < end:
-        if end - pos < 6:
-            raise RemoteProtocolError(f"record header needs 6 bytes, {end - pos} left", offset=pos)
-        key_len, data_len = unpack(buf, pos)
-        stop = pos + 6 + key_len + data_len
-        if stop > end:
-            raise RemoteProtocolError(
-                f"record of {key_len}+{data_len} bytes runs past its region", offset=pos
-            )
-        pos = stop
-        count += 1
+    # The bounds are checked once after the loop, not per record: a header
+    # read past ``end`` is harmless because the overrun is then reported.
+    start = pos
+    try:
+        while pos < end:
+            start = pos
+            key_len, data_len = unpack(buf, pos)
+            pos += 6 + key_len + data_len
+            count += 1
+    except struct.error:
+        pos = end + 1
+    if pos > end:
+        if end - start < 6:
+            raise RemoteProtocolError(f"record header needs 6 bytes, {end - start} left", offset=start)
+        key_len, data_len = unpack(buf, start)
+        raise RemoteProtocolError(f"record of {key_len}+{data_len} bytes runs past its region", offset=start)
     return count
 
 
 def iter_records(records: bytes) -> Iterator[tuple[bytes, bytes]]:
     """Yield ``(key, data)`` for each record of a region already validated."""
+    end = len(records)
+    size = _uniform_size(records, 0, end)
+    if size:
+        key_len = RECORD_HEADER.unpack_from(records, 0)[0]
+        if type(records) is bytes:
+            # One C iterator yields the (key, data) pairs: no Python work per record.
+            return _uniform_layout(key_len, size - 6 - key_len).iter_unpack(records)
+        # Other buffers must yield slices of their own type, as slicing does.
+        skip = 6 + key_len
+        keys = [records[p + 6 : p + skip] for p in range(0, end, size)]
+        data = [records[p + skip : p + size] for p in range(0, end, size)]
+        return zip(keys, data, strict=True)
+    return _iter_records_varied(records, end)
+
+
+@lru_cache(maxsize=256)
+def _uniform_layout(key_len: int, data_len: int) -> struct.Struct:
+    """A record of fixed sizes as one struct: header skipped, key and data as bytes."""
+    return struct.Struct(f">6x{key_len}s{data_len}s")
+
+
+def _iter_records_varied(records: bytes, end: int) -> Iterator[tuple[bytes, bytes]]:
     unpack = RECORD_HEADER.unpack_from
     pos = 0
-    end = len(records)
     while pos < end:
         key_len, data_len = unpack(records, pos)
         k = pos + 6
