@@ -38,6 +38,20 @@ class HubConfig:
     heartbeat_misses: int = 3
     #: Bytes the writer takes from the queue for one socket send.
     write_chunk: int = 256 << 10
+    #: ``received``: ack once written to the OS; ``fsync``: ack once on disk (group commit).
+    durability: str = "received"
+    #: Roll topic log segments past this size.
+    segment_bytes: int = 64 << 20
+    #: Per-topic retention by size in bytes (0: unlimited).
+    retention_bytes: int = 0
+    #: Per-topic retention by age in seconds (0: unlimited).
+    retention_seconds: float = 0.0
+    #: Seconds between retention checks.
+    retention_check_seconds: float = 30.0
+    #: Durable subscriptions and groups nobody attached to for this long are forgotten.
+    consumer_expiry_seconds: float = 7 * 24 * 3600.0
+    #: Default seconds a group waits for an ack before redelivering.
+    ack_wait_seconds: float = 30.0
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -55,6 +69,8 @@ class HubConfig:
                 raise ValueError(f"{name} must be positive")
         if self.heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be positive")
+        if self.durability not in ("received", "fsync"):
+            raise ValueError(f"durability must be 'received' or 'fsync', got {self.durability!r}")
 
 
 def _coerce(f: dataclasses.Field[Any], raw: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -75,7 +76,9 @@ class ClientConnection:
         self.bytes_out = 0
         self.messages_in = 0
         self._lot = trio.lowlevel.ParkingLot()
+        self._room_lot = trio.lowlevel.ParkingLot()
         self._cancel: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -83,6 +86,7 @@ class ClientConnection:
         try:
             async with trio.open_nursery() as nursery:
                 self._cancel = nursery.cancel_scope
+                self._nursery = nursery
                 nursery.start_soon(self._read_loop)
                 await self._write_loop()
                 nursery.cancel_scope.cancel()
@@ -107,6 +111,11 @@ class ClientConnection:
         if self._cancel is not None:
             # A peer that does not read must not keep us waiting on the final frame.
             self._cancel.deadline = min(self._cancel.deadline, trio.current_time() + CLOSE_FLUSH_SECONDS)
+
+    def start_task(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fn`` for as long as this connection lives (log followers)."""
+        assert self._nursery is not None
+        self._nursery.start_soon(fn)
 
     def fail(
         self, code: ErrorCode, reason: str, *, ref: int = 0, why: CloseReason = CloseReason.PROTOCOL_ERROR
@@ -144,17 +153,34 @@ class ClientConnection:
             sub.credit -= batch.count
         out = self.out
         nbytes = 9 + len(batch.header) + len(batch.records)
-        if not out.fits(nbytes) and not self.server.make_room(self, sub, batch, nbytes):
+        if not out.fits(nbytes) and not self.server.subscriptions.make_room(self, sub, batch, nbytes):
             return
         out.push_deliver(sub, batch)
         if self._lot:
             self._lot.unpark()
 
+    def push_batch(self, sub: Subscription, batch: SharedBatch) -> None:
+        """Queue a batch a follower or group read from the log (they waited for room)."""
+        if sub.closed or self.closing is not None:
+            return
+        self.out.push_deliver(sub, batch)
+        self._wake_writer()
+
+    def queue_gap(self, sub: Subscription, topic: str, first: int, count: int) -> None:
+        """Tell ``sub`` that offsets ``first..first+count-1`` of ``topic`` cannot be delivered."""
+        self.out.push_gap(sub, topic, first, count)
+        self._wake_writer()
+
+    async def wait_for_room(self) -> None:
+        """Wait until the queue is at most half full (followers and groups pace on this)."""
+        while self.closing is None and self.out.pending_bytes > self.out.cap // 2:
+            await self._room_lot.park()
+
     def _hold(self, sub: Subscription, batch: SharedBatch) -> None:
         # Waiting for credit still costs memory: the same cap and policy apply.
         held_bytes = sum(len(b.records) for b in sub.held_batches)
         if held_bytes + self.out.pending_bytes + len(batch.records) > self.out.cap and sub.held_batches:
-            self.server.on_held_overflow(self, sub, batch)
+            self.server.subscriptions.held_overflow(self, sub, batch)
             return
         sub.held_batches.append(batch)
         sub.queued_messages += batch.count
@@ -171,6 +197,7 @@ class ClientConnection:
         while True:
             if not out.items:
                 if self.closing is not None:
+                    self._room_lot.unpark_all()
                     return
                 await self._lot.park()
                 continue
@@ -182,6 +209,8 @@ class ClientConnection:
                 return
             self.bytes_out += size
             self.last_sent = trio.current_time()
+            if self._room_lot and out.pending_bytes <= out.cap // 2:
+                self._room_lot.unpark_all()
 
     # -- input ---------------------------------------------------------------------
 

@@ -156,6 +156,12 @@ class OutboundQueue:
         sub.dropped_messages += batch.count
         self.dropped_messages += batch.count
 
+    def push_gap(self, sub: Subscription, topic: str, first: int, count: int) -> None:
+        gap = self._gap_item(sub, topic, first, count)
+        self.items.append(gap)
+        self.pending_bytes += gap.nbytes
+        sub.gap_notices += 1
+
     def discard(self, sub: Subscription) -> int:
         """Remove everything queued for ``sub``; returns messages discarded."""
         kept: deque[Outgoing] = deque()

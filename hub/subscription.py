@@ -9,6 +9,9 @@ from wire import AckMode, SlowConsumerPolicy, StartPosition
 
 if TYPE_CHECKING:
     from .connection import ClientConnection
+    from .consumers import ConsumerState
+    from .follower import LogFollower
+    from .groups import ConsumerGroup
     from .outbound import SharedBatch
 
 
@@ -25,6 +28,12 @@ class Subscription:
     #: Messages the client still allows (None: no credit limit).
     credit: int | None = None
     closed: bool = False
+    #: True: the router delivers directly; False: a follower or group reads the log.
+    live: bool = True
+    follower: LogFollower | None = None
+    group: ConsumerGroup | None = None
+    #: durable state (named subscriptions)
+    consumer: ConsumerState | None = None
     delivered_messages: int = 0
     delivered_batches: int = 0
     dropped_messages: int = 0
@@ -34,8 +43,17 @@ class Subscription:
     #: Batches waiting for credit, oldest first.
     held_batches: list[SharedBatch] = field(default_factory=list)
 
+    def wake(self) -> None:
+        """New data in a followed topic (or new credit): let the follower look."""
+        if self.follower is not None:
+            self.follower.wake()
+
     def status(self) -> dict[str, object]:
+        kind = "group" if self.group else "durable" if self.consumer else "follower" if self.follower else "live"
         return {
+            "kind": kind,
+            "group": self.group.name if self.group else None,
+            "durable": self.consumer.name if self.consumer else None,
             "sub_id": self.sub_id,
             "patterns": list(self.patterns),
             "start": self.start.name.lower(),

@@ -1,0 +1,140 @@
+"""Named consumer state that outlives connections: durable subscriptions and groups.
+
+Kept in ``<data-dir>/consumers.json``, rewritten atomically (write, fsync,
+rename) at most every ``SAVE_INTERVAL`` seconds when something changed.  A
+hub crash can therefore lose up to that much acknowledgement progress: those
+messages are delivered again (at-least-once); the SDK drops offsets it has
+already delivered, so an application sees no duplicate within a process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from wire import AckMode
+
+from .acks import AckTracker
+
+log = logging.getLogger("pub0sub.hub.consumers")
+
+SAVE_INTERVAL = 0.2
+FILE_NAME = "consumers.json"
+
+
+@dataclass(eq=False)
+class ConsumerState:
+    """Positions of one durable subscription or one consumer group."""
+
+    kind: str  # "durable" or "group"
+    name: str
+    patterns: list[str]
+    ack_mode: AckMode
+    #: per topic: everything below ``floor`` is acknowledged
+    positions: dict[str, AckTracker] = field(default_factory=dict)
+    last_active: float = field(default_factory=time.time)
+    attached: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "patterns": self.patterns,
+            "ack_mode": int(self.ack_mode),
+            "positions": {t: tr.floor for t, tr in self.positions.items()},
+            "last_active": self.last_active,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ConsumerState:
+        return cls(
+            kind=data["kind"],
+            name=data["name"],
+            patterns=list(data["patterns"]),
+            ack_mode=AckMode(data["ack_mode"]),
+            positions={t: AckTracker(int(f)) for t, f in data["positions"].items()},
+            last_active=float(data["last_active"]),
+        )
+
+
+class ConsumerRegistry:
+    def __init__(self, root: Path, *, expiry_seconds: float) -> None:
+        self.path = root / FILE_NAME
+        self.expiry_seconds = expiry_seconds
+        self.states: dict[str, ConsumerState] = {}
+        self._dirty = False
+        self.saves = 0
+
+    def load(self) -> None:
+        if not self.path.exists():
+            return
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError) as exc:
+            # Losing positions means redelivery, never loss: say so, start fresh.
+            log.error("%s unreadable (%s): durable positions restart from their start options", self.path, exc)
+            return
+        for item in data.get("consumers", []):
+            state = ConsumerState.from_json(item)
+            self.states[state.key] = state
+
+    def get(self, kind: str, name: str) -> ConsumerState | None:
+        return self.states.get(f"{kind}:{name}")
+
+    def add(self, state: ConsumerState) -> None:
+        self.states[state.key] = state
+        self.touch()
+
+    def touch(self) -> None:
+        self._dirty = True
+
+    def save(self) -> None:
+        document = {"consumers": [s.to_json() for s in self.states.values()]}
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as fh:
+            json.dump(document, fh, separators=(",", ":"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        self._dirty = False
+        self.saves += 1
+
+    def expire(self, now: float) -> list[ConsumerState]:
+        """Forget consumers nobody attached to for ``expiry_seconds``."""
+        gone = [s for s in self.states.values() if not s.attached and now - s.last_active > self.expiry_seconds]
+        for state in gone:
+            del self.states[state.key]
+            log.info("%s %r expired after %.0fs idle", state.kind, state.name, now - state.last_active)
+        if gone:
+            self._dirty = True
+        return gone
+
+    def keep_from(self, topic: str) -> int | None:
+        """Lowest unacknowledged offset of ``topic`` over all consumers (retention bound)."""
+        floors = [s.positions[topic].floor for s in self.states.values() if topic in s.positions]
+        return min(floors) if floors else None
+
+    async def save_loop(self) -> None:
+        while True:
+            await trio.sleep(SAVE_INTERVAL)
+            now = time.time()
+            for state in self.states.values():
+                if state.attached:
+                    state.last_active = now
+            self.expire(now)
+            if self._dirty:
+                try:
+                    self.save()
+                except OSError as exc:
+                    log.error("cannot save %s: %s", self.path, exc)

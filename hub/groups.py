@@ -1,0 +1,266 @@
+"""Consumer groups: each message goes to one member.
+
+A group follows the topic logs like a durable subscription, but hands each
+batch to one member (round robin among members with room and credit) and
+records it in that member's pending list.  An acknowledgement removes it; a
+pending range not acknowledged within ``ack_wait`` -- or whose member leaves
+-- goes back to the group and is delivered again, preferably to another
+member.  The group's acknowledged floor per topic is durable (see
+:mod:`hub.consumers`), so after a hub restart every unacknowledged message is
+delivered again: at-least-once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from wire import StartPosition
+
+from .acks import AckTracker
+from .follower import READ_BYTES, first_matching, matcher
+from .storage.topic_log import Hole
+
+if TYPE_CHECKING:
+    from .consumers import ConsumerState
+    from .server import HubServer
+    from .subscription import Subscription
+
+log = logging.getLogger("pub0sub.hub.groups")
+
+#: How often an idle group re-checks deadlines and members' room.
+POLL_SECONDS = 0.05
+
+
+@dataclass(slots=True, eq=False)
+class PendingRange:
+    member: Subscription
+    topic: str
+    first: int
+    last: int
+    deadline: float
+    deliveries: int
+
+
+class ConsumerGroup:
+    #: Router entries with ``live`` False are woken, not delivered to directly.
+    live = False
+
+    def __init__(self, server: HubServer, state: ConsumerState, *, start: StartPosition, ack_wait: float) -> None:
+        self.server = server
+        self.state = state
+        self.start = start
+        self.ack_wait = ack_wait
+        self.members: list[Subscription] = []
+        self.pending: list[PendingRange] = []
+        self.redeliver: deque[tuple[str, int, int, int, Subscription | None]] = deque()
+        #: next offset to hand out, per topic
+        self.cursor: dict[str, int] = {}
+        self.redelivered_messages = 0
+        self._rr = 0
+        self._lot = trio.lowlevel.ParkingLot()
+        self._matches = matcher(state.patterns)
+        store = server.store
+        assert store is not None
+        self._latest_at = {t: lg.next_offset for t, lg in store.logs.items()}
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+    def wake(self) -> None:
+        if self._lot:
+            self._lot.unpark()
+
+    # -- membership --------------------------------------------------------------------
+
+    def add_member(self, sub: Subscription) -> None:
+        self.members.append(sub)
+        self.state.attached += 1
+        self.wake()
+
+    def remove_member(self, sub: Subscription) -> None:
+        if sub in self.members:
+            self.members.remove(sub)
+            self.state.attached -= 1
+        mine = [p for p in self.pending if p.member is sub]
+        self.pending = [p for p in self.pending if p.member is not sub]
+        for p in mine:
+            self._requeue(p, avoid=None)
+        self.wake()
+
+    def _requeue(self, p: PendingRange, *, avoid: Subscription | None) -> None:
+        tracker = self.state.positions.get(p.topic)
+        runs = tracker.unacked_runs(p.first, p.last) if tracker else [(p.first, p.last)]
+        for first, last in runs:
+            self.redeliver.append((p.topic, first, last, p.deliveries, avoid))
+
+    # -- acknowledgements --------------------------------------------------------------
+
+    def ack(self, topic: str, first: int, last: int) -> None:
+        tracker = self.state.positions.get(topic)
+        if tracker is None:
+            return
+        tracker.ack(first, last)
+        self.server.consumers_changed()
+        if self.pending:
+            self.pending = [p for p in self.pending if p.topic != topic or tracker.unacked_runs(p.first, p.last)]
+
+    def pending_count(self, member: Subscription | None = None) -> int:
+        total = 0
+        for p in self.pending:
+            if member is not None and p.member is not member:
+                continue
+            tracker = self.state.positions.get(p.topic)
+            runs = tracker.unacked_runs(p.first, p.last) if tracker else [(p.first, p.last)]
+            total += sum(b - a + 1 for a, b in runs)
+        return total
+
+    # -- dispatch ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while not self._closed:
+            self._expire(trio.current_time())
+            moved = self._dispatch()
+            if not moved:
+                with trio.move_on_after(POLL_SECONDS):
+                    await self._lot.park()
+            else:
+                await trio.lowlevel.checkpoint()
+
+    def close(self) -> None:
+        self._closed = True
+        self.wake()
+
+    def _expire(self, now: float) -> None:
+        if not self.pending:
+            return
+        keep = []
+        for p in self.pending:
+            if p.deadline <= now:
+                self._requeue(p, avoid=p.member)
+            else:
+                keep.append(p)
+        self.pending = keep
+
+    def _pick(self, avoid: Subscription | None = None) -> Subscription | None:
+        members = self.members
+        if not members:
+            return None
+        ready = [
+            m
+            for m in members
+            if m.conn.closing is None
+            and m.conn.out.pending_bytes <= m.conn.out.cap // 2
+            and (m.credit is None or m.credit > 0)
+        ]
+        if not ready:
+            return None
+        if avoid is not None and len(ready) > 1:
+            ready = [m for m in ready if m is not avoid] or ready
+        self._rr = (self._rr + 1) % len(ready)
+        return ready[self._rr]
+
+    def _position(self, topic: str) -> int:
+        if topic not in self.cursor:
+            tracker = self.state.positions.get(topic)
+            if tracker is not None:
+                start = tracker.floor
+            else:
+                topic_log = self.server.store.logs[topic]  # type: ignore[union-attr]
+                if self.start is StartPosition.EARLIEST:
+                    start = topic_log.first_offset
+                else:
+                    start = self._latest_at.get(topic, 0)
+                self.state.positions[topic] = AckTracker(start)
+                self.server.consumers_changed()
+            self.cursor[topic] = start
+        return self.cursor[topic]
+
+    def _dispatch(self) -> bool:
+        moved = False
+        store = self.server.store
+        assert store is not None
+        # Redeliveries first: they are the oldest messages the group owes.
+        while self.redeliver:
+            topic, first, last, deliveries, avoid = self.redeliver[0]
+            member = self._pick(avoid)
+            if member is None:
+                return moved
+            self.redeliver.popleft()
+            topic_log = store.logs.get(topic)
+            if topic_log is None:
+                continue
+            for item in topic_log.read(first, READ_BYTES):
+                if isinstance(item, Hole) or item.base_offset > last:
+                    break
+                batch = item.batch
+                if batch.base_offset + batch.count - 1 > last:
+                    batch, _ = batch.split(last - batch.base_offset + 1)
+                end = batch.base_offset + batch.count
+                self._send(member, topic, batch, deliveries + 1)
+                self.redelivered_messages += batch.count
+                if end <= last:
+                    self.redeliver.appendleft((topic, end, last, deliveries, avoid))
+                break
+            moved = True
+        for topic in [t for t in store.logs if self._matches(t)]:
+            topic_log = store.logs[topic]
+            position = self._position(topic)
+            if position >= topic_log.next_offset:
+                continue
+            member = self._pick()
+            if member is None:
+                return moved
+            items = topic_log.read(position, READ_BYTES // 4)
+            tracker = self.state.positions[topic]
+            for item in items:
+                if isinstance(item, Hole):
+                    tracker.ack(item.first, item.first + item.count - 1)
+                    self.cursor[topic] = item.first + item.count
+                    continue
+                batch = item.batch
+                end = batch.base_offset + batch.count
+                if len(item.topics) > 1 and first_matching(item.topics, self._matches) != topic:
+                    tracker.ack(batch.base_offset, end - 1)
+                    self.cursor[topic] = end
+                    continue
+                credit = member.credit
+                if credit is not None and batch.count > credit:
+                    batch, _ = batch.split(credit)
+                    end = batch.base_offset + batch.count
+                self._send(member, topic, batch, 1)
+                self.cursor[topic] = end
+                break  # one batch per member per turn spreads the load
+            moved = True
+        return moved
+
+    def _send(self, member: Subscription, topic: str, batch: object, deliveries: int) -> None:
+        from .outbound import SharedBatch
+
+        assert isinstance(batch, SharedBatch)
+        if member.credit is not None:
+            member.credit -= batch.count
+        member.conn.push_batch(member, batch)
+        self.pending.append(
+            PendingRange(
+                member, topic, batch.base_offset, batch.base_offset + batch.count - 1,
+                trio.current_time() + self.ack_wait, deliveries,
+            )
+        )
+
+    def status(self) -> dict[str, object]:
+        return {
+            "group": self.name,
+            "patterns": self.state.patterns,
+            "members": [m.sub_id for m in self.members],
+            "pending": {f"{m.conn.conn_id}/{m.sub_id}": self.pending_count(m) for m in self.members},
+            "pending_total": self.pending_count(),
+            "redelivered_messages": self.redelivered_messages,
+            "acked_floor": {t: tr.floor for t, tr in self.state.positions.items()},
+        }

@@ -1,0 +1,155 @@
+"""The data directory: every topic's log, group commit, retention.
+
+Durability modes:
+
+* ``received`` -- a publish is acknowledged once written to the OS (it survives a
+  hub crash, not a power loss: the window is what the kernel had not flushed).
+* ``fsync`` -- a publish is acknowledged only after the segments holding it are
+  fsync'ed.  Group commit: while one fsync runs (in a worker thread, so the
+  hub keeps serving), further appends accumulate and the next fsync covers
+  them all, so one fsync serves many publishers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from .segment import RecoveryReport, Segment
+from .topic_log import LogSettings, TopicLog
+
+log = logging.getLogger("pub0sub.hub.storage")
+
+DURABILITY_MODES = ("received", "fsync")
+#: Test hook for simulated power loss: after every fsync the hub appends
+#: ``<path> <synced bytes>`` lines to this file, so a test can truncate each
+#: segment to what had really reached the disk.
+SYNC_JOURNAL_ENV = "PUB0SUB_SYNC_JOURNAL"
+
+
+class LogStore:
+    def __init__(self, root: Path, settings: LogSettings, *, durability: str = "received") -> None:
+        if durability not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
+        self.root = root
+        self.topics_dir = root / "topics"
+        self.settings = settings
+        self.durability = durability
+        self.logs: dict[str, TopicLog] = {}
+        self.reports: list[RecoveryReport] = []
+        self._dirty: dict[Segment, None] = {}
+        self._new_dirs: set[Path] = set()
+        self._after_sync: list[Callable[[], None]] = []
+        self._commit_wanted = trio.Event()
+        self.fsyncs = 0
+        self.storage_error: OSError | None = None
+        journal = os.environ.get(SYNC_JOURNAL_ENV)
+        self._journal = open(journal, "a") if journal else None  # noqa: SIM115 - lives as long as the store
+
+    # -- opening -----------------------------------------------------------------------
+
+    def open(self) -> None:
+        self.topics_dir.mkdir(parents=True, exist_ok=True)
+        for directory in sorted(p for p in self.topics_dir.iterdir() if p.is_dir()):
+            topic_log, reports = TopicLog.open(directory, self.settings)
+            self.reports.extend(reports)
+            if topic_log is not None:
+                self.logs[topic_log.topic] = topic_log
+        repaired = [r for r in self.reports if r.truncated_bytes or r.bad_ranges]
+        log.info("opened %d topic logs from %s (%d segments repaired)", len(self.logs), self.root, len(repaired))
+
+    def hub_id(self) -> int:
+        """A stable hub id, kept in the data directory across restarts."""
+        path = self.root / "hub-id"
+        if path.exists():
+            return int(path.read_text().strip(), 16)
+        hub_id = int.from_bytes(secrets.token_bytes(8), "big") or 1
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{hub_id:016x}\n")
+        os.replace(tmp, path)
+        return hub_id
+
+    def log_for(self, topic: str, now: int) -> TopicLog:
+        topic_log = self.logs.get(topic)
+        if topic_log is None:
+            topic_log = self.logs[topic] = TopicLog.create(topic, self.topics_dir, self.settings, now)
+            self._new_dirs.add(self.topics_dir)
+            self._new_dirs.add(topic_log.directory)
+        return topic_log
+
+    def close(self) -> None:
+        for topic_log in self.logs.values():
+            topic_log.close()
+        if self._journal is not None:
+            self._journal.close()
+
+    # -- durability --------------------------------------------------------------------
+
+    def wrote(self, segment: Segment) -> None:
+        """``segment`` has unsynced bytes."""
+        if self.durability == "fsync":
+            self._dirty[segment] = None
+            if segment.synced == 0:  # a new file: its directory entry must reach the disk too
+                self._new_dirs.add(segment.path.parent)
+
+    def when_durable(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once everything written so far is durable per the mode."""
+        if self.durability != "fsync":
+            callback()
+            return
+        self._after_sync.append(callback)
+        self._commit_wanted.set()
+
+    async def commit_loop(self) -> None:
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted = trio.Event()
+            segments = list(self._dirty)
+            self._dirty.clear()
+            dirs = list(self._new_dirs)
+            self._new_dirs.clear()
+            callbacks, self._after_sync = self._after_sync, []
+            try:
+                sizes = await trio.to_thread.run_sync(_sync_all, segments, dirs)
+            except OSError as exc:
+                self.storage_error = exc
+                log.critical("fsync failed: %s: acknowledgements withheld, publishers get STORAGE_ERROR", exc)
+                for callback in callbacks:
+                    callback()
+                continue
+            self.fsyncs += 1
+            for segment, size in zip(segments, sizes, strict=True):
+                segment.synced = max(segment.synced, size)
+                if self._journal is not None:
+                    self._journal.write(f"{segment.path} {segment.synced}\n")
+            if self._journal is not None:
+                self._journal.flush()
+            for callback in callbacks:
+                callback()
+
+    # -- retention ---------------------------------------------------------------------
+
+    def enforce_retention(self, now_us: int, keep_from: Callable[[str], int]) -> int:
+        removed = 0
+        for topic, topic_log in self.logs.items():
+            for path in topic_log.enforce_retention(now_us, keep_from(topic)):
+                log.info("retention removed %s", path)
+                removed += 1
+        return removed
+
+
+def _sync_all(segments: list[Segment], dirs: list[Path]) -> list[int]:
+    sizes = [segment.sync() for segment in segments]
+    for directory in dirs:
+        # A new file's directory entry must be durable too, or the file may vanish.
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return sizes
