@@ -1,0 +1,238 @@
+"""L1 workers: a paced publisher stamps each payload, a subscriber records publish->deliver.
+
+The stamp is ``time.monotonic_ns()`` in the first 8 payload bytes; publisher
+and subscriber are separate processes on the same machine, and
+CLOCK_MONOTONIC is system-wide, so the difference is the latency.
+Pacing: at each wake-up the publisher sends every message due by then
+(each stamped as it is published), then sleeps until the next one is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .wireproto import CHANNEL, RELAY_HEADER, RELAY_OPCODE, Framing
+
+STAMP = struct.Struct(">Q")
+PERCENTILES = (50.0, 99.0, 99.9)
+
+
+def percentile(sorted_values: list[int], p: float) -> int:
+    """Nearest-rank percentile of an already sorted list."""
+    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def _report(latencies_ns: list[int], expected: int) -> None:
+    values = sorted(latencies_ns)
+    result: dict[str, Any] = {"received": len(values), "expected": expected}
+    for p in PERCENTILES:
+        result[f"p{p:g}_us"] = percentile(values, p) / 1000.0 if values else None
+    print(json.dumps(result), flush=True)
+
+
+def _payload(size: int) -> Callable[[], bytes]:
+    pad = b"x" * (size - STAMP.size)
+    now = time.monotonic_ns
+    pack = STAMP.pack
+    return lambda: pack(now()) + pad
+
+
+def _schedule(rate: float, total: int) -> tuple[Callable[[], int], Callable[[int], float]]:
+    """(how many are due now, seconds to wait until message ``sent`` is due)."""
+    start = time.monotonic()
+
+    def due() -> int:
+        return min(total, int((time.monotonic() - start) * rate) + 1)
+
+    def wait(sent: int) -> float:
+        return max(0.0, start + sent / rate - time.monotonic())
+
+    return due, wait
+
+
+# -- raw relay ---------------------------------------------------------------------
+
+
+def lat_sub_relay(*, host: str, port: int, rate: float, seconds: float, size: int, timeout: float = 60.0) -> None:
+    expected = int(rate * seconds)
+    frame = RELAY_HEADER.size + size
+    latencies: list[int] = []
+    with socket.create_connection((host, port)) as s:
+        Framing("relay").subscribe(s)
+        print("ready", flush=True)
+        s.settimeout(1.0)
+        buf = b""
+        deadline = time.monotonic() + seconds + timeout
+        unpack = STAMP.unpack_from
+        while len(latencies) < expected and time.monotonic() < deadline:
+            try:
+                chunk = s.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not chunk:
+                break
+            now = time.monotonic_ns()
+            buf += chunk
+            whole = len(buf) - len(buf) % frame
+            for pos in range(0, whole, frame):
+                latencies.append(now - unpack(buf, pos + RELAY_HEADER.size)[0])
+            buf = buf[whole:]
+    _report(latencies, expected)
+
+
+def lat_pub_relay(*, host: str, port: int, rate: float, seconds: float, size: int) -> None:
+    total = int(rate * seconds)
+    payload = _payload(size)
+    header = RELAY_HEADER.pack(RELAY_OPCODE, size)
+    due, wait = _schedule(rate, total)
+    with socket.create_connection((host, port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        Framing("relay").connect_publisher(s)
+        sent = 0
+        while sent < total:
+            for _ in range(due() - sent):
+                s.sendall(header + payload())
+                sent += 1
+            time.sleep(wait(sent))
+
+
+# -- Redis with redis.asyncio ------------------------------------------------------
+
+
+def lat_sub_redis(**kw: Any) -> None:
+    asyncio.run(_lat_sub_redis(**kw))
+
+
+async def _lat_sub_redis(*, host: str, port: int, rate: float, seconds: float, size: int,
+                         timeout: float = 60.0) -> None:  # fmt: skip
+    import redis.asyncio as aioredis
+
+    expected = int(rate * seconds)
+    client = aioredis.Redis(host=host, port=port)
+    pubsub = client.pubsub()
+    latencies: list[int] = []
+    try:
+        await pubsub.subscribe(CHANNEL)
+        while (m := await pubsub.get_message(timeout=1.0)) is None or m["type"] != "subscribe":
+            pass
+        print("ready", flush=True)
+        deadline = time.monotonic() + seconds + timeout
+        unpack = STAMP.unpack_from
+        while len(latencies) < expected and time.monotonic() < deadline:
+            m = await pubsub.get_message(timeout=0.5)
+            if m is not None and m["type"] == "message":
+                latencies.append(time.monotonic_ns() - unpack(m["data"])[0])
+    finally:
+        await pubsub.aclose()
+        await client.aclose()
+    _report(latencies, expected)
+
+
+def lat_pub_redis(**kw: Any) -> None:
+    asyncio.run(_lat_pub_redis(**kw))
+
+
+async def _lat_pub_redis(*, host: str, port: int, rate: float, seconds: float, size: int) -> None:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis(host=host, port=port)
+    try:
+
+        async def send(n: int, payload: Callable[[], bytes]) -> None:
+            if n == 1:
+                await client.publish(CHANNEL, payload())
+                return
+            pipe = client.pipeline(transaction=False)
+            for _ in range(n):
+                pipe.publish(CHANNEL, payload())
+            await pipe.execute()
+
+        await _paced(send, rate=rate, seconds=seconds, size=size)
+    finally:
+        await client.aclose()
+
+
+async def _paced(send: Callable[[int, Callable[[], bytes]], Awaitable[None]], *, rate: float, seconds: float,
+                 size: int) -> None:  # fmt: skip
+    total = int(rate * seconds)
+    payload = _payload(size)
+    due, wait = _schedule(rate, total)
+    sent = 0
+    while sent < total:
+        n = due() - sent
+        if n > 0:
+            await send(n, payload)
+            sent += n
+        await asyncio.sleep(wait(sent))
+
+
+# -- NATS with nats-py -------------------------------------------------------------
+
+
+def lat_sub_nats(**kw: Any) -> None:
+    asyncio.run(_lat_sub_nats(**kw))
+
+
+async def _lat_sub_nats(*, host: str, port: int, rate: float, seconds: float, size: int,
+                        timeout: float = 60.0) -> None:  # fmt: skip
+    import nats
+
+    expected = int(rate * seconds)
+    latencies: list[int] = []
+    done = asyncio.Event()
+    unpack = STAMP.unpack_from
+
+    async def on_message(msg: Any) -> None:
+        latencies.append(time.monotonic_ns() - unpack(msg.data)[0])
+        if len(latencies) >= expected:
+            done.set()
+
+    nc = await nats.connect(f"nats://{host}:{port}", allow_reconnect=False)
+    try:
+        await nc.subscribe(CHANNEL, cb=on_message)
+        await nc.flush()
+        print("ready", flush=True)
+        with contextlib.suppress(TimeoutError):  # a short count is reported, not raised
+            await asyncio.wait_for(done.wait(), seconds + timeout)
+    finally:
+        await nc.close()
+    _report(latencies, expected)
+
+
+def lat_pub_nats(**kw: Any) -> None:
+    asyncio.run(_lat_pub_nats(**kw))
+
+
+async def _lat_pub_nats(*, host: str, port: int, rate: float, seconds: float, size: int) -> None:
+    import nats
+
+    nc = await nats.connect(f"nats://{host}:{port}", allow_reconnect=False)
+    try:
+
+        async def send(n: int, payload: Callable[[], bytes]) -> None:
+            for _ in range(n):
+                await nc.publish(CHANNEL, payload())
+
+        await _paced(send, rate=rate, seconds=seconds, size=size)
+        await nc.flush(timeout=30)
+    finally:
+        await nc.close()
+
+
+ROLES: dict[str, Callable[..., None]] = {
+    "lat-sub-relay": lat_sub_relay,
+    "lat-pub-relay": lat_pub_relay,
+    "lat-sub-redis": lat_sub_redis,
+    "lat-pub-redis": lat_pub_redis,
+    "lat-sub-nats": lat_sub_nats,
+    "lat-pub-nats": lat_pub_nats,
+}

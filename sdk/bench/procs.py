@@ -1,0 +1,96 @@
+"""Child processes for benchmarks: free ports, readiness deadlines, stop by PID.
+
+Every server binds 127.0.0.1; every wait has a deadline; every process is
+stopped through its own :class:`subprocess.Popen` (hence its PID), never by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (for servers that cannot bind port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_until(check: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.02) -> None:
+    """Poll ``check`` until it returns true; ``TimeoutError`` naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError):
+            if check():
+                return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what} not ready after {timeout:.1f}s")
+        time.sleep(interval)
+
+
+def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None, *, grace: float = 5.0) -> None:
+    """SIGTERM the child by its PID, then SIGKILL after ``grace`` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=grace)
+
+
+class LineReader:
+    """Read a child's stdout lines on a thread so the parent can wait with a deadline."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: object) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def next_line(self, *, timeout: float, what: str) -> str:
+        try:
+            line = self._lines.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            raise TimeoutError(f"{what}: no output after {timeout:.1f}s") from None
+        if line is None:
+            raise RuntimeError(f"{what}: process exited before printing a line")
+        return line
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    """argv running ``module`` with this interpreter (the venv's)."""
+    return [sys.executable, "-m", module, *args]
+
+
+def spawn(argv: Sequence[str], *, capture: bool = True, cwd: str | None = None) -> subprocess.Popen[str]:
+    """Start a child with line-buffered text stdout (or none) and inherited stderr."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen(
+        list(argv),
+        stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        cwd=cwd,
+        env=env,
+    )

@@ -1,0 +1,99 @@
+"""Run scenarios: start each needed server once, alternate the systems K times, summarise."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Sequence
+
+from .peers import Server
+from .registry import SCENARIOS, SERVERS, Method, Params, Scenario
+from .results import FigureSpec, Measurement, Summary, fill_ratios
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+class ServerPool:
+    """Servers started on first use and all stopped at the end (even on error)."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, Server] = {}
+
+    def get(self, name: str) -> Server:
+        if name not in self._running:
+            server = SERVERS[name]()
+            server.start()
+            self._running[name] = server
+        return self._running[name]
+
+    def close(self) -> None:
+        errors = []
+        for server in reversed(list(self._running.values())):
+            try:
+                server.stop()
+            except Exception as exc:  # keep stopping the others
+                errors.append(exc)
+        self._running.clear()
+        if errors:
+            raise errors[0]
+
+
+def run(scenario_ids: Sequence[str], params: Params, *, repeat: int, progress: Progress = _quiet) -> list[Summary]:
+    """Every scenario, every available method, ``repeat`` rounds alternating the methods."""
+    pool = ServerPool()
+    summaries: list[Summary] = []
+    try:
+        for sid in scenario_ids:
+            summaries += _run_scenario(SCENARIOS[sid], params, repeat, pool, progress)
+    finally:
+        pool.close()
+    fill_ratios(summaries)
+    return summaries
+
+
+def _run_scenario(scenario: Scenario, params: Params, repeat: int, pool: ServerPool,
+                  progress: Progress) -> list[Summary]:  # fmt: skip
+    p = scenario.defaults(params)
+    methods: list[Method] = []
+    for m in scenario.methods:
+        reason = m.unavailable()
+        if reason:
+            progress(f"{scenario.id} {m.system}:{m.method}: skipped ({reason})")
+        else:
+            methods.append(m)
+    summaries = {
+        id(m): Summary(scenario=scenario.id, system=m.system, method=m.method, tooling=m.tooling,
+                       primary=scenario.figure(m.figure), specs=_specs(scenario, m), samples=[],
+                       params={**p.to_json(), "repeat": repeat})
+        for m in methods
+    }  # fmt: skip
+    for round_no in range(repeat):
+        for m in methods:
+            sample = _measure_once(m, p, pool)
+            summaries[id(m)].samples.append(sample)
+            shown = ", ".join(f"{k}={v:,.1f}" for k, v in sample.figures.items())
+            progress(f"{scenario.id} round {round_no + 1}/{repeat} {m.system}:{m.method}: {shown or sample.details}")
+    return list(summaries.values())
+
+
+def _specs(scenario: Scenario, m: Method) -> tuple[FigureSpec, ...]:
+    # An in-process method reports only its own figure; a server method all of the scenario's.
+    return (scenario.figure(m.figure),) if m.figure else scenario.figures
+
+
+def _measure_once(m: Method, p: Params, pool: ServerPool) -> Measurement:
+    try:
+        server = pool.get(m.server) if m.server else None
+        return m.measure(server, p)
+    except Exception as exc:
+        # One failed measurement is reported, not fatal: the other systems' figures still stand.
+        print(f"bench: {m.system}:{m.method} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return Measurement(figures={}, details={"error": f"{type(exc).__name__}: {exc}"})
+
+
+def is_sane(value: object) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0

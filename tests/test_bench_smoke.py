@@ -1,0 +1,122 @@
+"""Smoke runs of every ``pub0sub bench`` scenario: tiny counts, sane output, no time thresholds.
+
+Benchmarks are not tests (BENCHMARKS.md): nothing here asserts a speed, only
+that each scenario runs and reports positive, finite figures in the promised
+JSON shape.  Redis and NATS parts are skipped when their binaries are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from typing import Any
+
+import pytest
+
+from sdk.bench.cli import main
+from sdk.bench.relay import whole_frames_end
+from sdk.bench.results import FigureSpec, Measurement, Summary, fill_ratios
+
+HAVE_REDIS = shutil.which("redis-server") is not None and shutil.which("redis-benchmark") is not None
+HAVE_NATS = shutil.which("nats-server") is not None
+KEYS = {"scenario", "system", "tooling", "figure", "median", "spread", "samples", "figures", "params", "ratio_to"}
+
+_runs: dict[str, list[dict[str, Any]]] = {}
+
+
+def run_quick(scenario: str, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    """``pub0sub bench SCENARIO --quick --repeat 1 --json``, once per test session."""
+    if scenario not in _runs:
+        assert main([scenario, "--quick", "--repeat", "1", "--json", "-q"]) == 0
+        out = capsys.readouterr().out
+        _runs[scenario] = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return _runs[scenario]
+
+
+def assert_sane(line: dict[str, Any]) -> None:
+    assert set(line) >= KEYS, f"missing {KEYS - set(line)}"
+    figure = line["figure"]
+    assert {"name", "value", "unit"} <= set(figure)
+    for f in line["figures"]:
+        assert isinstance(f["median"], float | int) and math.isfinite(f["median"]) and f["median"] > 0, (line, f)
+        assert f["spread"] is not None and f["spread"] >= 0
+    assert figure["value"] == line["median"]
+    assert line["params"]["repeat"] == 1 and line["params"]["quick"] is True
+    for other, ratio in line["ratio_to"].items():
+        assert math.isfinite(ratio) and ratio > 0, (other, ratio)
+
+
+def by_system(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {line["system"]: line for line in lines}
+
+
+@pytest.mark.parametrize("scenario", ["T1", "T2", "L1"])
+def test_relay_and_every_available_peer(scenario: str, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = run_quick(scenario, capsys)
+    systems = by_system(lines)
+    assert "relay:raw" in systems
+    for line in lines:
+        assert line["scenario"] == scenario
+        assert_sane(line)
+    # every other system of the same run is a ratio peer
+    assert set(systems["relay:raw"]["ratio_to"]) == set(systems) - {"relay:raw"}
+
+
+@pytest.mark.skipif(not HAVE_REDIS, reason="redis-server / redis-benchmark not installed")
+@pytest.mark.parametrize("scenario", ["T1", "T2", "L1"])
+def test_redis_measured(scenario: str, capsys: pytest.CaptureFixture[str]) -> None:
+    systems = by_system(run_quick(scenario, capsys))
+    assert any(name.startswith("redis:") for name in systems)
+    if scenario == "T1":
+        assert {"redis:fastest", "redis:hiredis", "redis:python"} <= set(systems)
+
+
+@pytest.mark.skipif(not HAVE_NATS, reason="nats-server not installed")
+@pytest.mark.parametrize("scenario", ["T1", "T2", "L1"])
+def test_nats_measured(scenario: str, capsys: pytest.CaptureFixture[str]) -> None:
+    systems = by_system(run_quick(scenario, capsys))
+    assert any(name.startswith("nats:") for name in systems)
+
+
+def test_wire_codec_against_bare_struct(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = run_quick("wire", capsys)
+    seen = {(line["system"], line["figure"]["name"]) for line in lines}
+    for figure in ("encode", "decode", "decode-mixed"):
+        assert {("pub0sub-wire:" + figure, figure), ("struct-loop:" + figure, figure)} <= seen
+    for line in lines:
+        assert_sane(line)
+        assert line["figure"]["unit"] == "records/s"
+        # ratios only between the same figure: encode is never compared with decode
+        assert list(line["ratio_to"]) == [
+            o["system"] for o in lines if o is not line and o["figure"]["name"] == line["figure"]["name"]
+        ]
+
+
+def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["wire", "--quick", "--repeat", "1", "--messages", "2000", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "pub0sub-wire:encode" in out and "struct-loop" in out
+
+
+def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["nope"])
+    assert exc.value.code == 2
+
+
+def test_relay_forwards_only_whole_frames() -> None:
+    frame = b"\x20\x00\x00\x00\x03abc"
+    assert whole_frames_end(bytearray(frame * 2 + frame[:6])) == 2 * len(frame)
+    assert whole_frames_end(bytearray(frame[:4])) == 0
+
+
+def test_ratios_are_within_one_figure() -> None:
+    spec = FigureSpec(name="x", unit="msgs/s")
+    a, b = (
+        Summary(scenario="S", system=n, method="m", tooling="", primary=spec, specs=(spec,),
+                samples=[Measurement(figures={"x": v})], params={})
+        for n, v in (("a", 2.0), ("b", 1.0))
+    )  # fmt: skip
+    fill_ratios([a, b])
+    assert a.ratio_to == {"b:m": 2.0} and b.ratio_to == {"a:m": 0.5}
