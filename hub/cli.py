@@ -32,6 +32,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--heartbeat-interval", type=float, help="seconds between heartbeats on idle connections")
     p.add_argument("--heartbeat-misses", type=int, help="silent intervals before a client is declared dead")
+    p.add_argument(
+        "--durability", choices=("received", "fsync"), help="when a publish is acknowledged (default received)"
+    )
+    p.add_argument("--segment-bytes", type=int, help="roll log segments past this size")
+    p.add_argument("--retention-bytes", type=int, help="per-topic retention by size (0: unlimited)")
+    p.add_argument("--retention-seconds", type=float, help="per-topic retention by age (0: unlimited)")
+    p.add_argument("--retention-check-seconds", type=float, help="seconds between retention checks")
+    p.add_argument("--consumer-expiry-seconds", type=float, help="forget idle durable subscriptions and groups")
+    p.add_argument("--ack-wait-seconds", type=float, help="default group redelivery timeout")
     p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     return p
 
@@ -64,6 +73,13 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "max_pending_bytes": args.max_pending_bytes,
         "heartbeat_interval": args.heartbeat_interval,
         "heartbeat_misses": args.heartbeat_misses,
+        "durability": args.durability,
+        "segment_bytes": args.segment_bytes,
+        "retention_bytes": args.retention_bytes,
+        "retention_seconds": args.retention_seconds,
+        "retention_check_seconds": args.retention_check_seconds,
+        "consumer_expiry_seconds": args.consumer_expiry_seconds,
+        "ack_wait_seconds": args.ack_wait_seconds,
     }
     try:
         config = load_config(file=args.config, overrides=overrides)
