@@ -47,16 +47,18 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 async def run_hub(config: HubConfig) -> None:
     server = HubServer(config)
-    async with trio.open_nursery() as nursery:
-        address = await nursery.start(server.serve)
-        print(f"listening on {address}", flush=True)
-        print(f"hub id {server.hub_id:016x}", flush=True)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    # The signal handler is in place before the address is printed: a supervisor
+    # that signals as soon as it reads the address still gets a clean shutdown.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(server.serve)
+            print(f"listening on {address}", flush=True)
+            print(f"hub id {server.hub_id:016x}", flush=True)
             async for signum in signals:
                 logging.getLogger("pub0sub.hub").warning("signal %d: shutting down", signum)
                 break
-        await server.aclose()
-        nursery.cancel_scope.cancel()
+            await server.aclose()
+            nursery.cancel_scope.cancel()
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int:

@@ -120,3 +120,21 @@ def test_ratios_are_within_one_figure() -> None:
     )  # fmt: skip
     fill_ratios([a, b])
     assert a.ratio_to == {"b:m": 2.0} and b.ratio_to == {"a:m": 0.5}
+
+
+@pytest.mark.parametrize("scenario", ["T1", "T2", "L1"])
+def test_pub0sub_is_measured_beside_the_peers(scenario: str, capsys: pytest.CaptureFixture[str]) -> None:
+    systems = by_system(run_quick(scenario, capsys))
+    ours = {name for name in systems if name.startswith("pub0sub:")}
+    assert ours, systems.keys()
+    for name in ours:
+        assert "relay:raw" in systems[name]["ratio_to"]
+    if scenario == "T1":
+        assert {"pub0sub:fastest", "pub0sub:python"} <= ours
+
+
+@pytest.mark.parametrize(("scenario", "figure"), [("R1", "replayed"), ("D1", "acked")])
+def test_replay_and_acked_publishing(scenario: str, figure: str, capsys: pytest.CaptureFixture[str]) -> None:
+    [line] = run_quick(scenario, capsys)
+    assert_sane(line)
+    assert line["system"] == "pub0sub:fastest" and line["figure"]["name"] == figure

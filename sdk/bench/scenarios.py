@@ -189,3 +189,7 @@ for _figure, (_ours, _bare) in wirebench.MEASURES.items():
                                    measure=_ours))  # fmt: skip
     register_method("wire", Method(system="struct-loop", method=_figure, figure=_figure, tooling=_bare.__doc__ or "",
                                    measure=_bare))  # fmt: skip
+
+
+# pub0sub's own methods (and its R1/D1 scenarios) register themselves on import.
+from . import pub0sub as _pub0sub  # noqa: E402, F401

@@ -1,0 +1,93 @@
+"""``pub0sub hub`` as a process: address on stdout, config sources, garbage, signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import wire
+from hub.config import load_config
+from tests.conftest import HubProcess
+
+StartHub = Callable[..., HubProcess]
+
+
+def status(address: str) -> dict[str, object]:
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(wire.Hello(client_name="t").encode() + wire.Status().encode())
+        decoder = wire.FrameDecoder(accept=wire.HUB_TO_CLIENT_OPCODES, limits=wire.Limits(max_body=16 << 20))
+        while True:
+            decoder.feed(s.recv(65536))
+            for frame in decoder:
+                if isinstance(frame, wire.StatusReply):
+                    return dict(json.loads(frame.document))
+
+
+def test_config_sources_in_order(tmp_path: Path) -> None:
+    toml = tmp_path / "hub.toml"
+    toml.write_text('[hub]\nname = "from-file"\nmax-body = 2048\nheartbeat_interval = 2.5\n')
+    config = load_config(file=toml, env={"PUB0SUB_HUB_MAX_BODY": "4096"}, overrides={"heartbeat_interval": 1.0})
+    assert (config.name, config.max_body, config.heartbeat_interval) == ("from-file", 4096, 1.0)
+    with pytest.raises(ValueError, match="unknown setting"):
+        load_config(file=None, env={"PUB0SUB_HUB_MAX_BODDY": "1"})
+    toml.write_text("[hub]\ncolour = 'blue'\n")
+    with pytest.raises(ValueError, match="colour"):
+        load_config(file=toml, env={})
+
+
+def test_port_zero_address_is_printed_and_status_answers(start_hub: StartHub, tmp_path: Path) -> None:
+    toml = tmp_path / "hub.toml"
+    toml.write_text('[hub]\nname = "alpha"\n')
+    hub = start_hub("--config", str(toml), env={"PUB0SUB_HUB_MAX_CONNECTIONS": "50"})
+    assert hub.port > 0
+    doc = status(hub.address)
+    assert doc["name"] == "alpha" and doc["listen"] == hub.address
+
+
+def test_garbage_from_many_connections_does_not_hurt(start_hub: StartHub) -> None:
+    hub = start_hub()
+    host, port = hub.host, hub.port
+    junk = [
+        b"\x00" * 5,
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"\xff\xff\xff\xff\xff\xff",
+        b"\x22\xff\xff\xff\xff",
+        bytes(range(256)),
+    ]
+    answered = 0
+    for i in range(300):
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(junk[i % len(junk)])
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+            decoder = wire.FrameDecoder(accept=wire.HUB_TO_CLIENT_OPCODES)
+            decoder.feed(data)
+            frames = list(decoder)
+            assert len(frames) == 1 and isinstance(frames[0], wire.Error), frames
+            answered += 1
+    assert answered == 300
+    doc = status(hub.address)
+    assert doc["counters"]["protocol_errors"] == 300  # type: ignore[index]
+    assert hub.proc.poll() is None
+
+
+def test_sigterm_stops_cleanly(start_hub: StartHub) -> None:
+    hub = start_hub()
+    hub.proc.send_signal(signal.SIGTERM)
+    assert hub.proc.wait(10) == 0
+
+
+def test_bad_settings_exit_2_without_traceback(tmp_path: Path) -> None:
+    for args in (["--listen", "nonsense"], ["--config", str(tmp_path / "missing.toml")], ["--max-body", "-1"]):
+        proc = subprocess.run([sys.executable, "-m", "hub", *args], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and proc.stderr.strip()
