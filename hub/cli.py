@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trio
 
-from .config import HubConfig, load_config
+from .config import load_config
 from .server import HubServer
 
 
@@ -45,8 +45,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-async def run_hub(config: HubConfig) -> None:
-    server = HubServer(config)
+async def run_hub(server: HubServer) -> None:
     # The signal handler is in place before the address is printed: a supervisor
     # that signals as soon as it reads the address still gets a clean shutdown.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -89,7 +88,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     try:
-        trio.run(run_hub, config)
+        server = HubServer(config)  # opens and recovers the data directory
+    except OSError as exc:
+        print(f"{prog}: cannot open the data directory {config.data_dir}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        trio.run(run_hub, server)
     except OSError as exc:
         print(f"{prog}: cannot listen on {config.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 1

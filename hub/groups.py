@@ -197,7 +197,15 @@ class ConsumerGroup:
             if topic_log is None:
                 continue
             for item in topic_log.read(first, READ_BYTES):
-                if isinstance(item, Hole) or item.base_offset > last:
+                if isinstance(item, Hole):
+                    # Offsets that cannot be served (corruption, retention) count as
+                    # done; the rest of the range is still owed.
+                    hole_end = min(item.first + item.count - 1, last)
+                    self.state.positions[topic].ack(item.first, hole_end)
+                    if hole_end < last:
+                        self.redeliver.appendleft((topic, hole_end + 1, last, deliveries, avoid))
+                    break
+                if item.base_offset > last:
                     break
                 batch = item.batch
                 if batch.base_offset + batch.count - 1 > last:

@@ -34,6 +34,7 @@ from wire import (
     Welcome,
 )
 
+from .acks import AckTracker
 from .config import HubConfig
 from .connection import ClientConnection, CloseReason
 from .consumers import ConsumerRegistry
@@ -131,6 +132,26 @@ class HubServer:
         self._origin_seq = max(stored, default=0) + 1
         self.consumers = ConsumerRegistry(config.data_dir, expiry_seconds=config.consumer_expiry_seconds)
         self.consumers.load()
+        self._clamp_positions()
+
+    def _clamp_positions(self) -> None:
+        """Positions past a log's end mean messages delivered but lost in a crash.
+
+        A torn or unsynced tail cut at recovery hands its offsets to new messages;
+        a consumer left beyond the end would skip those, so it resumes at the end.
+        """
+        assert self.store is not None and self.consumers is not None
+        for state in self.consumers.states.values():
+            for topic, tracker in state.positions.items():
+                topic_log = self.store.logs.get(topic)
+                end = topic_log.next_offset if topic_log is not None else 0
+                if tracker.floor > end:
+                    log.warning(
+                        "%s %r: position %d of %r is past the log end %d (messages lost in a crash); resuming at %d",
+                        state.kind, state.name, tracker.floor, topic, end, end,
+                    )
+                    state.positions[topic] = AckTracker(end)
+                    self.consumers.touch()
 
     def next_origin_seq(self, count: int) -> int:
         seq = self._origin_seq

@@ -36,8 +36,10 @@ class HubProcess:
             if line.startswith("listening on ") or not line:
                 break
         if not line.startswith("listening on "):
-            self.stop()
-            raise RuntimeError(f"hub did not start: {line!r} {self.stderr_text()}")
+            if self.proc.poll() is None:
+                self.proc.kill()
+            _, err = self.proc.communicate(timeout=10)  # read stderr before the pipes close
+            raise RuntimeError(f"hub did not start: {line!r}\n{err}")
         self.address = line.split()[-1]
         self.host, port = self.address.rsplit(":", 1)
         self.port = int(port)

@@ -33,6 +33,10 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}{SUFFIX}"
 
 
+class TornSegmentError(OSError):
+    """A segment file that does not even hold its whole header: a crash while creating it."""
+
+
 @dataclass
 class BadRange:
     """A stretch of a segment that failed its checksum: never served."""
@@ -117,7 +121,7 @@ class Segment:
                 frame = FRAME_TYPES[opcode].decode_body(reader.get(pos + HEADER_SIZE, length))
             except ProtocolError as exc:
                 if segment is None:
-                    raise OSError(f"{path}: unreadable segment header: {exc.reason}") from None
+                    raise TornSegmentError(f"{path}: unreadable segment header: {exc.reason}") from None
                 if end == size:
                     break  # a last frame that fails: an incomplete write, treated as torn
                 # The frame boundary is intact: keep the bytes, never serve them.
@@ -140,7 +144,7 @@ class Segment:
                 report.batches += 1
             pos = end
         if segment is None:
-            raise OSError(f"{path}: no segment header")
+            raise TornSegmentError(f"{path}: no complete segment header ({size} bytes)")
         if pos < size:
             report.truncated_bytes = size - pos
             log.warning(

@@ -67,11 +67,21 @@ class LogStore:
         """A stable hub id, kept in the data directory across restarts."""
         path = self.root / "hub-id"
         if path.exists():
-            return int(path.read_text().strip(), 16)
+            text = path.read_text().strip()
+            try:
+                return int(text, 16)
+            except ValueError:
+                # Only a crash right after the very first start can leave this
+                # file empty: the id was never used by anyone yet.
+                log.error("%s is unreadable (%r): choosing a new hub id", path, text[:40])
         hub_id = int.from_bytes(secrets.token_bytes(8), "big") or 1
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"{hub_id:016x}\n")
+        with open(tmp, "w") as fh:
+            fh.write(f"{hub_id:016x}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
+        _sync_all([], [self.root])
         return hub_id
 
     def log_for(self, topic: str, now: int) -> TopicLog:

@@ -25,7 +25,7 @@ from wire.frames import HEADER, HEADER_SIZE, log_batch_head
 from wire.opcodes import LOG_OPCODES
 
 from ..outbound import SharedBatch
-from .segment import MAX_STORED_BODY, SUFFIX, RecoveryReport, Segment
+from .segment import MAX_STORED_BODY, SUFFIX, RecoveryReport, Segment, TornSegmentError
 
 log = logging.getLogger("pub0sub.hub.storage")
 
@@ -118,7 +118,14 @@ class TopicLog:
                 log.warning("%s: empty segment file (never written to disk before a crash): removed", path)
                 path.unlink()
                 continue
-            segment, report = Segment.open(path)
+            try:
+                segment, report = Segment.open(path)
+            except TornSegmentError as exc:
+                if path != max(directory.glob(f"*{SUFFIX}")):
+                    raise  # only the newest segment can be mid-creation; anything else is real damage
+                log.warning("%s: removed (a crash while the segment was being created)", exc)
+                path.unlink()
+                continue
             reports.append(report)
             segments.append(segment)
         if not segments:
@@ -214,6 +221,14 @@ class TopicLog:
         size = 0
         for item in _ScanIterator(self, offset):
             if isinstance(item, Hole):
+                # The scan starts at an index entry before ``offset``: a hole wholly
+                # below it is none of this reader's business; one that straddles it
+                # is reported from ``offset`` on.
+                end = item.first + item.count
+                if end <= offset:
+                    continue
+                if item.first < offset:
+                    item = Hole(offset, end - offset, item.reason)
                 out.append(item)
                 continue
             frame, _ = item

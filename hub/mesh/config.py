@@ -1,0 +1,60 @@
+"""Mesh settings, each with the reason for its default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .host import DEFAULT_LISTEN
+from .protocols import ALL_VERSIONS, MeshVersion
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MeshConfig:
+    #: ``--mesh-listen``: port 0 picks a free port (read it back from ``Mesh.listen_addrs``).
+    listen: str = DEFAULT_LISTEN
+    #: ``--bootstrap`` multiaddrs ending in ``/p2p/<peer id>``.
+    bootstrap: tuple[str, ...] = ()
+    #: Hubs provide and look up ``pub0sub-cluster:<cluster>`` in the DHT; clusters sharing a DHT stay apart.
+    cluster: str = "default"
+    #: Where the identity key lives; None = a fresh identity on every start.
+    data_dir: Path | None = None
+    #: Protocol versions this hub speaks, newest first (tests pin v1 to play a seed-only hub).
+    versions: tuple[MeshVersion, ...] = ALL_VERSIONS
+    #: Run the Kademlia DHT and connect to what it finds.
+    discovery: bool = True
+    #: How often a hub looks the cluster up again, so late joiners are found.
+    discovery_interval: float = 2.0
+    #: Full mesh: each hub links to every other, up to this many.
+    max_peers: int = 64
+    heartbeat_interval: float = 1.0
+    #: k missed beats = peer dead (liveness = any frame received; a ping forces a pong).
+    heartbeat_misses: int = 3
+    #: SUBSCRIBE_ACK window; after ``subscribe_resends`` resends without an ack the peer is dropped.
+    subscribe_ack_timeout: float = 1.0
+    subscribe_resends: int = 3
+    #: A v2 peer must send MESH_HELLO first, within this time.
+    hello_timeout: float = 5.0
+    #: Redial backoff after a link breaks (doubles up to the max), and how long to keep trying.
+    reconnect_min: float = 0.1
+    reconnect_max: float = 5.0
+    #: A broken v2 link keeps the peer's interest and window this long, so forwards published
+    #: while it reconnects are resent from its MESH_HELLO position (0 lost on a short break).
+    resume_linger: float = 30.0
+    #: Bounds of one peer's unacknowledged forward window (sets, bytes).
+    window_max_sets: int = 1 << 18
+    window_max_bytes: int = 256 << 20
+    #: Bound of a v1 peer's outbound buffer: v1 has no acks, so beyond it messages are dropped (counted).
+    v1_max_pending_bytes: int = 64 << 20
+    #: Coalesce queued frames into writes of about this size: each libp2p write costs ~200-350 µs.
+    write_chunk: int = 1 << 20
+    #: Bytes asked of the stream per read.
+    read_chunk: int = 1 << 20
+    #: UNSUBSCRIBE in answer to unwanted FORWARDs is repeated at most this often per topic.
+    unwanted_reply_interval: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.versions:
+            raise ValueError("a mesh needs at least one protocol version")
+        if self.heartbeat_misses < 1 or self.subscribe_resends < 0:
+            raise ValueError("heartbeat_misses must be >= 1 and subscribe_resends >= 0")

@@ -1,0 +1,120 @@
+"""Find the other hubs of the cluster through a Kademlia DHT.
+
+Each hub runs the DHT in server mode, bootstraps from ``--bootstrap``
+multiaddrs, provides ``pub0sub-cluster:<name>`` and looks it up again every
+``interval`` seconds so that late joiners are found.
+
+py-libp2p quirks handled here:
+
+* ``find_providers`` answers from the local provider store alone as soon as it
+  holds any entry for the key (its own ``provide`` and every earlier lookup
+  put entries there), so a second lookup would never see a late joiner.  Each
+  lookup therefore sets the local entries aside, asks the network, and puts
+  them back.
+* String keys that look like hex are hex-decoded: the cluster key contains
+  ``:`` and non-hex letters, so it is always taken as UTF-8.
+* Results contain duplicates and this hub itself: deduplicated by peer id.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import multiaddr
+import trio
+from libp2p.abc import IHost
+from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.tools.anyio_service import background_trio_service
+
+log = logging.getLogger("hub.mesh.discovery")
+
+#: Re-provide now and then: provider records expire in the DHT.
+REPROVIDE_EVERY = 30
+LOOKUP_TIMEOUT = 10.0
+
+
+def cluster_key(cluster: str) -> str:
+    """The DHT key hubs of ``cluster`` provide; never hex-looking (see the module doc)."""
+    return f"pub0sub-cluster:{cluster}"
+
+
+class Discovery:
+    def __init__(
+        self,
+        host: IHost,
+        *,
+        cluster: str,
+        bootstrap: Sequence[str],
+        interval: float,
+        on_found: Callable[[PeerInfo], None],
+    ) -> None:
+        self.host = host
+        self.key = cluster_key(cluster)
+        self.bootstrap = [multiaddr.Multiaddr(a) for a in bootstrap]
+        self.interval = interval
+        self.on_found = on_found
+        self.dht: KadDHT | None = None
+        self.rounds = 0
+        self.found: set[str] = set()
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        dht = KadDHT(self.host, DHTMode.SERVER)
+        self.dht = dht
+        async with background_trio_service(dht):
+            # Started before any network work: a dead bootstrap must not hold up the hub.
+            task_status.started()
+            provided_round = -REPROVIDE_EVERY
+            while True:
+                if dht.get_routing_table_size() == 0:
+                    await self._bootstrap(dht)
+                with trio.move_on_after(LOOKUP_TIMEOUT):
+                    for info in await self._lookup(dht):
+                        self.on_found(info)
+                # Look up before the first provide: afterwards the local store is never empty.
+                if self.rounds - provided_round >= REPROVIDE_EVERY:
+                    with trio.move_on_after(LOOKUP_TIMEOUT):
+                        await dht.provide(self.key)
+                        provided_round = self.rounds
+                self.rounds += 1
+                await trio.sleep(self.interval)
+
+    async def _bootstrap(self, dht: KadDHT) -> None:
+        for addr in self.bootstrap:
+            try:
+                info = info_from_p2p_addr(addr)
+                if info.peer_id == self.host.get_id():
+                    continue
+                with trio.fail_after(LOOKUP_TIMEOUT):
+                    await self.host.connect(info)
+                    await dht.add_peer(info.peer_id)
+                self.on_found(info)
+            except Exception as exc:  # an unreachable bootstrap is retried next round
+                log.info("bootstrap %s failed: %r", addr, exc)
+        if dht.get_routing_table_size():
+            with trio.move_on_after(LOOKUP_TIMEOUT):
+                await dht.refresh_routing_table()
+
+    async def _lookup(self, dht: KadDHT) -> list[PeerInfo]:
+        store = getattr(getattr(dht, "provider_store", None), "providers", None)
+        raw_key = self.key.encode("utf-8")
+        saved = store.pop(raw_key, None) if isinstance(store, dict) else None
+        try:
+            providers = await dht.find_providers(self.key)
+        except Exception as exc:
+            log.debug("cluster lookup failed: %r", exc)
+            providers = []
+        finally:
+            if saved and isinstance(store, dict):
+                current = store.setdefault(raw_key, {})
+                for peer, record in saved.items():
+                    current.setdefault(peer, record)
+        me = self.host.get_id()
+        unique: dict[Any, PeerInfo] = {}
+        for info in providers:
+            if info.peer_id != me and info.peer_id not in unique:
+                unique[info.peer_id] = info
+        self.found.update(str(p) for p in unique)
+        return list(unique.values())

@@ -1,0 +1,376 @@
+"""The mesh: a hub's libp2p host, its peer links and lazy push.
+
+The hub drives it through a narrow interface (see :class:`Mesh`): it announces
+and withdraws interest as local subscriptions come and go, hands every
+accepted publish to :meth:`Mesh.forward`, and stores what ``on_forward``
+delivers.  Everything here runs in one trio nursery owned by :meth:`Mesh.run`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import multiaddr
+import trio
+from libp2p.abc import IHost
+from libp2p.crypto.keys import KeyPair
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+
+import wire
+
+from .config import MeshConfig
+from .discovery import Discovery
+from .host import make_host, quiet_libp2p_logs
+from .identity import load_or_create_identity
+from .inbound import ForwardHandler, InboundForwards
+from .interest import InterestTable, LocalInterest, valid_pattern
+from .peers import PeerLink
+from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
+from .session import PeerSession
+from .status import CloseReason
+from .window import WindowEntry
+
+log = logging.getLogger("hub.mesh")
+
+#: A dial (connect + stream negotiation) that takes longer is abandoned and retried.
+DIAL_TIMEOUT = 10.0
+
+
+class Mesh:
+    """A hub's place in the mesh.
+
+    ``hub_id`` is this hub's origin id (u64, never 0) -- the one in WELCOME and
+    MESH_HELLO.  ``on_forward(origin, sets, peer_id)`` stores forwarded sets and
+    returns the last origin seq the hub holds (``None``: everything given); it
+    may be a coroutine function.  ``resume_positions()`` gives the last stored
+    seq per origin at start-up (from the hub's logs), so resends after a
+    restart are deduplicated too.
+
+    >>> async def main():                                        # doctest: +SKIP
+    ...     mesh = Mesh(MeshConfig(), hub_id=7, on_forward=store)
+    ...     async with trio.open_nursery() as nursery:
+    ...         await nursery.start(mesh.run)
+    ...         mesh.announce(["orders.*"])
+    ...         mesh.forward(1, now_us, wire.MessageSet.build(["orders.eu"], [(b"", b"hi")]))
+    """
+
+    def __init__(
+        self,
+        config: MeshConfig,
+        *,
+        hub_id: int,
+        on_forward: ForwardHandler,
+        resume_positions: Callable[[], Mapping[int, int]] | None = None,
+        key_pair: KeyPair | None = None,
+    ) -> None:
+        if not 0 < hub_id < 1 << 64:
+            raise ValueError("hub_id must be a non-zero u64")
+        self.config = config
+        self.hub_id = hub_id
+        self.local = LocalInterest()
+        self.interest: InterestTable[ID] = InterestTable()
+        self.inbound = InboundForwards(on_forward, self.local)
+        self._resume_positions = resume_positions or dict
+        self._key_pair = key_pair
+        self.links: dict[ID, PeerLink] = {}
+        self.discovery: Discovery | None = None
+        self._host: IHost | None = None
+        self._nursery: trio.Nursery | None = None
+        self._closing = False
+        self._changed = trio.Event()
+
+    # -- running -------------------------------------------------------------------
+
+    @property
+    def host(self) -> IHost:
+        if self._host is None:
+            raise RuntimeError("the mesh is not running")
+        return self._host
+
+    @property
+    def peer_id(self) -> ID:
+        return self.host.get_id()
+
+    @property
+    def listen_addrs(self) -> list[str]:
+        """Full multiaddrs, ``/ip4/.../tcp/PORT/p2p/<peer id>``: what ``--bootstrap`` takes."""
+        return [str(a) for a in self.host.get_addrs()]
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, discover and link until cancelled; ``task_status.started(self)`` once listening."""
+        quiet_libp2p_logs()
+        key_pair = self._key_pair or load_or_create_identity(self.config.data_dir)
+        host = make_host(key_pair, self.config.listen)
+        self._host = host
+        self.inbound.merge_positions(self._resume_positions())
+        try:
+            async with host.run(listen_addrs=[multiaddr.Multiaddr(self.config.listen)]), trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for version in self.config.versions:
+                    host.set_stream_handler(version.protocol_id, self._accept)
+                if self.config.discovery:
+                    self.discovery = Discovery(
+                        host,
+                        cluster=self.config.cluster,
+                        bootstrap=self.config.bootstrap,
+                        interval=self.config.discovery_interval,
+                        on_found=self.add_peer,
+                    )
+                    await nursery.start(self.discovery.run)
+                nursery.start_soon(self._reap_lingering)
+                log.info("mesh %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
+                task_status.started(self)
+                await trio.sleep_forever()
+        finally:
+            self._closing = True
+            for link in self.links.values():
+                if link.session is not None:
+                    link.session.close(CloseReason.SHUTDOWN)
+            # Leaving host.run() does not close the listener: close the host explicitly.
+            with trio.CancelScope(shield=True), trio.move_on_after(5.0):
+                await host.close()
+
+    # -- the hub's interface ---------------------------------------------------------
+
+    def announce(self, topics: Iterable[str]) -> list[str]:
+        """Ask every peer for ``topics`` (names or patterns); returns the ones that were new."""
+        patterns = list(topics)
+        bad = [p for p in patterns if not valid_pattern(p)]
+        if bad:
+            raise ValueError(f"invalid topic or pattern: {bad!r}")
+        added = self.local.add(patterns)
+        if added:
+            for link in self.links.values():
+                if link.live and link.session is not None:
+                    link.session.announce(added)
+        return added
+
+    def withdraw(self, topics: Iterable[str]) -> list[str]:
+        """Tell every peer this hub no longer wants ``topics``; returns the ones that were announced."""
+        removed = self.local.remove(topics)
+        if removed:
+            for link in self.links.values():
+                if link.live and link.session is not None:
+                    link.session.withdraw(removed)
+        return removed
+
+    def forward(self, origin_seq: int, timestamp: int, message_set: wire.MessageSet) -> int:
+        """Queue one publish batch of this hub for every peer that wants one of its topics.
+
+        ``origin_seq`` is the sequence of the set's first message (this hub's
+        origin numbering, 1, 2, 3, ...), ``timestamp`` the acceptance time in
+        µs.  Never blocks: the writers coalesce.  Returns how many peers it was
+        queued for.
+        """
+        targets = self.interest.peers_for(message_set.topics)
+        count = message_set.count
+        encoded_v2: bytes | None = None
+        encoded_v1: bytes | None = None
+        queued = 0
+        for peer_id, link in self.links.items():
+            if peer_id not in targets:
+                link.counters.messages_skipped_no_interest += count
+                continue
+            session = link.session
+            if link.version is MeshVersion.V2:
+                if encoded_v2 is None:
+                    encoded_v2 = encode_forward_set(origin_seq, timestamp, message_set)
+                last = origin_seq + count - 1
+                link.window.push(WindowEntry(first_seq=origin_seq, last_seq=last, count=count, encoded=encoded_v2))
+                if session is not None:
+                    session.wake()
+                queued += 1
+            elif session is not None and session.alive:
+                if encoded_v1 is None:
+                    encoded_v1, _ = encode_v1_forwards(message_set)
+                if session.send_v1(encoded_v1, count):
+                    queued += 1
+        return queued
+
+    def peers_status(self) -> list[dict[str, Any]]:
+        """One dict per known peer: ids, address, protocol, interest, window and counters."""
+        out = []
+        for pid, link in self.links.items():
+            if not link.addrs and self._host is not None:
+                # Inbound peers: identify has filled the peerstore with their listen addresses.
+                try:
+                    link.addrs = list(self._host.get_peerstore().addrs(pid))
+                except Exception:  # unknown to the peerstore (yet): no address to show
+                    link.addrs = []
+            out.append(link.status(self.interest.patterns_of(pid)))
+        return out
+
+    def backlog(self) -> int:
+        """Largest number of forward sets queued or unacknowledged for any one peer.
+
+        ``forward()`` never blocks; a hub that wants publisher backpressure instead of
+        window evictions waits while this is high.
+        """
+        return max((len(link.window) for link in self.links.values()), default=0)
+
+    def connected_peers(self) -> list[ID]:
+        return [pid for pid, link in self.links.items() if link.live]
+
+    async def wait_changed(self) -> None:
+        """Return at the next session start/end (for tests and status watchers)."""
+        await self._changed.wait()
+
+    # -- peers -------------------------------------------------------------------------
+
+    def add_peer(self, info: PeerInfo) -> None:
+        """A hub found by discovery (or configured): link to it unless already linked."""
+        if self._closing or self._nursery is None or info.peer_id == self.peer_id:
+            return
+        link = self.links.get(info.peer_id)
+        if link is None:
+            if len(self.links) >= self.config.max_peers:
+                return
+            link = self._link_for(info.peer_id)
+        if info.addrs:
+            link.addrs = list(info.addrs)
+        if not link.live and not link.dialing:
+            self._nursery.start_soon(self._dial, link)
+
+    async def connect(self, address: str) -> None:
+        """Link to the hub at ``address`` (a full multiaddr with ``/p2p/<id>``) and wait for the session."""
+        info = info_from_p2p_addr(multiaddr.Multiaddr(address))
+        self.add_peer(info)
+        link = self.links[info.peer_id]
+        while not link.live:
+            await self.wait_changed()
+
+    def _link_for(self, peer_id: ID) -> PeerLink:
+        link = self.links.get(peer_id)
+        if link is None:
+            link = PeerLink(peer_id, self.config)
+            self.links[peer_id] = link
+        return link
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _we_dial_first(self, peer_id: ID) -> bool:
+        """Tie-break when both hubs dial at once: the stream opened by the lower peer id wins."""
+        return self.peer_id.to_bytes() < peer_id.to_bytes()
+
+    async def _accept(self, stream: Any) -> None:
+        """libp2p stream handler for every mesh protocol id this hub speaks."""
+        peer_id = stream.muxed_conn.peer_id
+        if self._closing or self._nursery is None:
+            await stream.reset()
+            return
+        link = self._link_for(peer_id)
+        if link.live and link.session is not None and link.session.outbound and self._we_dial_first(peer_id):
+            # Our own stream to this peer is the canonical one; the peer will adopt it.
+            await stream.reset()
+            return
+        version = MeshVersion.from_protocol(stream.get_protocol())
+        self._nursery.start_soon(self._run_session, link, stream, version, False)
+
+    async def _dial(self, link: PeerLink) -> None:
+        link.dialing = True
+        try:
+            delay = self.config.reconnect_min
+            give_up = trio.current_time() + max(self.config.resume_linger, self.config.reconnect_max)
+            # A random pause makes two hubs that found each other at once rarely dial at once.
+            await trio.sleep(random.uniform(0, self.config.reconnect_min))
+            while not self._closing and not link.live:
+                try:
+                    with trio.fail_after(DIAL_TIMEOUT):
+                        stream, version = await self._open_stream(link)
+                except Exception as exc:  # unreachable, refused, negotiation failed...
+                    log.debug("dial %s failed: %r", link.short_id, exc)
+                    if trio.current_time() >= give_up:
+                        self._give_up(link)
+                        return
+                    await trio.sleep(delay * random.uniform(0.5, 1.0))
+                    delay = min(delay * 2, self.config.reconnect_max)
+                    continue
+                if link.live and not self._we_dial_first(link.peer_id):
+                    # The peer's stream arrived meanwhile and wins the tie-break.
+                    with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                        await stream.reset()
+                    return
+                assert self._nursery is not None
+                self._nursery.start_soon(self._run_session, link, stream, version, True)
+                return
+        finally:
+            link.dialing = False
+
+    async def _open_stream(self, link: PeerLink) -> tuple[Any, MeshVersion]:
+        host = self.host
+        # A failed dial blocks the peer for 60 s in py-libp2p's negative cache; a restarted
+        # hub must be reachable again at once.
+        unblock = getattr(host.get_network(), "unblock_peer", None)
+        if unblock is not None:
+            unblock(link.peer_id)
+        await host.connect(PeerInfo(link.peer_id, link.addrs))
+        stream = await host.new_stream(link.peer_id, [v.protocol_id for v in self.config.versions])
+        return stream, MeshVersion.from_protocol(str(stream.get_protocol()))
+
+    async def _run_session(self, link: PeerLink, stream: Any, version: MeshVersion, outbound: bool) -> None:
+        session = PeerSession(self, link, stream, version, outbound=outbound)
+        old = link.session
+        link.session = session
+        link.version = version
+        link.down_since = None
+        if old is not None and old.alive:
+            old.close(CloseReason.REPLACED)
+        log.info("mesh session with %s up (%s, %s)", link.short_id, version.label, "out" if outbound else "in")
+        self._notify()
+        reason = await session.run()
+        link.last_close = reason
+        if link.session is session:
+            link.session = None
+            link.down_since = trio.current_time()
+            self._session_down(link, reason)
+        self._notify()
+
+    def _session_down(self, link: PeerLink, reason: CloseReason) -> None:
+        if self._closing:
+            return
+        # v1 has no resume: its interest goes at once.  v2 keeps it while the link heals so
+        # forwards published meanwhile wait in the window (bounded) and go out after MESH_HELLO.
+        if link.version is not MeshVersion.V2 or self.config.resume_linger <= 0:
+            self.interest.drop_peer(link.peer_id)
+        if link.addrs and not link.dialing and self._nursery is not None:
+            self._nursery.start_soon(self._dial, link)
+
+    def _give_up(self, link: PeerLink) -> None:
+        """The peer stayed unreachable: withdraw its interest and forget it."""
+        if link.live:
+            return
+        log.info("mesh peer %s is gone", link.short_id)
+        self.interest.drop_peer(link.peer_id)
+        if self.links.get(link.peer_id) is link:
+            del self.links[link.peer_id]
+        self._notify()
+
+    async def _reap_lingering(self) -> None:
+        """Withdraw the interest of v2 peers that stayed down past ``resume_linger``."""
+        while True:
+            await trio.sleep(max(0.05, min(1.0, self.config.resume_linger / 4)))
+            now = trio.current_time()
+            for link in list(self.links.values()):
+                if link.down_since is not None and now - link.down_since >= self.config.resume_linger:
+                    if not link.dialing:
+                        self._give_up(link)
+                    else:
+                        self.interest.drop_peer(link.peer_id)
+
+    # -- SessionOwner --------------------------------------------------------------------
+
+    def hello_positions(self) -> dict[int, int]:
+        self.inbound.merge_positions(self._resume_positions())
+        return self.inbound.positions()
+
+    def peer_subscribed(self, link: PeerLink, topics: list[str]) -> None:
+        self.interest.add(link.peer_id, topics)
+
+    def peer_unsubscribed(self, link: PeerLink, topics: list[str]) -> None:
+        self.interest.remove(link.peer_id, topics)

@@ -1,0 +1,1011 @@
+"""Durability under faults, Jepsen style (docs: /work/shared/brief/RELIABILITY.md).
+
+Hubs run as subprocesses with a data directory; faults are SIGKILL (by PID),
+simulated power loss (SIGKILL + truncating every segment to its last fsynced
+length, from the hub's ``PUB0SUB_SYNC_JOURNAL``), and damage done to segment
+files while the hub is down.  Clients speak raw wire frames (no SDK) and log
+every publish as invoked, then ok / fail / unknown; :mod:`tests.support.history`
+counts lost, duplicated, reordered and offset anomalies.
+
+Mapping to RELIABILITY.md: scenario 1 (kill -9 under load), 2 (power loss),
+9 (corrupted log file), plus the durable-delivery guarantees of
+ARCHITECTURE.md (replay/live seam, durable resume, group redelivery,
+idempotent producers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+import wire
+from tests.conftest import ROOT, HubProcess
+from tests.support.history import FAIL, OK, UNKNOWN, History, Op, check
+from tests.support.rawclient import RawClient
+from tests.support.syncclient import ConnectionLost, SyncClient, publish_frame, read_all, topic_ends
+from wire.frames import HEADER, HEADER_SIZE
+
+StartHub = Callable[..., HubProcess]
+
+SERVE_AGAIN_WITHIN = 5.0
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def hub_args(data_dir: Path, *, durability: str = "received", segment_bytes: int | None = None) -> list[str]:
+    args = ["--data-dir", str(data_dir), "--durability", durability]
+    if segment_bytes is not None:
+        args += ["--segment-bytes", str(segment_bytes)]
+    return args
+
+
+def journal_env(journal: Path) -> dict[str, str]:
+    return {"PUB0SUB_SYNC_JOURNAL": str(journal)}
+
+
+def kill9(hub: HubProcess) -> None:
+    """SIGKILL the hub by its PID and reap it."""
+    os.kill(hub.pid, signal.SIGKILL)
+    hub.proc.wait(5)
+
+
+def stop_and_read_stderr(hub: HubProcess) -> str:
+    """Graceful stop (SIGTERM, by PID); returns everything the hub logged."""
+    hub.proc.terminate()
+    hub.proc.wait(10)
+    return hub.stderr_text()
+
+
+def restart_timed(start_hub: StartHub, args: list[str], env: dict[str, str] | None = None) -> tuple[HubProcess, float]:
+    """Start a hub; returns it and the seconds until it answered STATUS."""
+    t0 = time.monotonic()
+    hub = start_hub(*args, env=env)
+    with SyncClient.connect_retry(hub.address, within=SERVE_AGAIN_WITHIN) as client:
+        client.status()
+    return hub, time.monotonic() - t0
+
+
+def hub_start_error(*args: str, timeout: float = 20.0) -> str | None:
+    """Start a hub; None if it came up (it is then stopped by PID), else everything it printed.
+
+    (conftest's HubProcess loses the hub's stderr when a start fails: it closes
+    the pipes before reading them.)
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hub", "--listen", "127.0.0.1:0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        line = proc.stdout.readline() if ready else ""
+        if line.startswith("listening on "):
+            return None
+        proc.kill()
+        _out, err = proc.communicate(timeout=10)
+        return f"exit {proc.returncode}: {line}{err}"
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def segment_files(data_dir: Path) -> list[Path]:
+    return sorted((data_dir / "topics").glob("*/*.log"))
+
+
+def topic_segments(data_dir: Path, topic: str) -> list[Path]:
+    from hub.storage.topic_log import topic_directory_name
+
+    return sorted((data_dir / "topics" / topic_directory_name(topic)).glob("*.log"))
+
+
+def walk_frames(path: Path) -> list[tuple[int, int, int]]:
+    """``(position, end, opcode)`` of every whole frame in a segment file."""
+    data = path.read_bytes()
+    frames = []
+    pos = 0
+    while pos + HEADER_SIZE <= len(data):
+        opcode, length = HEADER.unpack_from(data, pos)
+        end = pos + HEADER_SIZE + length
+        if end > len(data):
+            break
+        frames.append((pos, end, opcode))
+        pos = end
+    return frames
+
+
+def log_batches(path: Path) -> list[tuple[int, int]]:
+    return [(pos, end) for pos, end, op in walk_frames(path) if op == wire.Opcode.LOG_BATCH]
+
+
+def publish_batches(
+    address: str, topic: str, batches: int, per_batch: int, *, producer: int = 0, first_seq: int = 1, tag: str = "m"
+) -> list[wire.PublishAck]:
+    acks = []
+    with SyncClient.connect(address, name="loader") as client:
+        for i in range(batches):
+            values = [f"{tag}{i * per_batch + j}".encode() for j in range(per_batch)]
+            client.send(publish_frame(topic, values, producer=producer, seq=first_seq + i if producer else i + 1))
+            acks.append(client.expect(wire.PublishAck))
+    return acks
+
+
+def recovery_entries(status: dict) -> list[dict]:
+    return status["storage"]["recovery"]
+
+
+class Publisher(threading.Thread):
+    """An idempotent producer that survives hub crashes.
+
+    Publishes batches of unique values (round robin over ``topics``) with
+    ``window`` batches in flight, logs every attempt in ``history``; when the
+    connection breaks, every batch in flight is *unknown* and is retried after
+    reconnecting, in order, with the same producer id and sequence.
+    """
+
+    def __init__(
+        self,
+        history: History,
+        address: Callable[[], str],
+        topics: list[str],
+        *,
+        producer: int,
+        per_batch: int = 20,
+        window: int = 4,
+        ack_timeout: float = 3.0,
+        max_seconds: float = 60.0,
+    ) -> None:
+        super().__init__(daemon=True, name=f"publisher-{producer}")
+        self.history = history
+        self.address = address
+        self.topics = topics
+        self.producer = producer
+        self.per_batch = per_batch
+        self.window = window
+        self.ack_timeout = ack_timeout
+        self.max_seconds = max_seconds
+        self.stopping = threading.Event()
+        self.process = f"p{producer}"
+        self.acked_batches = 0
+        self.reconnects = 0
+        #: value -> (topic, offset) from STORED acks
+        self.ack_offsets: dict[bytes, tuple[str, int]] = {}
+        self.duplicate_acks = 0
+        self.errors: list[str] = []
+        self.finished_cleanly = False
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # surfaced by the test
+            self.errors.append(f"publisher crashed: {exc!r}")
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.max_seconds
+        seq = 0
+        counter = 0
+        unacked: OrderedDict[int, tuple[str, list[bytes], Op]] = OrderedDict()
+        client: SyncClient | None = None
+        while time.monotonic() < deadline:
+            if self.stopping.is_set() and not unacked:
+                self.finished_cleanly = True
+                break
+            try:
+                if client is None:
+                    try:
+                        client = SyncClient.connect(self.address(), timeout=1.0, name=self.process)
+                    except (OSError, ConnectionLost):
+                        time.sleep(0.05)
+                        continue
+                    self.reconnects += 1
+                    for s, (topic, values, _op) in list(unacked.items()):
+                        op = self.history.invoke(self.process, topic, values)
+                        unacked[s] = (topic, values, op)
+                        client.send(publish_frame(topic, values, producer=self.producer, seq=s))
+                while not self.stopping.is_set() and len(unacked) < self.window:
+                    seq += 1
+                    topic = self.topics[seq % len(self.topics)]
+                    values = [f"{self.process}-{counter + j}".encode() for j in range(self.per_batch)]
+                    counter += self.per_batch
+                    op = self.history.invoke(self.process, topic, values)
+                    unacked[seq] = (topic, values, op)
+                    client.send(publish_frame(topic, values, producer=self.producer, seq=seq))
+                if not unacked:
+                    continue
+                ack = client.expect(wire.PublishAck, self.ack_timeout)
+            except (TimeoutError, OSError, ConnectionLost) as exc:
+                # A timeout or a broken connection: the outcome is unknown, never "failed".
+                for _s, (_t, _v, op) in unacked.items():
+                    self.history.complete(op, UNKNOWN, note=repr(exc))
+                if client is not None:
+                    client.close()
+                client = None
+                continue
+            head = next(iter(unacked))
+            if ack.sequence != head:
+                self.errors.append(f"ack for sequence {ack.sequence}, expected {head} (acks must come in order)")
+            if ack.sequence not in unacked:
+                continue
+            topic, values, op = unacked.pop(ack.sequence)
+            self.history.complete(op, OK, note=ack.status.name)
+            self.acked_batches += 1
+            if ack.status is wire.AckStatus.DUPLICATE:
+                self.duplicate_acks += 1
+            else:
+                ranges = {(r.topic, r.first_offset, r.num) for r in ack.ranges}
+                assert len(ranges) == 1, ranges
+                ((r_topic, first, num),) = ranges
+                if r_topic != topic or num != len(values):
+                    self.errors.append(f"ack range {ranges} does not match batch ({topic}, {len(values)})")
+                for i, v in enumerate(values):
+                    self.ack_offsets[v] = (r_topic, first + i)
+        if client is not None:
+            client.close()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.stopping.set()
+        self.join(timeout)
+        assert not self.is_alive(), "publisher did not finish its retries in time"
+
+
+def wait_progress(pub: Publisher, more_than: int, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while pub.acked_batches <= more_than:
+        assert time.monotonic() < deadline, f"no publish acknowledged within {within}s ({pub.errors})"
+        assert pub.is_alive(), f"publisher died: {pub.errors}"
+        time.sleep(0.02)
+
+
+def assert_acked_offsets_hold(pub: Publisher, reads: dict[str, list[tuple[int, bytes]]]) -> None:
+    """Every STORED ack named the offset where the value is read now."""
+    where = {v: (t, o) for t, items in reads.items() for o, v in items}
+    wrong = [(v, pos, where.get(v)) for v, pos in pub.ack_offsets.items() if where.get(v) != pos]
+    assert not wrong, f"{len(wrong)} acknowledged offsets changed, e.g. {wrong[:5]}"
+
+
+# -- the checker itself --------------------------------------------------------------------
+
+
+def test_checker_accepts_a_clean_history() -> None:
+    h = History()
+    a = h.invoke("p", "t", [b"1", b"2"])
+    h.complete(a, OK)
+    b = h.invoke("p", "t", [b"3"])
+    h.complete(b, UNKNOWN)
+    c = h.invoke("p", "t", [b"4"])
+    h.complete(c, FAIL)
+    result = check(h, {"t": [(0, b"1"), (1, b"2")]})
+    assert result.valid, result.summary()
+    assert (result.acknowledged, result.read, result.unknown_missing, result.unknown_read) == (2, 2, 1, 0)
+
+
+def test_checker_counts_every_kind_of_anomaly() -> None:
+    h = History()
+    for values, status in (([b"a1", b"a2"], OK), ([b"a3", b"a4"], OK), ([b"a5"], UNKNOWN), ([b"a6"], FAIL)):
+        op = h.invoke("p", "t", values)
+        h.complete(op, status)
+    retry = h.invoke("p", "t", [b"a5"])  # a retry of the unknown op: same value, keeps its place
+    h.complete(retry, OK)
+    reads = {
+        "t": [
+            (0, b"a1"),
+            (1, b"a3"),  # reordered: a3 before a2
+            (2, b"a2"),
+            (2, b"a2"),  # duplicate value, and offset 2 again (backwards)
+            (5, b"a5"),  # offsets 3, 4 skipped
+            (6, b"a6"),  # its publish failed: unexpected
+            (7, b"zz"),  # never published: unexpected
+        ]
+    }  # a4 acknowledged, never read: lost
+    r = check(h, reads)
+    assert not r.valid
+    assert r.anomalies == {
+        "lost": 1,
+        "duplicated": 1,
+        "reordered": 1,
+        "offset_skips": 1,
+        "offset_backwards": 1,
+        "unexpected": 2,
+    }, r.summary()
+
+
+def test_checker_allows_offsets_skipped_by_an_announced_gap() -> None:
+    h = History()
+    op = h.invoke("p", "t", [b"x", b"y"])
+    h.complete(op, OK)
+    reads = {"t": [(0, b"x"), (3, b"y")]}
+    assert check(h, reads).offset_skips == 1
+    assert check(h, reads, holes={"t": [(1, 2)]}).valid
+
+
+def test_checker_reorder_is_per_publisher_and_topic() -> None:
+    h = History()
+    for proc, topic, values in (("p", "t", [b"p1", b"p2"]), ("q", "t", [b"q1", b"q2"]), ("p", "u", [b"u1"])):
+        h.complete(h.invoke(proc, topic, values), OK)
+    interleaved = {"t": [(0, b"q1"), (1, b"p1"), (2, b"q2"), (3, b"p2")], "u": [(0, b"u1")]}
+    assert check(h, interleaved).valid
+    swapped = {"t": [(0, b"q1"), (1, b"p2"), (2, b"q2"), (3, b"p1")], "u": [(0, b"u1")]}
+    assert check(h, swapped).reordered == 1
+
+
+def test_history_refuses_double_completion() -> None:
+    h = History()
+    op = h.invoke("p", "t", [b"1"])
+    h.complete(op, UNKNOWN)
+    with pytest.raises(ValueError):
+        h.complete(op, OK)
+
+
+# -- 1. SIGKILL under load, repeated ---------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sigkill_under_load_loses_and_duplicates_nothing(start_hub: StartHub, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    args = hub_args(data_dir, durability="received", segment_bytes=64 << 10)  # small segments: kills span rolls
+    hub = start_hub(*args)
+    current = [hub.address]
+    seed = int(time.time())
+    rng = random.Random(seed)
+    history = History()
+    # Two idempotent producers on overlapping topics: order is checked per producer and topic.
+    pubs = [
+        Publisher(history, lambda: current[0], ["load.a", "load.b", "load.c"], producer=0xA11CE, window=4),
+        Publisher(history, lambda: current[0], ["load.b", "load.c", "load.d"], producer=0xB0B, window=8),
+    ]
+    for pub in pubs:
+        pub.start()
+    restart_times = []
+    try:
+        for _ in range(3):
+            for pub in pubs:
+                wait_progress(pub, pub.acked_batches + 20)
+            time.sleep(rng.uniform(0.1, 0.6))  # kill at a random moment, mid-stream
+            kill9(hub)
+            hub, took = restart_timed(start_hub, args)
+            restart_times.append(took)
+            current[0] = hub.address
+        for pub in pubs:
+            wait_progress(pub, pub.acked_batches + 20)
+    finally:
+        for pub in pubs:
+            pub.stop()
+    for pub in pubs:
+        assert not pub.errors, pub.errors
+        assert pub.finished_cleanly
+        assert pub.reconnects >= 4
+    counts = history.counts()
+    assert counts[UNKNOWN] >= 3, f"every kill should leave batches in flight: {counts}"
+    assert counts[FAIL] == 0
+    assert all(t < SERVE_AGAIN_WITHIN for t in restart_times), restart_times
+
+    topics = ["load.a", "load.b", "load.c", "load.d"]
+    reads, gaps = read_all(hub.address, topics)
+    assert not gaps
+    result = check(history, reads)
+    assert result.valid, result.summary()
+    assert result.lost == 0 and result.duplicated == 0 and result.unknown_missing == 0, result.summary()
+    assert result.acknowledged > 1000
+    for pub in pubs:
+        assert_acked_offsets_hold(pub, reads)
+    print(
+        f"seed {seed}; history {dict(counts)}; restarts took {[round(t, 2) for t in restart_times]}s; "
+        f"{sum(p.duplicate_acks for p in pubs)} retries answered DUPLICATE; {result.summary()}"
+    )
+
+
+# -- 2. simulated power loss ---------------------------------------------------------------------
+
+
+def simulate_power_loss(data_dir: Path, journal: Path) -> dict[str, int]:
+    """Truncate every segment to the last synced length journaled for it; empty unjournaled ones.
+
+    Call only after the hub was SIGKILLed.  Returns {segment: bytes cut}.
+    """
+    synced: dict[str, int] = {}
+    if journal.exists():
+        for line in journal.read_text().splitlines(keepends=True):
+            if not line.endswith("\n"):
+                continue  # a torn last line: that fsync's acks were never sent
+            path, _, length = line.strip().rpartition(" ")
+            if path and length.isdigit():
+                key = str(Path(path).resolve())
+                synced[key] = max(synced.get(key, 0), int(length))
+    cut = {}
+    for segment in segment_files(data_dir):
+        keep = synced.get(str(segment.resolve()), 0)
+        size = segment.stat().st_size
+        if size > keep:
+            os.truncate(segment, keep)
+            cut[segment.name] = size - keep
+    return cut
+
+
+@pytest.mark.slow
+def test_power_loss_with_fsync_loses_nothing_acknowledged(start_hub: StartHub, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    journal = tmp_path / "sync-journal"
+    args = hub_args(data_dir, durability="fsync", segment_bytes=64 << 10)
+    env = journal_env(journal)
+    hub = start_hub(*args, env=env)
+    current = [hub.address]
+    topics = ["power.a", "power.b", "power.c"]
+    history = History()
+    # A wide window keeps appends waiting on the group commit when the power goes.
+    pub = Publisher(history, lambda: current[0], topics, producer=0xF5, per_batch=20, window=32)
+    pub.start()
+    cut: dict[str, int] = {}
+    try:
+        for _ in range(3):
+            wait_progress(pub, pub.acked_batches + 150)
+            kill9(hub)
+            for name, n in simulate_power_loss(data_dir, journal).items():
+                cut[name] = cut.get(name, 0) + n
+            hub, took = restart_timed(start_hub, args, env)
+            assert took < SERVE_AGAIN_WITHIN
+            current[0] = hub.address
+        wait_progress(pub, pub.acked_batches + 50)
+    finally:
+        pub.stop()
+    assert not pub.errors, pub.errors
+    assert pub.finished_cleanly
+    reads, gaps = read_all(hub.address, topics)
+    assert not gaps
+    result = check(history, reads)
+    assert result.valid, result.summary()
+    assert result.lost == 0 and result.duplicated == 0 and result.unknown_missing == 0, result.summary()
+    # An ack is only sent once its batch is synced: every acknowledged offset still holds its value.
+    assert_acked_offsets_hold(pub, reads)
+    print(
+        f"power loss cut {sum(cut.values())} unsynced bytes ({len(cut)} segment cuts); "
+        f"history {dict(history.counts())}; {result.summary()}"
+    )
+
+
+def test_power_loss_window_of_received_mode(start_hub: StartHub, tmp_path: Path) -> None:
+    """``received`` acknowledges once the bytes are written to the OS and never fsyncs the log.
+
+    Its power-loss window is therefore everything the kernel had not yet written
+    back on its own: dirty page-cache pages younger than ``vm.dirty_expire_centisecs``
+    (30 s by default) plus up to one writeback period (``vm.dirty_writeback_centisecs``,
+    5 s) -- roughly the last 30-35 s of acknowledged publishes (less when
+    ``vm.dirty_background_ratio`` forces earlier writeback), plus the directory
+    entries of segment files created in that time.  What survives is a prefix of
+    each segment only if the file system writes pages back in order, which it
+    does not promise: recovery then sees a torn or corrupted tail.  A SIGKILL
+    alone loses nothing (test 1).  We do not assert a loss (the page cache may
+    have been flushed); we show the hub never claims durability in this mode:
+    no fsync is counted and the sync journal stays empty.
+    """
+    data_dir = tmp_path / "data"
+    journal = tmp_path / "sync-journal"
+    hub = start_hub(*hub_args(data_dir, durability="received"), env=journal_env(journal))
+    acks = publish_batches(hub.address, "window", 20, 10, producer=7)
+    assert all(a.status is wire.AckStatus.STORED for a in acks)
+    with SyncClient.connect(hub.address) as client:
+        storage = client.status()["storage"]
+    assert storage["durability"] == "received"
+    assert storage["fsyncs"] == 0
+    assert not journal.exists() or journal.read_text() == ""
+    # Under a simulated power loss now, every acknowledged message of this test would be gone.
+
+
+# -- 3. torn tail ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["half-frame-appended", "last-frame-cut"])
+def test_torn_tail_is_truncated_reported_and_offsets_continue(start_hub: StartHub, tmp_path: Path, how: str) -> None:
+    data_dir = tmp_path / "data"
+    hub = start_hub("--data-dir", str(data_dir))
+    publish_batches(hub.address, "torn", 5, 10)  # offsets 0..49, one LOG_BATCH per publish
+    kill9(hub)
+    (segment,) = topic_segments(data_dir, "torn")
+    size = segment.stat().st_size
+    if how == "half-frame-appended":
+        batch = wire.RecordBatch(
+            topic="torn",
+            base_offset=50,
+            timestamp=1,
+            origin=1,
+            origin_seq=51,
+            count=1,
+            records=wire.encode_record(b"", b"never-acked"),
+        )
+        frame = wire.LogBatch.create(append_ts=1, producer_id=0, producer_seq=0, batch=batch).encode()
+        torn = frame[: len(frame) // 2]
+        with open(segment, "ab") as fh:
+            fh.write(torn)
+        expect_served, expect_cut = 50, len(torn)
+    else:
+        pos, end = log_batches(segment)[-1]
+        keep = pos + (end - pos) // 2
+        os.truncate(segment, keep)
+        expect_served, expect_cut = 40, keep - pos
+    hub = start_hub("--data-dir", str(data_dir))
+    with SyncClient.connect(hub.address) as client:
+        status = client.status()
+        entries = [
+            e for e in recovery_entries(status) if e["segment"].endswith(segment.name) and "torn" in e["segment"]
+        ]
+        assert len(entries) == 1, recovery_entries(status)
+        assert entries[0]["truncated_bytes"] == expect_cut
+        assert entries[0]["corrupted_ranges"] == []
+        assert topic_ends(client)["torn"] == expect_served
+    reads, gaps = read_all(hub.address, ["torn"])
+    assert not gaps
+    assert reads["torn"] == [(i, f"m{i}".encode()) for i in range(expect_served)]
+    # New publishes continue right after the last good batch.
+    with SyncClient.connect(hub.address) as client:
+        client.send(publish_frame("torn", [b"after-1", b"after-2"], seq=1))
+        ack = client.expect(wire.PublishAck)
+    assert [(r.topic, r.first_offset, r.num) for r in ack.ranges] == [("torn", expect_served, 2)]
+    reads, _ = read_all(hub.address, ["torn"])
+    assert reads["torn"][-2:] == [(expect_served, b"after-1"), (expect_served + 1, b"after-2")]
+    stderr = stop_and_read_stderr(hub)
+    assert "WARNING" in stderr and "torn tail" in stderr, stderr
+    assert size - expect_cut > 0
+
+
+# -- 4. corrupted records ---------------------------------------------------------------------------
+
+
+def test_corrupted_batch_is_never_served_and_reported_as_gap(start_hub: StartHub, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    hub = start_hub("--data-dir", str(data_dir))
+    publish_batches(hub.address, "rot", 5, 10)  # batches at offsets 0, 10, 20, 30, 40
+    stop_and_read_stderr(hub)
+    (segment,) = topic_segments(data_dir, "rot")
+    batches = log_batches(segment)
+    assert len(batches) == 5
+    pos, end = batches[2]  # offsets 20..29
+    data = bytearray(segment.read_bytes())
+    data[end - 2] ^= 0x40  # a byte of the last record's data: the frame boundary stays intact
+    segment.write_bytes(bytes(data))
+
+    hub = start_hub("--data-dir", str(data_dir))
+    with SyncClient.connect(hub.address) as client:
+        status = client.status()
+    (entry,) = [e for e in recovery_entries(status) if "rot" in e["segment"]]
+    assert entry["truncated_bytes"] == 0
+    assert [r[:2] for r in entry["corrupted_ranges"]] == [[pos, end]]
+    assert "checksum" in entry["corrupted_ranges"][0][2]
+
+    reads, gaps = read_all(hub.address, ["rot"])
+    assert [(g.topic, g.first_offset, g.dropped) for g in gaps] == [("rot", 20, 10)]
+    assert reads["rot"] == [(i, f"m{i}".encode()) for i in (*range(0, 20), *range(30, 50))]
+    # The corrupted data never reaches a reader, not even from an offset inside it.
+    reads, gaps = read_all(hub.address, ["rot"], offsets={"rot": 25})
+    assert [o for o, _ in reads["rot"]] == list(range(30, 50))
+    assert gaps and all(g.first_offset + g.dropped == 30 for g in gaps)
+    # The topic was not shortened: new messages continue at 50.
+    with SyncClient.connect(hub.address) as client:
+        client.send(publish_frame("rot", [b"new"], seq=1))
+        ack = client.expect(wire.PublishAck)
+    assert ack.ranges[0].first_offset == 50
+    stderr = stop_and_read_stderr(hub)
+    assert "ERROR" in stderr and "CORRUPTED" in stderr, stderr
+
+
+def test_garbage_frame_header_moves_the_rest_aside(start_hub: StartHub, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    hub = start_hub("--data-dir", str(data_dir))
+    publish_batches(hub.address, "junk", 5, 10)
+    stop_and_read_stderr(hub)
+    (segment,) = topic_segments(data_dir, "junk")
+    pos, _end = log_batches(segment)[2]
+    original = segment.read_bytes()
+    damaged = bytearray(original)
+    damaged[pos : pos + HEADER_SIZE] = b"\xff\xde\xad\xbe\xef"  # an unknown opcode and a bogus length
+    segment.write_bytes(bytes(damaged))
+
+    hub = start_hub("--data-dir", str(data_dir))
+    with SyncClient.connect(hub.address) as client:
+        status = client.status()
+        assert topic_ends(client)["junk"] == 20
+    (entry,) = [e for e in recovery_entries(status) if "junk" in e["segment"]]
+    copy = segment.with_name(f"{segment.name}.corrupt-{pos}")
+    assert entry["corrupt_copy"] == str(copy)
+    assert entry["truncated_bytes"] == len(original) - pos
+    assert copy.read_bytes() == bytes(damaged[pos:])
+    assert segment.stat().st_size == pos
+    reads, gaps = read_all(hub.address, ["junk"])
+    assert not gaps
+    assert reads["junk"] == [(i, f"m{i}".encode()) for i in range(20)]
+    stderr = stop_and_read_stderr(hub)
+    assert "ERROR" in stderr and "CORRUPTED" in stderr and str(copy) in stderr, stderr
+
+
+def corrupt_middle_batch(start_hub: StartHub, data_dir: Path, topic: str) -> HubProcess:
+    """5 batches of 10 (offsets 0..49), the one at 20..29 corrupted on disk, hub restarted (empty tail cache)."""
+    hub = start_hub("--data-dir", str(data_dir))
+    publish_batches(hub.address, topic, 5, 10)
+    stop_and_read_stderr(hub)
+    (segment,) = topic_segments(data_dir, topic)
+    _pos, end = log_batches(segment)[2]
+    data = bytearray(segment.read_bytes())
+    data[end - 2] ^= 0x40
+    segment.write_bytes(bytes(data))
+    return start_hub("--data-dir", str(data_dir))
+
+
+def test_reader_after_a_corrupted_batch_gets_no_gap_for_it(start_hub: StartHub, tmp_path: Path) -> None:
+    hub = corrupt_middle_batch(start_hub, tmp_path / "data", "rot")
+    reads, gaps = read_all(hub.address, ["rot"], offsets={"rot": 30})
+    assert [o for o, _ in reads["rot"]] == list(range(30, 50))
+    assert [(g.first_offset, g.dropped) for g in gaps] == []
+
+
+def test_group_redelivers_messages_stored_after_a_corrupted_batch(start_hub: StartHub, tmp_path: Path) -> None:
+    hub = corrupt_middle_batch(start_hub, tmp_path / "data", "rot")
+    with SyncClient.connect(hub.address, name="member") as member:
+        member.send(
+            wire.Sub(
+                sub_id=1,
+                patterns=("rot",),
+                start=wire.StartPosition.EARLIEST,
+                ack_mode=wire.AckMode.EXPLICIT,
+                group="g",
+                ack_wait_ms=300,
+            )
+        )
+        member.expect(wire.SubOk)
+        deliveries: dict[int, int] = {}
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline and len([o for o, n in deliveries.items() if n >= 2]) < 40:
+            try:
+                frame = member.recv(0.05)
+            except TimeoutError:
+                continue
+            if isinstance(frame, wire.Deliver):
+                offsets = [o for o, _k, _d in frame.batch.messages()]
+                for o in offsets:
+                    deliveries[o] = deliveries.get(o, 0) + 1
+                if all(deliveries[o] >= 2 for o in offsets):  # ack only redeliveries
+                    member.send(
+                        wire.Ack(
+                            sub_id=1,
+                            ranges=(wire.AckRange(topic="rot", first_offset=offsets[0], last_offset=offsets[-1]),),
+                        )
+                    )
+        g = group_status(hub.address, "g")
+    assert sorted(o for o, n in deliveries.items() if n >= 2) == [*range(20), *range(30, 50)], deliveries
+    assert g is not None and g["acked_floor"] == {"rot": 50}, g
+
+
+def test_hub_starts_after_power_loss_emptied_its_hub_id(start_hub: StartHub, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    hub = start_hub("--data-dir", str(data_dir))
+    publish_batches(hub.address, "ident", 1, 5)
+    kill9(hub)
+    (data_dir / "hub-id").write_text("")  # never fsynced: what a power loss may leave
+    error = hub_start_error("--data-dir", str(data_dir))
+    assert error is None, error
+    hub = start_hub("--data-dir", str(data_dir))
+    reads, _ = read_all(hub.address, ["ident"])
+    assert len(reads["ident"]) == 5
+
+
+def test_segment_with_torn_header_does_not_stop_the_hub(start_hub: StartHub, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    hub = start_hub("--data-dir", str(data_dir), "--segment-bytes", "1024")
+    publish_batches(hub.address, "roll", 10, 20)  # several segments
+    kill9(hub)
+    segments = topic_segments(data_dir, "roll")
+    assert len(segments) > 1
+    last = segments[-1]
+    header_end = walk_frames(last)[0][1]
+    os.truncate(last, header_end // 2)
+    error = hub_start_error("--data-dir", str(data_dir))
+    assert error is None, error
+    hub = start_hub("--data-dir", str(data_dir))
+    reads, _ = read_all(hub.address, ["roll"])
+    served = [o for o, _ in reads["roll"]]
+    assert served == list(range(len(served))) and len(served) >= 20
+
+
+# -- 5. replay-to-live seam ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_replay_to_live_seam_under_concurrent_publishing(start_hub: StartHub, tmp_path: Path) -> None:
+    hub = start_hub("--data-dir", str(tmp_path / "data"))
+    # ~9 MB of messages: more than the 4 MiB tail cache, so a reader starting early
+    # replays from the segment files, then from the tail cache, then follows live.
+    batches, per_batch = 600, 50
+    total = batches * per_batch
+    pad = b"." * 300
+
+    def value(i: int) -> bytes:
+        return str(i).encode() + pad
+
+    published = 0
+    started = trio.Event()
+
+    async def publisher() -> None:
+        nonlocal published
+        client = await RawClient.connect(hub.address, name="firehose")
+        for i in range(batches):
+            values = [value(i * per_batch + j) for j in range(per_batch)]
+            last = i == batches - 1
+            await client.send(publish_frame("seam", values, seq=i + 1, ack=last))
+            published = (i + 1) * per_batch
+            if i == batches // 2:  # ~4.6 MB published: the start of the log is out of the tail cache
+                started.set()
+            if i % 20 == 0:
+                await trio.sleep(0)
+        await client.expect(wire.PublishAck, timeout=30, skip=(wire.Heartbeat,))
+        await client.aclose()
+
+    async def subscriber(name: str, start_at: int | None, out: list[tuple[int, bytes]], meta: dict) -> None:
+        await started.wait()
+        client = await RawClient.connect(hub.address, name=name)
+        meta["published_at_sub"] = published
+        if start_at is None:
+            sub = wire.Sub(sub_id=7, patterns=("seam",), start=wire.StartPosition.EARLIEST)
+        else:
+            sub = wire.Sub(
+                sub_id=7,
+                patterns=("seam",),
+                start=wire.StartPosition.OFFSET,
+                offsets=(wire.TopicOffset(topic="seam", offset=start_at),),
+            )
+        await client.send(sub)
+        ok = await client.expect(wire.SubOk, skip=(wire.Heartbeat,))
+        assert isinstance(ok, wire.SubOk)
+        meta["sub_ok_offset"] = ok.offsets[0].offset if ok.offsets else None
+        while not out or out[-1][0] < total - 1:
+            frame = await client.recv(timeout=30)
+            if isinstance(frame, wire.Deliver):
+                out.extend((o, d) for o, _k, d in frame.batch.messages())
+            elif isinstance(frame, wire.Heartbeat):
+                if frame.word == "ping":
+                    await client.send(wire.PONG)
+            else:
+                raise AssertionError(f"{name}: unexpected {frame!r}")
+        await client.aclose()
+
+    from_earliest: list[tuple[int, bytes]] = []
+    from_middle: list[tuple[int, bytes]] = []
+    meta_e: dict = {}
+    meta_m: dict = {}
+    middle = total // 8
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(publisher)
+            nursery.start_soon(subscriber, "from-earliest", None, from_earliest, meta_e)
+            nursery.start_soon(subscriber, "from-middle", middle, from_middle, meta_m)
+    assert 0 < meta_e["published_at_sub"] < total, "the subscriber must join while publishing is under way"
+    for got, first in ((from_earliest, 0), (from_middle, middle)):
+        offsets = [o for o, _ in got]
+        assert offsets == list(range(first, total)), (
+            f"from {first}: {len(offsets)} received, first anomaly at "
+            f"{next((i for i, o in enumerate(offsets) if o != first + i), None)}"
+        )
+        assert all(d == value(o) for o, d in got)
+    assert meta_m["sub_ok_offset"] == middle
+
+
+# -- 6. durable resume across a hub restart -------------------------------------------------------------
+
+
+def wait_consumers_file(data_dir: Path, name: str, topic: str, floor: int, within: float = 5.0) -> None:
+    path = data_dir / "consumers.json"
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            doc = json.loads(path.read_text())
+            for c in doc["consumers"]:
+                if c["name"] == name and c["positions"].get(topic) == floor:
+                    return
+        except (OSError, ValueError):
+            pass
+        assert time.monotonic() < deadline, f"{path} never recorded {name} {topic}={floor}"
+        time.sleep(0.05)
+
+
+def durable_sub(name: str, topic: str, sub_id: int = 3) -> wire.Sub:
+    return wire.Sub(
+        sub_id=sub_id,
+        patterns=(topic,),
+        start=wire.StartPosition.EARLIEST,
+        ack_mode=wire.AckMode.EXPLICIT,
+        durable=name,
+    )
+
+
+def receive_offsets(client: SyncClient, until: int, within: float = 10.0) -> list[tuple[int, bytes]]:
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + within
+    while not got or got[-1][0] < until - 1:
+        frame = client.recv(max(0.01, deadline - time.monotonic()))
+        if isinstance(frame, wire.Deliver):
+            got.extend((o, d) for o, _k, d in frame.batch.messages())
+        elif isinstance(frame, wire.Heartbeat):
+            if frame.word == "ping":
+                client.send(wire.PONG)
+        else:
+            raise AssertionError(f"unexpected {frame!r}")
+    return got
+
+
+def test_durable_subscription_resumes_at_first_unacked_after_sigkill(start_hub: StartHub, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    hub = start_hub("--data-dir", str(data_dir))
+    publish_batches(hub.address, "dur", 5, 20)  # offsets 0..99
+    with SyncClient.connect(hub.address) as client:
+        client.send(durable_sub("resumer", "dur"))
+        client.expect(wire.SubOk)
+        got = receive_offsets(client, 100)
+        assert [o for o, _ in got] == list(range(100))
+        # Ack 0..39 and a stretch above a hole (60..69): only the floor (40) is durable.
+        client.send(
+            wire.Ack(
+                sub_id=3,
+                ranges=(
+                    wire.AckRange(topic="dur", first_offset=0, last_offset=39),
+                    wire.AckRange(topic="dur", first_offset=60, last_offset=69),
+                ),
+            )
+        )
+        wait_consumers_file(data_dir, "resumer", "dur", 40)
+    kill9(hub)
+    hub, took = restart_timed(start_hub, hub_args(data_dir))
+    assert took < SERVE_AGAIN_WITHIN
+    publish_batches(hub.address, "dur", 1, 20, tag="late", first_seq=100)  # offsets 100..119
+    with SyncClient.connect(hub.address) as client:
+        status = client.status()
+        (durable,) = [d for d in status["durables"] if d["name"] == "resumer"]
+        assert durable["positions"] == {"dur": 40}
+        client.send(durable_sub("resumer", "dur"))
+        ok = client.expect(wire.SubOk)
+        assert [(o.topic, o.offset) for o in ok.offsets] == [("dur", 40)]
+        got = receive_offsets(client, 120)
+    # At-least-once: nothing below the acked floor again, nothing after it skipped.
+    assert [o for o, _ in got] == list(range(40, 120))
+    assert [d for _, d in got] == [f"m{i}".encode() for i in range(40, 100)] + [f"late{i}".encode() for i in range(20)]
+
+
+# -- 7. consumer-group redelivery -----------------------------------------------------------------------
+
+
+def group_status(address: str, group: str) -> dict | None:
+    with SyncClient.connect(address, name="status") as client:
+        for g in client.status().get("groups", []):
+            if g["group"] == group:
+                return g
+    return None
+
+
+@pytest.mark.parametrize("how", ["ack-timeout", "member-leaves"])
+def test_group_redelivers_unacked_messages_to_another_member(start_hub: StartHub, tmp_path: Path, how: str) -> None:
+    hub = start_hub("--data-dir", str(tmp_path / "data"))
+    ack_wait_ms = 300 if how == "ack-timeout" else 60_000
+    sub = wire.Sub(
+        sub_id=1,
+        patterns=("grp",),
+        start=wire.StartPosition.EARLIEST,
+        ack_mode=wire.AckMode.EXPLICIT,
+        group="workers",
+        ack_wait_ms=ack_wait_ms,
+    )
+    a = SyncClient.connect(hub.address, name="member-a")
+    b = SyncClient.connect(hub.address, name="member-b")
+    try:
+        for member in (a, b):
+            member.send(sub)
+            member.expect(wire.SubOk)
+        publish_batches(hub.address, "grp", 10, 10)  # offsets 0..99, one batch each
+        a_got: list[int] = []
+        b_got: list[int] = []
+        b_acks: list[int] = []
+        deadline = time.monotonic() + 15
+        a_closed = False
+        while len(set(b_acks)) < 100:
+            assert time.monotonic() < deadline, f"B acked {len(set(b_acks))}/100; A holds {len(a_got)}"
+            if not a_closed:
+                try:
+                    frame = a.recv(0.02)
+                    if isinstance(frame, wire.Deliver):
+                        a_got.extend(o for o, _k, _d in frame.batch.messages())  # A never acks
+                except TimeoutError:
+                    pass
+                if how == "member-leaves" and a_got and len(a_got) + len(b_got) >= 100:
+                    a.close()  # A leaves holding unacknowledged messages
+                    a_closed = True
+            try:
+                frame = b.recv(0.02)
+            except TimeoutError:
+                continue
+            if isinstance(frame, wire.Deliver):
+                offsets = [o for o, _k, _d in frame.batch.messages()]
+                b_got.extend(offsets)
+                b.send(
+                    wire.Ack(
+                        sub_id=1, ranges=(wire.AckRange(topic="grp", first_offset=offsets[0], last_offset=offsets[-1]),)
+                    )
+                )
+                b_acks.extend(offsets)
+        assert a_got, "member A should have been handed some batches"
+        assert sorted(b_acks) == list(range(100)), "every message acked exactly once across the group"
+        assert set(a_got) <= set(b_got)
+        deadline = time.monotonic() + 5
+        while True:
+            g = group_status(hub.address, "workers")
+            assert g is not None
+            if g["pending_total"] == 0 and g["acked_floor"] == {"grp": 100}:
+                break
+            assert time.monotonic() < deadline, g
+            time.sleep(0.05)
+        assert g["redelivered_messages"] >= len(set(a_got))
+    finally:
+        a.close()
+        b.close()
+
+
+# -- 8. idempotent retry ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("durability", ["received", "fsync"])
+def test_idempotent_retry_across_reconnect_and_restart(start_hub: StartHub, tmp_path: Path, durability: str) -> None:
+    data_dir = tmp_path / "data"
+    args = hub_args(data_dir, durability=durability)
+    hub = start_hub(*args)
+    pid = 0xBEEF
+    first = publish_frame("idem", [b"one", b"two"], producer=pid, seq=1)
+    second = publish_frame("idem", [b"three"], producer=pid, seq=2)
+    multi = publish_frame(("idem", "idem.other"), [b"four"], producer=pid, seq=3)
+    with SyncClient.connect(hub.address) as client:
+        client.send(first, first)
+        ack1, dup1 = client.expect(wire.PublishAck), client.expect(wire.PublishAck)
+        assert ack1.status is wire.AckStatus.STORED and [(r.first_offset, r.num) for r in ack1.ranges] == [(0, 2)]
+        assert (dup1.status, dup1.sequence, dup1.ranges) == (wire.AckStatus.DUPLICATE, 1, ())
+        client.send(second)
+        assert client.expect(wire.PublishAck).status is wire.AckStatus.STORED
+    # The same PUBLISH after a reconnect: the ack may have been lost with the connection.
+    with SyncClient.connect(hub.address) as client:
+        client.send(second, first, multi, multi)
+        acks = [client.expect(wire.PublishAck) for _ in range(4)]
+    assert [(a.sequence, a.status) for a in acks] == [
+        (2, wire.AckStatus.DUPLICATE),
+        (1, wire.AckStatus.DUPLICATE),
+        (3, wire.AckStatus.STORED),
+        (3, wire.AckStatus.DUPLICATE),
+    ]
+    kill9(hub)
+    hub = start_hub(*args)
+    # ... and after a hub restart: positions are rebuilt from the log.
+    with SyncClient.connect(hub.address) as client:
+        client.send(first, second, multi, publish_frame("idem", [b"five"], producer=pid, seq=4))
+        acks = [client.expect(wire.PublishAck) for _ in range(4)]
+    assert [a.status for a in acks] == [wire.AckStatus.DUPLICATE] * 3 + [wire.AckStatus.STORED]
+    assert [(r.topic, r.first_offset) for r in acks[3].ranges] == [("idem", 4)]
+    # (one subscription per topic: a multi-topic message reaches one subscription once)
+    reads, _ = read_all(hub.address, ["idem"])
+    assert reads["idem"] == [(0, b"one"), (1, b"two"), (2, b"three"), (3, b"four"), (4, b"five")]
+    reads, _ = read_all(hub.address, ["idem.other"])
+    assert reads["idem.other"] == [(0, b"four")]
