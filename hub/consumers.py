@@ -107,6 +107,12 @@ class ConsumerRegistry:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
+        # The rename must be durable too, or a power loss brings back older positions.
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         self._dirty = False
         self.saves += 1
 
