@@ -1,0 +1,88 @@
+"""Pure parts of the mesh: encoders, the v2 window, the interest table."""
+
+from __future__ import annotations
+
+import pytest
+
+import wire
+from hub.mesh.interest import InterestTable, LocalInterest
+from hub.mesh.protocols import encode_forward_batch, encode_forward_set, encode_v1_forwards
+from hub.mesh.session import topic_chunks
+from hub.mesh.window import ForwardWindow, WindowEntry
+
+GOLDEN_FORWARD = bytes.fromhex("060000001a0207746f7069635f3107746f7069635f320000000568656c6c6f")
+
+
+def test_v1_forward_matches_the_seed_golden_vector() -> None:
+    frames, count = encode_v1_forwards(wire.MessageSet.build(["topic_1", "topic_2"], [(b"", b"hello")]))
+    assert (frames, count) == (GOLDEN_FORWARD, 1)
+    two, n = encode_v1_forwards(wire.MessageSet.build(["topic_1", "topic_2"], [(b"k", b"hello"), (b"", b"hello")]))
+    assert (two, n) == (GOLDEN_FORWARD * 2, 2)  # v1 has no keys: they are dropped
+
+
+def test_forward_batch_is_byte_identical_to_wire() -> None:
+    sets = (
+        wire.ForwardSet(
+            origin_seq=42,
+            timestamp=1700000000000000,
+            messages=wire.MessageSet.build(["orders.eu"], [(b"k1", b"a"), (b"", b"b")]),
+        ),
+        wire.ForwardSet(
+            origin_seq=44,
+            timestamp=1700000000000250,
+            messages=wire.MessageSet.build(["orders.eu", "audit"], [(b"", b"c")]),
+        ),
+    )
+    ours = encode_forward_batch(3, [encode_forward_set(s.origin_seq, s.timestamp, s.messages) for s in sets])
+    assert ours == wire.ForwardBatch(origin=3, sets=sets).encode()
+    assert len(ours) == 5 + 109  # the docs/protocol.md example
+
+
+def _entry(first: int, count: int = 1) -> WindowEntry:
+    return WindowEntry(first_seq=first, last_seq=first + count - 1, count=count, encoded=b"x" * 10)
+
+
+def test_window_acks_cumulatively_and_resumes_from_a_position() -> None:
+    w = ForwardWindow(max_sets=100, max_bytes=10_000)
+    for seq in range(1, 11):
+        w.push(_entry(seq))
+    assert [e.first_seq for e in w.take_unsent(35, 100)] == [1, 2, 3]  # 3 x 10 bytes fit in 35
+    assert w.ack(2) == 2
+    assert len(w) == 8 and w.unacked == 1
+    w.take_unsent(1000, 100)
+    w.resume(6)  # the peer stored up to 6: 7..10 go again, in order
+    assert [e.first_seq for e in w.take_unsent(1000, 100)] == [7, 8, 9, 10]
+
+
+def test_window_bound_counts_what_it_pushes_out() -> None:
+    w = ForwardWindow(max_sets=3, max_bytes=10_000)
+    for seq in range(1, 6):
+        w.push(_entry(seq, count=2))
+    assert len(w) == 3
+    assert w.evicted.unsent_messages == 4
+
+
+def test_interest_table_is_a_set_with_patterns() -> None:
+    t: InterestTable[str] = InterestTable()
+    assert t.add("a", ["orders.*", "orders.*", "audit.>"]) == ["orders.*", "audit.>"]
+    t.add("b", ["orders.eu"])
+    assert t.peers_for(["orders.eu"]) == {"a", "b"}
+    assert t.peers_for(["audit.x.y"]) == {"a"}
+    assert t.peers_for(["audit"]) == set()
+    assert t.remove("a", ["orders.*"]) == ["orders.*"]
+    assert t.peers_for(["orders.eu"]) == {"b"}
+    assert t.drop_peer("a") == ["audit.>"]
+    assert t.peers() == ["b"]
+
+
+def test_local_interest_and_invalid_patterns() -> None:
+    local = LocalInterest()
+    local.add(["topic_1"])
+    assert local.wants(["x", "topic_1"]) and not local.wants(["topic_2"])
+    with pytest.raises(ValueError):
+        local.add(["a..b"])
+
+
+def test_subscribe_chunks_hold_at_most_255_topics() -> None:
+    chunks = topic_chunks([f"t{i}" for i in range(600)])
+    assert [len(c) for c in chunks] == [255, 255, 90]
