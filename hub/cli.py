@@ -41,6 +41,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--retention-check-seconds", type=float, help="seconds between retention checks")
     p.add_argument("--consumer-expiry-seconds", type=float, help="forget idle durable subscriptions and groups")
     p.add_argument("--ack-wait-seconds", type=float, help="default group redelivery timeout")
+    p.add_argument("--mesh-listen", help="libp2p multiaddr for the mesh, e.g. /ip4/127.0.0.1/tcp/0 (default: no mesh)")
+    p.add_argument(
+        "--bootstrap", action="append", help="multiaddr of a hub to join through, ending in /p2p/<id> (repeatable)"
+    )
+    p.add_argument("--cluster", help="cluster name: hubs find each other under it in the DHT (default 'default')")
+    p.add_argument("--max-peers", type=int, help="full mesh up to this many peers")
+    p.add_argument(
+        "--no-discovery", action="store_true", default=None, help="link only to --bootstrap hubs (no DHT discovery)"
+    )
+    p.add_argument("--mesh-heartbeat-interval", type=float, help="seconds between mesh heartbeats")
+    p.add_argument("--mesh-heartbeat-misses", type=int, help="missed mesh heartbeats before a peer is dead")
     p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     return p
 
@@ -53,6 +64,9 @@ async def run_hub(server: HubServer) -> None:
             address = await nursery.start(server.serve)
             print(f"listening on {address}", flush=True)
             print(f"hub id {server.hub_id:016x}", flush=True)
+            if server.mesh is not None:
+                for addr in server.mesh.listen_addrs:
+                    print(f"mesh listening on {addr}", flush=True)
             async for signum in signals:
                 logging.getLogger("pub0sub.hub").warning("signal %d: shutting down", signum)
                 break
@@ -81,6 +95,13 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "retention_check_seconds": args.retention_check_seconds,
         "consumer_expiry_seconds": args.consumer_expiry_seconds,
         "ack_wait_seconds": args.ack_wait_seconds,
+        "mesh_listen": args.mesh_listen,
+        "bootstrap": tuple(args.bootstrap) if args.bootstrap else None,
+        "cluster": args.cluster,
+        "max_peers": args.max_peers,
+        "discovery": False if args.no_discovery else None,
+        "mesh_heartbeat_interval": args.mesh_heartbeat_interval,
+        "mesh_heartbeat_misses": args.mesh_heartbeat_misses,
     }
     try:
         config = load_config(file=args.config, overrides=overrides)

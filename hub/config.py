@@ -52,6 +52,19 @@ class HubConfig:
     consumer_expiry_seconds: float = 7 * 24 * 3600.0
     #: Default seconds a group waits for an ack before redelivering.
     ack_wait_seconds: float = 30.0
+    #: libp2p listen multiaddr for the mesh (e.g. /ip4/0.0.0.0/tcp/7421); None = no mesh.
+    mesh_listen: str | None = None
+    #: Multiaddrs of hubs to join through (ending in /p2p/<peer id>).
+    bootstrap: tuple[str, ...] = ()
+    #: Hubs of one cluster find each other under this name in the DHT.
+    cluster: str = "default"
+    #: Full mesh up to this many peers.
+    max_peers: int = 64
+    #: Find hubs through the DHT (off: link only to --bootstrap hubs, e.g. behind a fixed proxy).
+    discovery: bool = True
+    #: Seconds between heartbeats on mesh links; ``mesh_heartbeat_misses`` missed = peer dead.
+    mesh_heartbeat_interval: float = 1.0
+    mesh_heartbeat_misses: int = 3
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -75,10 +88,19 @@ class HubConfig:
 
 def _coerce(f: dataclasses.Field[Any], raw: Any) -> Any:
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    kind = kind.replace(" ", "")
     if raw is None:
         return None
     if "Path" in kind:
         return Path(raw)
+    if kind.startswith("tuple"):
+        if isinstance(raw, str):
+            return tuple(part.strip() for part in raw.split(",") if part.strip())
+        return tuple(str(item) for item in raw)
+    if kind == "bool":
+        if isinstance(raw, str):
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        return bool(raw)
     if kind == "int":
         return int(raw)
     if kind == "float":

@@ -81,46 +81,20 @@ class Publisher:
         seq = frame.sequence
         timestamp = server.clock()
         ranges: dict[str, list[int]] = {}
-        match = server.router.match
-        origin = server.hub_id
+        mesh = server.mesh
         stored_any = False
         try:
             for mset in frame.sets:
-                count = mset.count
-                records = mset.records
-                topics = mset.topics
-                origin_seq = server.next_origin_seq(count)
-                seen: set[Subscription] | None = set() if len(topics) > 1 else None
-                for name in topics:
-                    topic = self.topic(name, timestamp)
-                    # Idempotence is per topic: a retry after a crash between two
-                    # topics' appends completes the missing ones and doubles none.
-                    if producer and topic.producers.get(producer, 0) >= seq:
-                        continue
-                    batch = SharedBatch(name, topic.next_offset, timestamp, origin, origin_seq, count, records)
-                    segment = topic.append(
-                        batch, topics=topics, producer_id=producer, producer_seq=seq, append_ts=timestamp
-                    )
-                    if segment is not None and store is not None:
-                        store.wrote(segment)
+                origin_seq = server.next_origin_seq(mset.count)
+                stored = self.store_set(
+                    mset.topics, mset.count, mset.records, timestamp=timestamp, origin=server.hub_id,
+                    origin_seq=origin_seq, producer=producer, producer_seq=seq, ranges=ranges,
+                )
+                if stored:
                     stored_any = True
-                    entry = ranges.get(name)
-                    if entry is None:
-                        ranges[name] = [batch.base_offset, count]
-                    else:
-                        entry[1] += count
-                    stats.messages_in += count
-                    stats.bytes_in += len(records)
-                    conn.messages_in += count
-                    for sub in match(name):
-                        if not sub.live:
-                            sub.wake()
-                            continue
-                        if seen is not None:
-                            if sub in seen:
-                                continue
-                            seen.add(sub)
-                        sub.conn.deliver(sub, batch)
+                    conn.messages_in += mset.count
+                    if mesh is not None:
+                        mesh.forward(origin_seq, timestamp, mset)
         except OSError as exc:
             log.critical("cannot append to the log: %s", exc)
             if store is not None:
@@ -141,6 +115,61 @@ class Publisher:
             else:
                 ack = PublishAck(producer_id=producer, sequence=seq, status=AckStatus.DUPLICATE, timestamp=timestamp)
             self._acknowledge(conn, ack.encode(), seq)
+
+    def store_set(
+        self,
+        topics: tuple[str, ...],
+        count: int,
+        records: bytes,
+        *,
+        timestamp: int,
+        origin: int,
+        origin_seq: int,
+        producer: int = 0,
+        producer_seq: int = 0,
+        ranges: dict[str, list[int]] | None = None,
+    ) -> bool:
+        """Append one message set to its topics and route it; False if every topic had it.
+
+        Shared by local publishes and sets forwarded from other hubs: live
+        subscribers get the batch (encoded once), followers and groups are woken.
+        """
+        server = self.server
+        stats = server.stats
+        store = server.store
+        match = server.router.match
+        seen: set[Subscription] | None = set() if len(topics) > 1 else None
+        stored = False
+        for name in topics:
+            topic = self.topic(name, timestamp)
+            # Idempotence is per topic: a retry after a crash between two
+            # topics' appends completes the missing ones and doubles none.
+            if producer and topic.producers.get(producer, 0) >= producer_seq:
+                continue
+            batch = SharedBatch(name, topic.next_offset, timestamp, origin, origin_seq, count, records)
+            segment = topic.append(batch, topics=topics, producer_id=producer, producer_seq=producer_seq,
+                                   append_ts=server.clock() if origin != server.hub_id else timestamp)
+            if segment is not None and store is not None:
+                store.wrote(segment)
+            stored = True
+            if ranges is not None:
+                entry = ranges.get(name)
+                if entry is None:
+                    ranges[name] = [batch.base_offset, count]
+                else:
+                    entry[1] += count
+            stats.messages_in += count
+            stats.bytes_in += len(records)
+            for sub in match(name):
+                if not sub.live:
+                    sub.wake()
+                    continue
+                if seen is not None:
+                    if sub in seen:
+                        continue
+                    seen.add(sub)
+                sub.conn.deliver(sub, batch)
+        return stored
 
     def _acknowledge(self, conn: ClientConnection, ack: bytes, seq: int) -> None:
         store = self.server.store

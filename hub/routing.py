@@ -11,7 +11,7 @@ token and ``>`` (last token only) matches one or more tokens.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 S = TypeVar("S", bound=Hashable)
@@ -67,10 +67,14 @@ class RoutingTable(Generic[S]):
         self._exact: dict[str, dict[S, int]] = {}
         self._wild: dict[str, tuple[tuple[str, ...], dict[S, int]]] = {}
         self._cache: dict[str, tuple[S, ...]] = {}
+        #: called with (pattern, True) when a pattern gets its first subscriber and
+        #: (pattern, False) when it loses its last: the mesh announces and withdraws interest
+        self.on_change: Callable[[str, bool], None] | None = None
 
     def add(self, pattern: str, sub: S) -> None:
         """Register ``sub`` for ``pattern`` (counted: adding twice needs two removes)."""
         tokens = check_pattern(pattern)
+        new = pattern not in self._wild and pattern not in self._exact
         if is_pattern(pattern):
             entry = self._wild.setdefault(pattern, (tokens, {}))
             entry[1][sub] = entry[1].get(sub, 0) + 1
@@ -78,6 +82,8 @@ class RoutingTable(Generic[S]):
             subs = self._exact.setdefault(pattern, {})
             subs[sub] = subs.get(sub, 0) + 1
         self._cache.clear()
+        if new and self.on_change is not None:
+            self.on_change(pattern, True)
 
     def remove(self, pattern: str, sub: S) -> bool:
         """Unregister one registration of ``sub`` for ``pattern``; False if absent."""
@@ -96,6 +102,8 @@ class RoutingTable(Generic[S]):
                     del self._wild[pattern]
                 else:
                     del self._exact[pattern]
+                if self.on_change is not None:
+                    self.on_change(pattern, False)
         self._cache.clear()
         return True
 

@@ -10,7 +10,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -44,6 +44,10 @@ from .storage.store import LogStore
 from .storage.topic_log import LogSettings
 from .subscribing import Subscriptions
 from .subscription import Subscription
+
+if TYPE_CHECKING:
+    from .mesh.mesh import Mesh
+    from .meshlink import MeshBridge
 
 log = logging.getLogger("pub0sub.hub")
 
@@ -96,6 +100,10 @@ class HubServer:
             self._open_storage()
         self.publisher = Publisher(self)
         self.subscriptions = Subscriptions(self)
+        self.mesh_bridge: MeshBridge | None = None
+        self.mesh: Mesh | None = None
+        if config.mesh_listen:
+            self._open_mesh()
         self._next_conn_id = 1
         self._rates: dict[str, float] = {"messages_in_per_s": 0.0, "deliveries_per_s": 0.0}
         self._cancel: trio.CancelScope | None = None
@@ -153,6 +161,26 @@ class HubServer:
                     state.positions[topic] = AckTracker(end)
                     self.consumers.touch()
 
+    def _open_mesh(self) -> None:
+        # Imported here: libp2p costs ~1 s and ~85 MiB, and a hub without a mesh needs none of it.
+        from .mesh.config import MeshConfig
+        from .meshlink import MeshBridge
+
+        config = self.config
+        assert config.mesh_listen is not None
+        mesh_config = MeshConfig(
+            listen=config.mesh_listen,
+            bootstrap=tuple(config.bootstrap),
+            cluster=config.cluster,
+            data_dir=config.data_dir,
+            discovery=config.discovery,
+            max_peers=config.max_peers,
+            heartbeat_interval=config.mesh_heartbeat_interval,
+            heartbeat_misses=config.mesh_heartbeat_misses,
+        )
+        self.mesh_bridge = MeshBridge(self, mesh_config)
+        self.mesh = self.mesh_bridge.mesh
+
     def next_origin_seq(self, count: int) -> int:
         seq = self._origin_seq
         self._origin_seq += count
@@ -181,6 +209,8 @@ class HubServer:
                     nursery.start_soon(self._retention_loop)
                 if self.consumers is not None:
                     nursery.start_soon(self.consumers.save_loop)
+                if self.mesh is not None:
+                    await nursery.start(self.mesh.run)
                 await nursery.start(trio.serve_listeners, self._handle_stream, listeners)
                 log.info("hub %016x listening on %s", self.hub_id, self.address)
                 task_status.started(self.address)
@@ -375,6 +405,8 @@ class HubServer:
                     if r.truncated_bytes or r.bad_ranges or r.corrupt_copy
                 ],
             }
+        if self.mesh_bridge is not None:
+            doc["mesh"] = self.mesh_bridge.status()
         if self.subscriptions.groups:
             doc["groups"] = [g.status() for g in self.subscriptions.groups.values()]
         if self.consumers is not None:

@@ -25,9 +25,15 @@ DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 NOISY_LOGGERS = ("libp2p", "multiaddr", "async_service", "libp2p.kad_dht", "libp2p.network", "libp2p.host")
 
 
+#: These warn on every DHT stream a peer closes (an empty EOF message): routine, not a problem.
+ROUTINE_WARNING_LOGGERS = ("libp2p.kad_dht.kad_dht",)
+
+
 def quiet_libp2p_logs(level: int = logging.WARNING) -> None:
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    for name in ROUTINE_WARNING_LOGGERS:
+        logging.getLogger(name).setLevel(max(level, logging.ERROR))
 
 
 def make_host(key_pair: KeyPair, listen: str = DEFAULT_LISTEN) -> IHost:
