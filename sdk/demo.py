@@ -1,11 +1,11 @@
-"""``pub0sub demo``: a local hub with traffic a person can watch.
+"""``pub0sub demo``: a local hub mesh with traffic a person can watch.
 
-Starts a hub (a subprocess, data in a local folder), simulated sensors
-publishing JSON readings to ``sensors.<room>.<kind>`` topics, a live pattern
-subscriber (``sensors.>``) that measures rates and publish-to-deliver latency,
-and a durable consumer of ``alerts`` -- then shows it all in a live table until
-Ctrl-C (or ``--seconds``).  Everything runs on 127.0.0.1; nothing outside the
-machine is needed.
+Starts three meshed hubs (subprocesses on 127.0.0.1, data in a local folder),
+simulated sensors publishing JSON readings to ``sensors.<room>.<kind>`` topics
+on hub-1, a live pattern subscriber (``sensors.>``) on hub-3 that measures
+rates and publish-to-deliver latency across the mesh, and a durable consumer
+of ``alerts`` on hub-2 -- then shows it all in a live table until Ctrl-C (or
+``--seconds``).  Nothing outside the machine is needed.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
-import sys
 import time
 from collections import defaultdict, deque
 from collections.abc import Sequence
@@ -28,10 +26,11 @@ from rich.live import Live
 from rich.table import Table
 
 from . import connect
+from .cluster import LocalCluster
 
 ROOMS = ("kitchen", "lab", "server-room", "garage")
 KINDS = ("temperature", "humidity")
-HUB_START_SECONDS = 20.0
+HUBS = 3
 
 
 @dataclass
@@ -51,35 +50,17 @@ class TopicStats:
 
 @dataclass
 class DemoState:
-    address: str = ""
-    data_dir: str = ""
+    #: client addresses: sensors publish on the first hub, the watcher reads on the last
+    addresses: list[str]
+    data_dir: str
     published: int = 0
     topics: dict[str, TopicStats] = field(default_factory=lambda: defaultdict(TopicStats))
     alerts: deque[str] = field(default_factory=lambda: deque(maxlen=5))
-    hub: dict[str, Any] = field(default_factory=dict)
-    started: float = field(default_factory=time.monotonic)
-
-
-def start_hub(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hub", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), "--name", "demo"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + HUB_START_SECONDS
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("listening on "):
-            return proc, line.split()[-1]
-        if not line:
-            break
-    proc.terminate()
-    raise RuntimeError("the hub did not start")
+    hubs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 async def sensors(state: DemoState, rate: float) -> None:
-    async with connect(state.address, name="demo-sensors") as client:
+    async with connect(state.addresses[0], name="demo-sensors") as client:
         period = 1.0 / rate
         next_at = trio.current_time()
         values = {(r, k): 20.0 if k == "temperature" else 45.0 for r in ROOMS for k in KINDS}
@@ -97,7 +78,7 @@ async def sensors(state: DemoState, rate: float) -> None:
 
 
 async def watcher(state: DemoState) -> None:
-    async with connect(state.address, name="demo-watcher") as client, client.subscribe("sensors.>") as sub:
+    async with connect(state.addresses[-1], name="demo-watcher") as client, client.subscribe("sensors.>") as sub:
         async for batch in sub.batches():
             now_us = time.time_ns() // 1000
             for msg in batch:
@@ -115,16 +96,17 @@ async def watcher(state: DemoState) -> None:
 async def alert_consumer(state: DemoState) -> None:
     # Durable: stop the demo and start it again on the same data dir, and this
     # consumer resumes where it left off (acknowledged position kept on disk).
-    async with connect(state.address, name="demo-alerts") as client:
+    async with connect(state.addresses[len(state.addresses) // 2], name="demo-alerts") as client:
         async with client.subscribe("alerts", durable="demo-alerts", start="earliest", ack="auto") as sub:
             async for msg in sub:
                 state.alerts.append(f"[{msg.offset}] {msg.data.decode()}")
 
 
-async def hub_status(state: DemoState) -> None:
-    async with connect(state.address, name="demo-status") as client:
+async def hub_status(state: DemoState, address: str) -> None:
+    async with connect(address, name="demo-status") as client:
         while True:
-            state.hub = await client.status()
+            doc = await client.status()
+            state.hubs[doc.get("name") or address] = doc
             await trio.sleep(1.0)
 
 
@@ -136,7 +118,7 @@ def percentile(values: Sequence[int], q: float) -> int:
 
 
 def render(state: DemoState) -> Group:
-    table = Table(title=f"pub0sub demo - hub {state.address} - data in {state.data_dir}", expand=False)
+    table = Table(title=f"sensors publish on hub-1, read on hub-{len(state.addresses)} (latency across the mesh)")
     for name in ("topic", "messages", "msgs/s", "last offset", "last value", "p50 µs", "p99 µs"):
         table.add_column(name, justify="left" if name == "topic" else "right")
     for topic in sorted(state.topics):
@@ -144,30 +126,35 @@ def render(state: DemoState) -> Group:
         table.add_row(
             topic, str(s.messages), f"{s.rate():.0f}", str(s.last_offset), s.last_value,
             str(percentile(s.latencies, 0.5)), str(percentile(s.latencies, 0.99)),
-        )
-    hub = state.hub
-    counters = hub.get("counters", {})
-    footer = Table.grid(padding=(0, 2))
-    footer.add_row(
-        f"published {state.published}",
-        f"hub: {hub.get('connections', 0)} connections, {hub.get('subscriptions', 0)} subscriptions, "
-        f"{hub.get('topics', 0)} topics, in {hub.get('rates', {}).get('messages_in_per_s', 0):.0f} msgs/s, "
-        f"dropped {counters.get('dropped_messages', 0)}",
-    )
-    alerts = Table(title="durable consumer of 'alerts' (latest 5)", show_header=False)
+        )  # fmt: skip
+    hubs = Table(title=f"hubs (data in {state.data_dir}/)")
+    for name in ("hub", "clients", "mesh peers", "in msgs/s", "forwarded in", "topics", "subscriptions", "dropped"):
+        hubs.add_column(name, justify="left" if name in ("hub", "clients") else "right")
+    for name in sorted(state.hubs):
+        doc = state.hubs[name]
+        mesh = doc.get("mesh", {})
+        peers = sum(1 for p in mesh.get("peers", []) if p.get("connected"))
+        hubs.add_row(
+            name, doc.get("listen", ""), str(peers), f"{doc.get('rates', {}).get('messages_in_per_s', 0):.0f}",
+            str(mesh.get("forwarded_messages_in", 0)), str(doc.get("topics", 0)), str(doc.get("subscriptions", 0)),
+            str(doc.get("counters", {}).get("dropped_messages", 0)),
+        )  # fmt: skip
+    alerts = Table(title="durable consumer of 'alerts' on hub-2 (latest 5)", show_header=False)
     alerts.add_column("alert")
     for line in state.alerts:
         alerts.add_row(line)
-    return Group(table, footer, alerts)
+    return Group(table, hubs, alerts, f"published {state.published} - Ctrl-C stops the demo")
 
 
 def plain_line(state: DemoState) -> str:
     total = sum(s.messages for s in state.topics.values())
     rate = sum(s.rate() for s in state.topics.values())
     lat = [v for s in state.topics.values() for v in s.latencies]
+    forwarded = sum(doc.get("mesh", {}).get("forwarded_messages_in", 0) for doc in state.hubs.values())
     return (
         f"published={state.published} delivered={total} rate={rate:.0f}/s topics={len(state.topics)} "
-        f"p50={percentile(lat, 0.5)}us p99={percentile(lat, 0.99)}us alerts={len(state.alerts)}"
+        f"p50={percentile(lat, 0.5)}us p99={percentile(lat, 0.99)}us forwarded_in={forwarded} "
+        f"alerts={len(state.alerts)}"
     )
 
 
@@ -175,8 +162,9 @@ async def run_demo(state: DemoState, rate: float, seconds: float | None, console
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watcher, state)
         nursery.start_soon(alert_consumer, state)
-        nursery.start_soon(hub_status, state)
-        await trio.sleep(0.2)  # let the subscriptions open before traffic starts
+        for address in state.addresses:
+            nursery.start_soon(hub_status, state, address)
+        await trio.sleep(1.0)  # let the subscriptions open and their interest reach hub-1
         nursery.start_soon(sensors, state, rate)
         deadline = trio.current_time() + seconds if seconds else float("inf")
         if console.is_terminal:
@@ -192,26 +180,31 @@ async def run_demo(state: DemoState, rate: float, seconds: float | None, console
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub demo") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--data-dir", type=Path, default=Path("pub0sub-demo-data"), help="where the hub keeps its logs")
-    parser.add_argument("--rate", type=float, default=2000.0, help="sensor readings per second (default 2000)")
+    parser = argparse.ArgumentParser(prog=prog, description="A local hub mesh with demo traffic to watch.")
+    parser.add_argument("--data-dir", type=Path, default=Path("pub0sub-demo-data"), help="one data dir per hub below")
+    parser.add_argument("--rate", type=float, default=500.0, help="sensor readings per second (default 500)")
     parser.add_argument("--seconds", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
     args = parser.parse_args(argv)
     if args.rate <= 0:
         parser.error("--rate must be positive")
-    console = Console(stderr=False)
-    proc, address = start_hub(args.data_dir)
-    state = DemoState(address=address, data_dir=str(args.data_dir))
-    console.print(f"hub listening on {address}; data in {args.data_dir}/ ; Ctrl-C to stop")
+    console = Console()
+    console.print(f"starting {HUBS} meshed hubs on 127.0.0.1 ...")
+    cluster = LocalCluster(HUBS, args.data_dir)
+    state = DemoState(addresses=[], data_dir=str(args.data_dir))
     try:
+        cluster.start()
+        for hub in cluster.hubs:
+            console.print(f"{hub.name}: clients {hub.address}  mesh {hub.multiaddrs[0]}")
+        if not cluster.wait_converged():
+            console.print("warning: the mesh is not fully linked yet; traffic starts anyway")
+        state.addresses = [h.address for h in cluster.hubs]
         trio.run(run_demo, state, args.rate, args.seconds, console)
     except KeyboardInterrupt:
         pass
+    except RuntimeError as exc:
+        console.print(f"{prog}: {exc}")
+        return 1
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        cluster.stop()
     console.print(plain_line(state))
     return 0
