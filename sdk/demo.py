@@ -96,10 +96,13 @@ async def watcher(state: DemoState) -> None:
 async def alert_consumer(state: DemoState) -> None:
     # Durable: stop the demo and start it again on the same data dir, and this
     # consumer resumes where it left off (acknowledged position kept on disk).
-    async with connect(state.addresses[len(state.addresses) // 2], name="demo-alerts") as client:
-        async with client.subscribe("alerts", durable="demo-alerts", start="earliest", ack="auto") as sub:
-            async for msg in sub:
-                state.alerts.append(f"[{msg.offset}] {msg.data.decode()}")
+    address = state.addresses[len(state.addresses) // 2]
+    async with (
+        connect(address, name="demo-alerts") as client,
+        client.subscribe("alerts", durable="demo-alerts", start="earliest", ack="auto") as sub,
+    ):
+        async for msg in sub:
+            state.alerts.append(f"[{msg.offset}] {msg.data.decode()}")
 
 
 async def hub_status(state: DemoState, address: str) -> None:
