@@ -83,12 +83,23 @@ class Publisher:
         ranges: dict[str, list[int]] = {}
         mesh = server.mesh
         stored_any = False
+        # Idempotence is decided once per topic for the whole frame, before anything
+        # is appended: a frame may hold several sets for one topic, and the first
+        # append must not make the later ones look like a retry.  Per topic: a retry
+        # after a crash between two topics' appends completes the missing ones.
+        already: set[str] = set()
+        if producer:
+            for mset in frame.sets:
+                for name in mset.topics:
+                    topic = self.existing(name)
+                    if topic is not None and topic.producers.get(producer, 0) >= seq:
+                        already.add(name)
         try:
             for mset in frame.sets:
                 origin_seq = server.next_origin_seq(mset.count)
                 stored = self.store_set(
                     mset.topics, mset.count, mset.records, timestamp=timestamp, origin=server.hub_id,
-                    origin_seq=origin_seq, producer=producer, producer_seq=seq, ranges=ranges,
+                    origin_seq=origin_seq, producer=producer, producer_seq=seq, ranges=ranges, skip=already,
                 )
                 if stored:
                     stored_any = True
@@ -128,6 +139,7 @@ class Publisher:
         producer: int = 0,
         producer_seq: int = 0,
         ranges: dict[str, list[int]] | None = None,
+        skip: set[str] | frozenset[str] = frozenset(),
     ) -> bool:
         """Append one message set to its topics and route it; False if every topic had it.
 
@@ -141,11 +153,9 @@ class Publisher:
         seen: set[Subscription] | None = set() if len(topics) > 1 else None
         stored = False
         for name in topics:
-            topic = self.topic(name, timestamp)
-            # Idempotence is per topic: a retry after a crash between two
-            # topics' appends completes the missing ones and doubles none.
-            if producer and topic.producers.get(producer, 0) >= producer_seq:
+            if name in skip:
                 continue
+            topic = self.topic(name, timestamp)
             batch = SharedBatch(name, topic.next_offset, timestamp, origin, origin_seq, count, records)
             segment = topic.append(batch, topics=topics, producer_id=producer, producer_seq=producer_seq,
                                    append_ts=server.clock() if origin != server.hub_id else timestamp)

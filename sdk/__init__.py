@@ -1,0 +1,48 @@
+"""pub0sub's Python SDK: an async client (anyio: trio or asyncio) and a blocking client.
+
+>>> import sdk
+>>> async def main():                                          # doctest: +SKIP
+...     async with sdk.connect("127.0.0.1:7420") as client:
+...         async with client.subscribe("greetings") as sub:
+...             await client.publish("greetings", b"hello")
+...             msg = await sub.__anext__()
+...             print(msg.topic, msg.offset, msg.data)
+
+See ``docs/sdk.md`` for the guide.
+"""
+
+from __future__ import annotations
+
+from .blocking import BlockingClient, BlockingSubscription, connect_blocking
+from .client import Client, connect
+from .errors import (
+    ConnectionLostError,
+    HubError,
+    ProtocolError,
+    Pub0subError,
+    PublishTimeoutError,
+    SlowConsumerError,
+    SubscriptionClosedError,
+)
+from .messages import Gap, Message, PublishAck, Reconnect
+from .subscription import Subscription
+
+__all__ = [
+    "BlockingClient",
+    "BlockingSubscription",
+    "Client",
+    "ConnectionLostError",
+    "Gap",
+    "HubError",
+    "Message",
+    "ProtocolError",
+    "Pub0subError",
+    "PublishAck",
+    "PublishTimeoutError",
+    "Reconnect",
+    "SlowConsumerError",
+    "Subscription",
+    "SubscriptionClosedError",
+    "connect",
+    "connect_blocking",
+]

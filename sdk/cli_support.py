@@ -1,0 +1,45 @@
+"""What the ``pub0sub pub|sub|status`` commands share: the hub option, error reporting, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+from .errors import ConnectionLostError, Pub0subError
+
+#: Environment variable giving the default ``--hub``.
+HUB_ENV = "PUB0SUB_HUB"
+DEFAULT_HUB = "127.0.0.1:7420"
+
+
+def add_hub_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hub",
+        default=os.environ.get(HUB_ENV, DEFAULT_HUB),
+        metavar="HOST:PORT",
+        help=f"hub client address (default: ${HUB_ENV} or {DEFAULT_HUB})",
+    )
+
+
+def run(prog: str, body: Callable[[], int]) -> int:
+    """Run a command body: 1 with a one-line message on hub/connection errors, 130 on Ctrl-C, no tracebacks."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep Python from complaining at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except ConnectionLostError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    except (Pub0subError, TimeoutError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,429 @@
+"""The async client: a thin anyio driver around :class:`sdk.protocol.ClientProtocol`.
+
+Runs under trio and asyncio alike.  Per connection one reader task feeds the
+protocol core and one timer task runs heartbeats; a flusher task turns
+buffered publishes into frames when the publishing task yields (or after
+``linger``).  Every write goes through one lock, one ``send`` per chunk.
+
+>>> async def main():                                           # doctest: +SKIP
+...     async with sdk.connect("127.0.0.1:4222") as client:
+...         async with client.subscribe("orders.*") as sub:
+...             await client.publish("orders.eu", b"hello")
+...             async for msg in sub:
+...                 print(msg.topic, msg.offset, msg.data)
+...                 break
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+
+import wire
+
+from .address import parse_address
+from .batching import DEFAULT_FLUSH_BYTES, Ticket
+from .errors import ConnectionLostError, HubError, Pub0subError, PublishTimeoutError
+from .messages import PublishAck, Reconnect
+from .protocol import DEFAULT_MAX_PENDING_BYTES, FATAL_CODES, ClientProtocol, State
+from .subscription import Subscription
+
+_READ_SIZE = 256 * 1024
+#: How long connect() and each reconnect attempt may take, handshake included.
+DEFAULT_CONNECT_TIMEOUT = 10.0
+_DISCONNECTS = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
+
+
+@asynccontextmanager
+async def connect(
+    address: str,
+    *,
+    name: str = "",
+    token: bytes = b"",
+    reconnect: Reconnect | None = Reconnect(),  # noqa: B008 - frozen, shared safely
+    heartbeat: float | None = None,
+    max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+    linger: float = 0.0,
+    flush_bytes: int = DEFAULT_FLUSH_BYTES,
+    producer_id: int | None = None,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+) -> AsyncIterator[Client]:
+    """Connect to a hub at ``"host:port"`` and yield a :class:`Client`.
+
+    * ``reconnect``: a :class:`Reconnect` policy, or ``None`` to raise
+      :class:`ConnectionLostError` on the first loss.  After a reconnect every
+      open subscription is re-opened where it stopped, and acked publishes not
+      yet acknowledged are resent (the idempotent producer id keeps the hub from
+      storing them twice).
+    * ``heartbeat``: seconds between pings when idle (default: the hub's
+      ``heartbeat_ms`` from WELCOME); 3 silent intervals mean the hub is dead.
+    * ``max_pending_bytes``: bytes buffered per subscription in the client before
+      its slow-consumer policy applies.
+    * ``linger``: seconds to wait before sending a partly filled publish batch;
+      0 sends it as soon as the publishing task yields.
+    * ``producer_id``: fixed idempotent producer id (default: random per client).
+
+    >>> async with connect("127.0.0.1:4222", name="worker-1") as client:  # doctest: +SKIP
+    ...     await client.publish("events", b"started")
+    """
+    client = Client(
+        address,
+        name=name,
+        token=token,
+        reconnect=reconnect,
+        heartbeat=heartbeat,
+        max_pending_bytes=max_pending_bytes,
+        linger=linger,
+        flush_bytes=flush_bytes,
+        producer_id=producer_id,
+        connect_timeout=connect_timeout,
+    )
+    try:
+        await client._open()  # outside the task group: a failure is a plain ConnectionLostError
+    except BaseException:
+        client._proto.close()
+        raise
+    body_error: BaseException | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(client._supervise)
+        tg.start_soon(client._flusher)
+        try:
+            yield client
+        except BaseException as exc:
+            # Re-raised below, outside the task group, so callers catch SlowConsumerError & co.
+            # themselves rather than wrapped in an ExceptionGroup.
+            body_error = exc
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client._shutdown()
+            tg.cancel_scope.cancel()
+    if body_error is not None:
+        raise body_error
+
+
+class Client:
+    """A connection to one hub; create it with :func:`connect`."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        name: str,
+        token: bytes,
+        reconnect: Reconnect | None,
+        heartbeat: float | None,
+        max_pending_bytes: int,
+        linger: float,
+        flush_bytes: int,
+        producer_id: int | None,
+        connect_timeout: float,
+    ) -> None:
+        self.address = address
+        self._host, self._port = parse_address(address)
+        self._reconnect = reconnect
+        self._linger = linger
+        self._connect_timeout = connect_timeout
+        self._proto = ClientProtocol(
+            name=name,
+            token=token,
+            producer_id=producer_id,
+            heartbeat=heartbeat,
+            max_pending_bytes=max_pending_bytes,
+            flush_bytes=flush_bytes,
+        )
+        self._stream: anyio.abc.SocketStream | None = None
+        self._send_lock = anyio.Lock()
+        self._connected = anyio.Event()
+        self._flush_wanted = anyio.Event()
+        self._flush_armed = False
+        self._closing = False
+        #: number of connections made (1 after connect(), +1 per reconnect)
+        self.connections = 0
+
+    # -- lifecycle ------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._proto.state == State.READY
+
+    @property
+    def hub_id(self) -> int | None:
+        welcome = self._proto.welcome
+        return welcome.hub_id if welcome else None
+
+    async def _open(self) -> None:
+        """One connection attempt: TCP connect, HELLO, wait for WELCOME."""
+        proto = self._proto
+        try:
+            with anyio.fail_after(self._connect_timeout):
+                stream = await anyio.connect_tcp(self._host, self._port)
+                try:
+                    proto.connection_made()
+                    await stream.send(proto.data_to_send())
+                    while proto.state == State.HANDSHAKE:
+                        data = await stream.receive(_READ_SIZE)
+                        proto.receive_data(data)
+                        if proto.state == State.HANDSHAKE and proto.has_output:
+                            await stream.send(proto.data_to_send())
+                except BaseException:
+                    proto.connection_lost()
+                    await anyio.aclose_forcefully(stream)
+                    raise
+        except TimeoutError:
+            raise ConnectionLostError(f"no WELCOME from {self.address} within {self._connect_timeout:g}s") from None
+        except HubError:
+            raise
+        except _DISCONNECTS as exc:
+            raise ConnectionLostError(f"cannot connect to {self.address}: {_describe(exc)}") from None
+        self._stream = stream
+        self.connections += 1
+        self._connected.set()
+        await self._write()  # resubscriptions and resends queued by the core after WELCOME
+
+    async def _supervise(self) -> None:
+        """Serve the connection; on loss reconnect per policy or fail everything."""
+        while True:
+            error = await self._serve()
+            stream, self._stream = self._stream, None
+            self._connected = anyio.Event()
+            if stream is not None:
+                await anyio.aclose_forcefully(stream)
+            if self._closing:
+                return
+            self._proto.connection_lost(error)
+            fatal = isinstance(error, HubError) and error.code in FATAL_CODES
+            if self._reconnect is None or fatal or not await self._reconnect_loop(error):
+                self._proto.fail(error)
+                self._connected.set()  # wake publishers waiting for a connection: they see the failure
+                return
+
+    async def _reconnect_loop(self, error: BaseException) -> bool:
+        assert self._reconnect is not None
+        for delay in self._reconnect.delays():
+            await anyio.sleep(delay)
+            if self._closing:
+                return False
+            try:
+                await self._open()
+                return True
+            except HubError as exc:
+                if exc.code in FATAL_CODES:
+                    return False
+            except Pub0subError:
+                continue
+        return False
+
+    async def _serve(self) -> BaseException:
+        """Run reader and heartbeat tasks until the connection ends; return why it ended."""
+        reason: list[BaseException] = []
+
+        async def read(scope: anyio.CancelScope) -> None:
+            stream = self._stream
+            assert stream is not None
+            try:
+                while True:
+                    data = await stream.receive(_READ_SIZE)
+                    self._proto.receive_data(data)
+                    if self._proto.has_output:
+                        await self._write()
+            except anyio.EndOfStream:
+                reason.append(ConnectionLostError("the hub closed the connection"))
+            except Pub0subError as exc:
+                reason.append(exc)
+            except _DISCONNECTS as exc:
+                reason.append(ConnectionLostError(f"connection to the hub failed: {_describe(exc)}"))
+            scope.cancel()
+
+        async def beat(scope: anyio.CancelScope) -> None:
+            try:
+                while True:
+                    wait = self._proto.poll()
+                    if self._proto.has_output:
+                        await self._write()
+                    await anyio.sleep(wait)
+            except Pub0subError as exc:
+                reason.append(exc)
+            scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read, tg.cancel_scope)
+            tg.start_soon(beat, tg.cancel_scope)
+        return reason[0] if reason else ConnectionLostError("connection closed")
+
+    async def _write(self) -> None:
+        """Send everything the core has queued; one ``send`` per chunk, never per message."""
+        async with self._send_lock:
+            while (stream := self._stream) is not None and (data := self._proto.data_to_send()):
+                try:
+                    await stream.send(data)
+                except _DISCONNECTS:
+                    # The reader sees the broken stream too and reports it; acked frames get resent.
+                    await anyio.aclose_forcefully(stream)
+                    return
+
+    async def _flusher(self) -> None:
+        """Frame buffered publishes once the publisher yields (or after ``linger``)."""
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted = anyio.Event()
+            if self._linger > 0:
+                await anyio.sleep(self._linger)
+            while self._stream is None and self._proto.failed is None:
+                # Disconnected: leave messages in the buffer so publishers block at flush_bytes.
+                await self._connected.wait()
+            self._flush_armed = False
+            self._proto.flush()
+            await self._write()
+
+    async def _shutdown(self) -> None:
+        try:
+            with anyio.move_on_after(self._connect_timeout):
+                await self.flush()
+        except Pub0subError:
+            pass
+        self._closing = True
+        self._proto.close()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await anyio.aclose_forcefully(stream)
+
+    def _kick(self) -> None:
+        """Have the flusher send what the core queued (credit grants, acks) soon."""
+        if not self._flush_armed:
+            self._flush_armed = True
+            self._flush_wanted.set()
+
+    def _check(self) -> None:
+        failed = self._proto.failed
+        if failed is not None:
+            raise failed
+
+    # -- publishing -----------------------------------------------------------
+
+    async def publish(self, topics: str | Sequence[str], data: bytes, *, key: bytes | None = None) -> None:
+        """Publish ``data`` to one topic or several (once each), without waiting for the hub.
+
+        Messages are buffered and sent in batches: consecutive publishes to the
+        same topics share one message set, and a batch goes out when it passes
+        ``flush_bytes`` or when this task next yields.  Order is kept per topic.
+        Unacknowledged publishes in flight when a connection drops are lost
+        (at-most-once); use :meth:`publish_acked` for at-least-once.
+
+        >>> await client.publish(["orders", "audit"], b'{"id": 1}', key=b"cust-9")  # doctest: +SKIP
+        """
+        if self._proto.publish(topics, data, key):
+            await self._flush_now()
+        elif not self._flush_armed:
+            self._flush_armed = True
+            self._flush_wanted.set()
+
+    async def flush(self) -> None:
+        """Send every buffered publish now (returns once written to the socket, not acked)."""
+        self._check()
+        await self._flush_now()
+
+    async def _flush_now(self) -> None:
+        self._proto.flush()
+        while self._stream is None and self._proto.failed is None:
+            # Disconnected: hold the publisher here so buffered frames cannot grow without bound.
+            await self._connected.wait()
+        self._check()
+        await self._write()
+
+    async def publish_acked(
+        self, topics: str | Sequence[str], data: bytes, *, key: bytes | None = None, timeout: float | None = None
+    ) -> PublishAck:
+        """Publish and wait until the hub has stored the message; returns its offsets.
+
+        Concurrent calls share frames (one PUBLISH_ACK covers a whole batch).
+        Raises :class:`PublishTimeoutError` after ``timeout`` seconds (the outcome
+        is then unknown) and :class:`ConnectionLostError` if the connection is
+        lost for good.  After a reconnect the batch is resent.
+
+        >>> ack = await client.publish_acked("orders", b"paid")   # doctest: +SKIP
+        >>> ack.offsets["orders"]                                 # doctest: +SKIP
+        41
+        """
+        ticket = self._proto.publish_acked(topics, data, key)
+        result: PublishAck = await self._wait(ticket, timeout, self._flush_now)
+        return result
+
+    async def _wait(self, ticket: Ticket, timeout: float | None, kick: Any = None) -> Any:
+        if not ticket.done:
+            event = anyio.Event()
+            ticket.waiter = event
+            if kick is not None:
+                await kick()
+            with anyio.move_on_after(math.inf if timeout is None else timeout):
+                await event.wait()
+            if not ticket.done:
+                raise PublishTimeoutError(
+                    f"no acknowledgement within {timeout:g}s", sequence=getattr(ticket, "sequence", 0)
+                )
+        return ticket.outcome()
+
+    # -- subscribing and status ----------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: str | Sequence[str],
+        *,
+        start: Any = "latest",
+        policy: str = "cancel",
+        credit: int = 0,
+        ack: str = "none",
+        durable: str = "",
+        group: str = "",
+    ) -> Subscription:
+        """A subscription to topics and/or patterns; use it as ``async with``.
+
+        ``start``: ``"latest"`` (live only), ``"earliest"``, an offset (for every
+        exact topic), a ``{topic: offset}`` dict, or an aware ``datetime``.
+        ``policy``: ``"cancel"`` (a slow consumer gets :class:`SlowConsumerError`)
+        or ``"drop-oldest"`` (drops, reported as :class:`Gap`).  ``credit`` > 0
+        bounds what the hub sends ahead of consumption.  See :class:`Subscription`.
+
+        >>> async with client.subscribe(["orders.*", "audit"], start="earliest") as sub:  # doctest: +SKIP
+        ...     async for msg in sub:
+        ...         handle(msg)
+        """
+        return Subscription(
+            self, topics, start=start, policy=policy, credit=credit, ack=ack, durable=durable, group=group
+        )
+
+    async def status(self, *, timeout: float = 10.0) -> dict[str, Any]:
+        """The hub's status document (STATUS_REPLY JSON) as a dict.
+
+        >>> (await client.status())["connections"]   # doctest: +SKIP
+        """
+        self._check()
+        ticket = self._proto.status()
+        await self._write()
+        try:
+            result: dict[str, Any] = await self._wait(ticket, timeout)
+        except PublishTimeoutError:
+            raise TimeoutError(f"no status reply within {timeout:g}s") from None
+        return result
+
+    @property
+    def protocol(self) -> ClientProtocol:
+        """The sans-IO core (for tests and diagnostics)."""
+        return self._proto
+
+    async def _kill_connection(self) -> None:
+        """Drop the TCP connection abruptly (tests use this to exercise reconnect)."""
+        stream = self._stream
+        if stream is not None:
+            await anyio.aclose_forcefully(stream)
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+__all__ = ["Client", "connect", "wire"]

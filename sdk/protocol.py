@@ -1,0 +1,459 @@
+"""The client side of the pub0sub client protocol, sans-IO (shaped like h11's ``Connection``).
+
+Bytes in (:meth:`ClientProtocol.receive_data`), bytes out
+(:meth:`ClientProtocol.data_to_send`), and a clock for heartbeats
+(:meth:`ClientProtocol.poll`).  The async driver (:mod:`sdk.client`) and the
+blocking driver (:mod:`sdk.blocking`) only move bytes and wait; every protocol
+decision lives here: handshake, heartbeat bookkeeping, the subscription table,
+acks matched in order, producer sequence numbers, publish batching, and what
+happens to all of it across a reconnect (``docs/client-behaviour.md``).
+
+>>> p = ClientProtocol(name="demo", producer_id=7)
+>>> p.connection_made()
+>>> p.data_to_send()[:1] == bytes([wire.Opcode.HELLO])
+True
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import wire
+from wire import ErrorCode, Opcode
+from wire.limits import DEFAULT_MAX_PEER_BODY
+
+from .batching import DEFAULT_FLUSH_BYTES, AckTicket, PendingBatch, PublishBuffer, Ticket
+from .errors import ConnectionLostError, HubError, ProtocolError, SlowConsumerError, SubscriptionClosedError
+from .messages import Gap, Message
+from .subscriptions import ACK_MODES, POLICIES, SubState, _Op, parse_start
+
+_PING = wire.PING.encode()
+_PONG = wire.PONG.encode()
+#: How many heartbeat intervals of silence mean the hub is dead (docs/client-behaviour.md).
+HEARTBEAT_MISSES = 3
+#: Default client-side cap on bytes buffered for one subscription before its policy applies.
+DEFAULT_MAX_PENDING_BYTES = 64 << 20
+#: Error codes after which reconnecting cannot help.
+FATAL_CODES = frozenset({ErrorCode.NOT_AUTHORIZED, ErrorCode.UNSUPPORTED_VERSION})
+
+
+class State(enum.Enum):
+    DISCONNECTED = "disconnected"
+    HANDSHAKE = "handshake"
+    READY = "ready"
+    CLOSED = "closed"
+
+
+class ClientProtocol:
+    """One client's protocol state, surviving reconnects (only the decoder is per connection)."""
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        token: bytes = b"",
+        producer_id: int | None = None,
+        heartbeat: float | None = None,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        flush_bytes: int = DEFAULT_FLUSH_BYTES,
+        max_frame: int = DEFAULT_MAX_PEER_BODY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.token = token
+        self.clock = clock
+        self.max_pending_bytes = max_pending_bytes
+        self.max_frame = max_frame
+        self._heartbeat_override = heartbeat
+        #: heartbeat interval in seconds on the current connection (0: off)
+        self.heartbeat = 0.0
+        self.state = State.DISCONNECTED
+        self.welcome: wire.Welcome | None = None
+        # An idempotent producer id by default, so publishes resent after a reconnect are not stored twice.
+        pid = (random.getrandbits(63) or 1) if producer_id is None else producer_id
+        self.buffer = PublishBuffer(producer_id=pid, flush_bytes=flush_bytes, emit=self.flush)
+        # The per-message call goes straight to the buffer: no extra Python frame on the hot path.
+        self.publish: Callable[..., bool] = self.buffer.add
+        self.publish_acked: Callable[..., AckTicket] = self.buffer.add_acked
+        self.subs: dict[int, SubState] = {}
+        self._next_sub_id = 1
+        self._status: deque[Ticket] = deque()
+        # Outgoing frames in order: (bytes, pending batch or None, is_publish).
+        self._out: list[tuple[bytes, PendingBatch | None, bool]] = []
+        self._hello = b""
+        self._decoder: wire.FrameDecoder | None = None
+        self.failed: BaseException | None = None
+        self.last_sent = self.last_received = clock()
+        #: messages received over the client's lifetime (for stats and tests)
+        self.received_batches = 0
+
+    # -- connection lifecycle -------------------------------------------------
+
+    def connection_made(self) -> None:
+        """A new transport is up: queue HELLO; everything else waits for WELCOME."""
+        if self.failed is not None:
+            raise self.failed
+        self.state = State.HANDSHAKE
+        self._decoder = wire.FrameDecoder(
+            limits=wire.Limits(max_body=self.max_frame), accept=wire.HUB_TO_CLIENT_OPCODES
+        )
+        self._hello = wire.Hello(client_name=self.name, token=self.token).encode()
+        self.last_sent = self.last_received = self.clock()
+
+    def connection_lost(self, error: BaseException | None = None) -> None:
+        """The transport is gone; keep what a reconnect can restore."""
+        if self.state == State.CLOSED:
+            return
+        self.state = State.DISCONNECTED
+        self._decoder = None
+        self._hello = b""
+        # Unsent publish frames survive; control frames are rebuilt on reconnect.
+        self._out = [entry for entry in self._out if entry[2]]
+        lost = error if error is not None else ConnectionLostError("connection lost")
+        while self._status:
+            self._status.popleft().finish(error=lost)
+        for sub_id, state in list(self.subs.items()):
+            state.open = False
+            if state.unsubscribing or state.closed:
+                del self.subs[sub_id]
+                state.end(None)
+
+    def fail(self, error: BaseException) -> None:
+        """Give up for good: fail every waiter, end every subscription with ``error``."""
+        if self.state == State.CLOSED:
+            return
+        self.connection_lost(error)
+        self.state = State.CLOSED
+        self.failed = error
+        self.buffer.fail(error)
+        self._out = []
+        for state in self.subs.values():
+            state.end(error)
+        self.subs.clear()
+
+    def close(self) -> None:
+        """A deliberate close by the application: subscriptions end quietly."""
+        for state in self.subs.values():
+            state.end(None)
+        self.subs.clear()
+        self.fail(ConnectionLostError("client closed"))
+
+    # -- bytes out ------------------------------------------------------------
+
+    def data_to_send(self) -> bytes:
+        """Everything that may be written now, as one chunk (one socket write)."""
+        if self.state == State.HANDSHAKE:
+            hello, self._hello = self._hello, b""
+            if hello:
+                self.last_sent = self.clock()
+            return hello
+        if self.state != State.READY or not self._out:
+            return b""
+        out, self._out = self._out, []
+        for _, batch, _ in out:
+            if batch is not None:
+                batch.sent = True
+        self.last_sent = self.clock()
+        if len(out) == 1:
+            return out[0][0]
+        return b"".join(entry[0] for entry in out)
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self._hello if self.state == State.HANDSHAKE else self.state == State.READY and self._out)
+
+    def _control(self, frame: wire.Frame) -> None:
+        # Publishes made before this call go first, so "publish, then subscribe" keeps its order.
+        if not self.buffer.empty:
+            self.flush()
+        self._out.append((frame.encode(), None, False))
+
+    # -- publishing -----------------------------------------------------------
+
+    # publish(topics, data, key=None) -> bool: buffer one message; true when the buffer passed
+    #     ``flush_bytes`` and should be flushed now (bound to PublishBuffer.add in __init__).
+    # publish_acked(topics, data, key=None) -> AckTicket: the same, in a frame that asks for a
+    #     PUBLISH_ACK; the ticket completes with a PublishAck.
+
+    def flush(self) -> None:
+        """Turn the buffered messages into one PUBLISH frame, queued for sending."""
+        frame, batch = self.buffer.take_frame()
+        if frame:
+            self._out.append((frame, batch, True))
+
+    @property
+    def unacked(self) -> int:
+        """Acked-publish frames waiting for their PUBLISH_ACK."""
+        return len(self.buffer.pending)
+
+    # -- subscriptions --------------------------------------------------------
+
+    def subscribe(
+        self,
+        patterns: str | Iterable[str],
+        *,
+        start: Any = "latest",
+        policy: str = "cancel",
+        credit: int = 0,
+        ack: str = "none",
+        durable: str = "",
+        group: str = "",
+        owner: Any = None,
+    ) -> tuple[SubState, Ticket]:
+        """Open a subscription; the ticket completes with the SUB_OK offsets or fails with the SUB_END."""
+        if self.failed is not None:
+            raise self.failed
+        names = [patterns] if isinstance(patterns, str) else list(patterns)
+        if not names:
+            raise ValueError("subscribe needs at least one topic or pattern")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {sorted(POLICIES)}, got {policy!r}")
+        if ack not in ACK_MODES:
+            raise ValueError(f"ack must be one of {sorted(ACK_MODES)}, got {ack!r}")
+        if credit < 0:
+            raise ValueError("credit must be >= 0")
+        position, value, offsets = parse_start(start)
+        state = SubState(
+            self._next_sub_id,
+            names,
+            start=position,
+            start_value=value,
+            offsets=offsets,
+            policy=POLICIES[policy],
+            credit=credit,
+            ack_mode=ACK_MODES[ack],
+            durable=durable,
+            group=group,
+            max_pending_bytes=self.max_pending_bytes,
+        )
+        frame = state.sub_frame(resume=False)  # validates the patterns before anything is recorded
+        self._next_sub_id += 1
+        state.owner = owner
+        ticket = Ticket()
+        state.ops.append(_Op("sub", [ticket]))
+        self.subs[state.sub_id] = state
+        if self.state == State.READY:
+            self._control(frame)
+        return state, ticket
+
+    def update(self, state: SubState, op: wire.UpdateOp, patterns: str | Iterable[str]) -> Ticket:
+        """Add or remove topics/patterns (SUB_UPDATE); the ticket completes with the SUB_OK offsets."""
+        names = [patterns] if isinstance(patterns, str) else list(patterns)
+        frame = wire.SubUpdate(sub_id=state.sub_id, op=op, patterns=tuple(names))
+        if state.closed or state.sub_id not in self.subs:
+            raise state.error or SubscriptionClosedError(
+                state.sub_id, ErrorCode.UNSUBSCRIBED, "subscription is closed", topics=state.topics
+            )
+        if op == wire.UpdateOp.ADD:
+            state.patterns += [n for n in names if n not in state.patterns]
+        else:
+            state.patterns = [p for p in state.patterns if p not in names]
+        ticket = Ticket()
+        state.ops.append(_Op("update", [ticket]))
+        if self.state == State.READY:
+            self._control(frame)
+        # Otherwise the (re)subscription carries the new pattern list and its SUB_OK completes the ticket.
+        return ticket
+
+    def unsubscribe(self, state: SubState) -> None:
+        if state.closed:
+            self.subs.pop(state.sub_id, None)
+            return
+        state.unsubscribing = True
+        state.end(None)
+        if self.state == State.READY and state.sub_id in self.subs:
+            self._control(wire.Unsub(sub_id=state.sub_id))
+        else:
+            self.subs.pop(state.sub_id, None)
+
+    def take(self, state: SubState) -> wire.RecordBatch | Gap | None:
+        """The next buffered item of a subscription (None: nothing buffered); grants credit as it goes."""
+        items = state.items
+        if not items:
+            return None
+        item = items.popleft()
+        if type(item) is wire.RecordBatch:
+            state.pending_bytes -= len(item.records)
+            if state.credit:
+                state.since_grant += item.count
+                # Grant in halves of the window: few CREDIT frames, and the hub never runs dry.
+                if state.since_grant * 2 >= state.credit and self.state == State.READY and state.open:
+                    self._out.append((wire.Credit(sub_id=state.sub_id, credit=state.since_grant).encode(), None, False))
+                    state.since_grant = 0
+        return item
+
+    def ack(self, state: SubState, messages: Iterable[Message]) -> None:
+        """Acknowledge delivered messages (subscriptions with ``ack="explicit"``)."""
+        ranges: list[wire.AckRange] = []
+        for msg in sorted(messages, key=lambda m: (m.topic, m.offset)):
+            last = ranges[-1] if ranges else None
+            if last is not None and last.topic == msg.topic and last.last_offset + 1 == msg.offset:
+                ranges[-1] = wire.AckRange(topic=msg.topic, first_offset=last.first_offset, last_offset=msg.offset)
+            elif last is None or last.topic != msg.topic or last.last_offset < msg.offset:
+                ranges.append(wire.AckRange(topic=msg.topic, first_offset=msg.offset, last_offset=msg.offset))
+        for i in range(0, len(ranges), 0xFFFF):
+            self._control(wire.Ack(sub_id=state.sub_id, ranges=tuple(ranges[i : i + 0xFFFF])))
+
+    def status(self) -> Ticket:
+        """Ask for the hub's status document; the ticket completes with the parsed JSON."""
+        if self.failed is not None:
+            raise self.failed
+        if self.state != State.READY:
+            raise ConnectionLostError("not connected")
+        ticket = Ticket()
+        self._status.append(ticket)
+        self._control(wire.Status())
+        return ticket
+
+    # -- bytes in -------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        """Consume bytes from the hub.  Raises ConnectionLostError/HubError/ProtocolError when fatal."""
+        decoder = self._decoder
+        if decoder is None:
+            return
+        self.last_received = self.clock()
+        try:
+            decoder.feed(data)
+            while (frame := decoder.next_frame()) is not None:
+                if type(frame) is wire.Deliver:
+                    state = self.subs.get(frame.sub_id)
+                    if state is not None and not state.closed:
+                        self.received_batches += 1
+                        if not state.deliver(frame.batch):
+                            self._cancel_slow(state)
+                else:
+                    self._dispatch(frame)
+        except wire.ProtocolError as exc:
+            raise ProtocolError(exc) from None
+
+    def _dispatch(self, frame: wire.Frame) -> None:
+        op = frame.OPCODE
+        if self.state == State.HANDSHAKE and op not in (Opcode.WELCOME, Opcode.ERROR, Opcode.HEARTBEAT):
+            raise wire.RemoteProtocolError(f"{op.name} before WELCOME", code=ErrorCode.UNEXPECTED_FRAME)
+        if isinstance(frame, wire.Heartbeat):
+            if frame.word == "ping":
+                if self.state == State.HANDSHAKE:
+                    self._hello += _PONG
+                else:
+                    self._out.append((_PONG, None, False))
+        elif isinstance(frame, wire.PublishAck):
+            try:
+                self.buffer.on_ack(frame)
+            except Exception as exc:
+                raise wire.RemoteProtocolError(str(exc), code=ErrorCode.UNEXPECTED_FRAME) from None
+        elif isinstance(frame, wire.SubOk):
+            self._on_sub_ok(frame)
+        elif isinstance(frame, wire.Gap):
+            state = self.subs.get(frame.sub_id)
+            if state is not None and not state.closed:
+                state.add_gap(Gap(frame.topic, frame.first_offset, frame.dropped, "hub"))
+        elif isinstance(frame, wire.SubEnd):
+            self._on_sub_end(frame)
+        elif isinstance(frame, wire.StatusReply):
+            if not self._status:
+                raise wire.RemoteProtocolError("STATUS_REPLY without a STATUS", code=ErrorCode.UNEXPECTED_FRAME)
+            ticket = self._status.popleft()
+            try:
+                ticket.finish(json.loads(frame.document.decode("utf-8")))
+            except ValueError as exc:
+                ticket.finish(error=ProtocolError(wire.RemoteProtocolError(f"status document is not JSON: {exc}")))
+        elif isinstance(frame, wire.Welcome):
+            self._on_welcome(frame)
+        elif isinstance(frame, wire.Error):
+            raise HubError(frame.code, frame.reason, ref=frame.ref)
+
+    def _on_welcome(self, frame: wire.Welcome) -> None:
+        if self.state != State.HANDSHAKE:
+            raise wire.RemoteProtocolError("WELCOME twice", code=ErrorCode.UNEXPECTED_FRAME)
+        self.welcome = frame
+        self.state = State.READY
+        self.buffer.set_max_body(frame.max_body)
+        override = self._heartbeat_override
+        self.heartbeat = override if override is not None else frame.heartbeat_ms / 1000
+        self._resume()
+
+    def _resume(self) -> None:
+        """After WELCOME: re-open subscriptions, resend acked batches not yet acknowledged."""
+        control: list[tuple[bytes, PendingBatch | None, bool]] = []
+        for state in self.subs.values():
+            resume = state.confirmed
+            tickets = [t for op in state.ops for t in op.tickets]
+            state.ops = deque([_Op("resume" if resume else "sub", tickets)])
+            state.since_grant = 0
+            control.append((state.sub_frame(resume=resume).encode(), None, False))
+        resend = [(batch.frame, batch, True) for batch in self.buffer.pending if batch.sent]
+        # Unsent publish frames (made while disconnected) follow: sequence order is kept.
+        self._out = control + resend + self._out
+
+    def _on_sub_ok(self, frame: wire.SubOk) -> None:
+        state = self.subs.get(frame.sub_id)
+        if state is None or not state.ops:
+            return
+        op = state.ops.popleft()
+        offsets = {o.topic: o.offset for o in frame.offsets}
+        if op.kind == "resume" and state.start == wire.StartPosition.LATEST and not (state.durable or state.group):
+            for topic, offset in offsets.items():
+                seen = state.next_offsets.get(topic)
+                if seen is not None and offset > seen:
+                    state.add_gap(Gap(topic, seen, offset - seen, "reconnect"))
+        for topic, offset in offsets.items():
+            if op.kind != "resume" or topic not in state.next_offsets or state.start == wire.StartPosition.LATEST:
+                state.next_offsets[topic] = offset
+        state.open = state.confirmed = True
+        for ticket in op.tickets:
+            ticket.finish(offsets)
+
+    def _on_sub_end(self, frame: wire.SubEnd) -> None:
+        state = self.subs.pop(frame.sub_id, None)
+        if state is None:
+            return
+        error: BaseException | None
+        if frame.code == ErrorCode.UNSUBSCRIBED and state.unsubscribing:
+            error = None
+        elif frame.code == ErrorCode.OUT_OF_CAPACITY:
+            error = SlowConsumerError(state.sub_id, frame.reason, topics=state.topics)
+        else:
+            error = SubscriptionClosedError(state.sub_id, frame.code, frame.reason, topics=state.topics)
+        state.end(error)
+
+    def _cancel_slow(self, state: SubState) -> None:
+        """The client-side buffer passed max_pending_bytes under the cancel policy."""
+        error = SlowConsumerError(
+            state.sub_id,
+            f"client-side buffer passed max_pending_bytes={state.max_pending_bytes}",
+            topics=state.topics,
+            client_side=True,
+            pending_bytes=state.pending_bytes,
+        )
+        state.end(error)
+        state.unsubscribing = True
+        if self.state == State.READY:
+            self._out.append((wire.Unsub(sub_id=state.sub_id).encode(), None, False))
+
+    # -- timers ---------------------------------------------------------------
+
+    def poll(self) -> float:
+        """Run the heartbeat timers: queue a ping when idle, raise when the hub went silent.
+
+        Returns the seconds until the next call is useful.
+        """
+        interval = self.heartbeat
+        if self.state != State.READY or interval <= 0:
+            return 3600.0
+        now = self.clock()
+        silent = now - self.last_received
+        limit = HEARTBEAT_MISSES * interval
+        if silent >= limit:
+            raise ConnectionLostError(f"nothing received from the hub for {silent:.1f}s (heartbeat {interval:g}s)")
+        idle = now - self.last_sent
+        if idle >= interval and not self._out:
+            self._out.append((_PING, None, False))
+            idle = 0.0
+        return max(0.0, min(interval - idle, limit - silent))
