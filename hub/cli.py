@@ -52,6 +52,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--mesh-heartbeat-interval", type=float, help="seconds between mesh heartbeats")
     p.add_argument("--mesh-heartbeat-misses", type=int, help="missed mesh heartbeats before a peer is dead")
+    p.add_argument(
+        "--mesh-resume-linger",
+        type=float,
+        help="seconds a dead peer's interest is kept so a healed link loses nothing (0: withdraw at once)",
+    )
     p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     return p
 
@@ -102,6 +107,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "discovery": False if args.no_discovery else None,
         "mesh_heartbeat_interval": args.mesh_heartbeat_interval,
         "mesh_heartbeat_misses": args.mesh_heartbeat_misses,
+        "mesh_resume_linger": args.mesh_resume_linger,
     }
     try:
         config = load_config(file=args.config, overrides=overrides)

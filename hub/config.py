@@ -65,6 +65,10 @@ class HubConfig:
     #: Seconds between heartbeats on mesh links; ``mesh_heartbeat_misses`` missed = peer dead.
     mesh_heartbeat_interval: float = 1.0
     mesh_heartbeat_misses: int = 3
+    #: How long a dead v2 peer's interest is kept while its link heals: forwards published
+    #: meanwhile wait in its window and are resent after reconnecting (0 lost on a short
+    #: break).  0 withdraws the interest as soon as the peer is declared dead.
+    mesh_resume_linger: float = 30.0
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

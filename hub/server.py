@@ -177,6 +177,7 @@ class HubServer:
             max_peers=config.max_peers,
             heartbeat_interval=config.mesh_heartbeat_interval,
             heartbeat_misses=config.mesh_heartbeat_misses,
+            resume_linger=config.mesh_resume_linger,
         )
         self.mesh_bridge = MeshBridge(self, mesh_config)
         self.mesh = self.mesh_bridge.mesh

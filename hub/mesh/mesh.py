@@ -121,6 +121,12 @@ class Mesh:
                         on_found=self.add_peer,
                     )
                     await nursery.start(self.discovery.run)
+                if not self.config.discovery:
+                    # No DHT: the configured hubs are the whole cluster; link to them and keep at it.
+                    for address in self.config.bootstrap:
+                        info = info_from_p2p_addr(multiaddr.Multiaddr(address))
+                        self._link_for(info.peer_id).static_addrs = list(info.addrs)
+                        self.add_peer(info)
                 nursery.start_soon(self._reap_lingering)
                 log.info("mesh %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
                 task_status.started(self)
@@ -285,7 +291,7 @@ class Mesh:
                         stream, version = await self._open_stream(link)
                 except Exception as exc:  # unreachable, refused, negotiation failed...
                     log.debug("dial %s failed: %r", link.short_id, exc)
-                    if trio.current_time() >= give_up:
+                    if trio.current_time() >= give_up and not link.static_addrs:
                         self._give_up(link)
                         return
                     await trio.sleep(delay * random.uniform(0.5, 1.0))
@@ -309,7 +315,13 @@ class Mesh:
         unblock = getattr(host.get_network(), "unblock_peer", None)
         if unblock is not None:
             unblock(link.peer_id)
-        await host.connect(PeerInfo(link.peer_id, link.addrs))
+        if link.static_addrs:
+            # Only the configured addresses: identify may have taught the peerstore others
+            # (the peer's direct address), which would bypass a proxy in between.
+            host.get_peerstore().clear_addrs(link.peer_id)
+            await host.connect(PeerInfo(link.peer_id, link.static_addrs))
+        else:
+            await host.connect(PeerInfo(link.peer_id, link.addrs))
         stream = await host.new_stream(link.peer_id, [v.protocol_id for v in self.config.versions])
         return stream, MeshVersion.from_protocol(str(stream.get_protocol()))
 
@@ -358,10 +370,12 @@ class Mesh:
             now = trio.current_time()
             for link in list(self.links.values()):
                 if link.down_since is not None and now - link.down_since >= self.config.resume_linger:
-                    if not link.dialing:
+                    if not link.dialing and not link.static_addrs:
                         self._give_up(link)
                     else:
                         self.interest.drop_peer(link.peer_id)
+                        if not link.dialing and self._nursery is not None:
+                            self._nursery.start_soon(self._dial, link)
 
     # -- SessionOwner --------------------------------------------------------------------
 

@@ -49,6 +49,9 @@ class PeerLink:
         #: trio time the last session ended; None while a session is up.
         self.down_since: float | None = None
         self.dialing = False
+        #: configured with --bootstrap while discovery is off: dialed only at these
+        #: addresses (e.g. through a fixed proxy) and never given up on
+        self.static_addrs: list[Any] = []
 
     @property
     def live(self) -> bool:

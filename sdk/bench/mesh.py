@@ -1,0 +1,362 @@
+"""Mesh scenarios: M1 (3 hubs, publisher on A, subscriber on C) and L2 (latency across 2 hubs),
+beside py-libp2p's GossipSub on three hosts in the same run.
+
+* ``pub0sub-mesh3`` / ``pub0sub-mesh2``: a :class:`MeshCluster` server -- 3 (or 2)
+  ``python -m hub`` processes meshed on 127.0.0.1, the first alone, the rest
+  bootstrapped to it.  A measurement subscribes on the last hub, waits until the
+  first hub's STATUS shows that interest (otherwise the first messages would be
+  published before the mesh knows anyone wants them), then starts the publisher
+  on the first hub.
+* GossipSub: ``python -m sdk.bench.mesh gossipsub JSON`` runs three libp2p hosts
+  (Noise + yamux, like the hubs) in one process, fully connected; a publisher on
+  host 1, a subscriber on host 3.  It publishes as fast as ``publish()`` returns
+  and counts what arrives within a bounded time -- once as configured by default
+  (spam protection: 10 msgs/s per topic per peer) and once with spam protection off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import wire
+
+from .orchestrate import READY_TIMEOUT, throughput, worker
+from .peers import Server
+from .procs import HOST, LineReader, python_module, spawn, stop_process
+from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
+from .results import FigureSpec, Measurement
+from .wireproto import CHANNEL
+
+#: How long the first hub may take to see the last hub's interest (a SUBSCRIBE round trip).
+INTEREST_TIMEOUT = 15.0
+MESH_TIMEOUT = 30.0
+#: GossipSub: messages published per measurement at most, and how long arrivals are awaited after.
+GOSSIP_MAX_MESSAGES = 5_000
+GOSSIP_DRAIN_SECONDS = 5.0
+#: As sdk/bench/pub0sub.py: unpaced publishers must not get a slow subscriber cancelled.
+BENCH_PENDING_BYTES = 1 << 30
+
+
+# -- the cluster server -------------------------------------------------------------
+
+
+class _Hub:
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = spawn(argv)
+        self.lines = LineReader(self.proc)
+        self.address: tuple[str, int] = (HOST, 0)
+        self.peer_id = ""
+        self.multiaddr = ""
+
+    def ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        got: dict[str, str] = {}
+        while not {"listening", "mesh"} <= set(got):
+            line = self.lines.next_line(timeout=deadline - time.monotonic(), what="mesh hub")
+            if line.split():
+                got[line.split()[0]] = line
+        host, _, port = got["listening"].split()[-1].rpartition(":")
+        self.address = (host, int(port))
+        self.multiaddr = got["mesh"].split()[-1]
+        self.peer_id = self.multiaddr.rsplit("/p2p/", 1)[1]
+
+
+class MeshCluster:
+    """``hubs`` hub processes in one mesh; ``address`` is the first (publisher) hub's,
+    ``addresses`` all of them in start order."""
+
+    def __init__(self, hubs: int) -> None:
+        self.name = f"pub0sub-mesh{hubs}"
+        self.count = hubs
+        self.hubs: list[_Hub] = []
+
+    @property
+    def address(self) -> tuple[str, int]:
+        if not self.hubs:
+            raise RuntimeError(f"{self.name} is not started")
+        return self.hubs[0].address
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        return [h.address for h in self.hubs]
+
+    def _argv(self, bootstrap: str | None) -> list[str]:
+        # No --data-dir: no topic logs, so this measures routing and forwarding like T1's log-less hub.
+        args = ["--listen", f"{HOST}:0", "--mesh-listen", f"/ip4/{HOST}/tcp/0", "--max-pending-bytes",
+                str(BENCH_PENDING_BYTES), "--log-level", "WARNING"]  # fmt: skip
+        if bootstrap:
+            args += ["--bootstrap", bootstrap]
+        return python_module("hub", *args)
+
+    def start(self) -> None:
+        try:
+            first = _Hub(self._argv(None))
+            self.hubs.append(first)
+            first.ready()
+            rest = [_Hub(self._argv(first.multiaddr)) for _ in range(1, self.count)]
+            self.hubs += rest
+            for hub in rest:
+                hub.ready()
+            self._wait_meshed()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_meshed(self) -> None:
+        deadline = time.monotonic() + MESH_TIMEOUT
+        for hub in self.hubs:
+            want = {h.peer_id for h in self.hubs if h is not hub}
+            while not want <= {p["peer_id"] for p in hub_status(hub.address)["mesh"]["peers"] if p["connected"]}:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.name}: mesh not converged after {MESH_TIMEOUT:.0f}s")
+                time.sleep(0.05)
+
+    def wait_interest(self, at: int, of: int, topic: str = CHANNEL, timeout: float = INTEREST_TIMEOUT) -> None:
+        """Block until hub ``at`` lists ``topic`` in hub ``of``'s announced interest."""
+        pid = self.hubs[of].peer_id
+        deadline = time.monotonic() + timeout
+        while True:
+            peers = hub_status(self.hubs[at].address)["mesh"]["peers"]
+            if any(p["peer_id"] == pid and p["connected"] and topic in p["interest"] for p in peers):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"hub {at} never saw hub {of}'s interest in {topic!r}")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        for hub in reversed(self.hubs):
+            stop_process(hub.proc)
+        self.hubs = []
+
+
+def hub_status(address: tuple[str, int], timeout: float = 5.0) -> dict[str, Any]:
+    """One STATUS round trip on a fresh raw connection."""
+    decoder = wire.FrameDecoder(accept=wire.HUB_TO_CLIENT_OPCODES, limits=wire.Limits(max_body=64 << 20))
+    with socket.create_connection(address, timeout=timeout) as s:
+        s.sendall(wire.Hello(client_name="bench-status").encode() + wire.Status().encode())
+        while True:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError("hub closed the status connection")
+            decoder.feed(chunk)
+            for frame in decoder:
+                if isinstance(frame, wire.StatusReply):
+                    return dict(json.loads(frame.document))
+
+
+register_server("pub0sub-mesh3", lambda: MeshCluster(3))
+register_server("pub0sub-mesh2", lambda: MeshCluster(2))
+
+
+def run_across(cluster: MeshCluster, sub_argv: list[str], pub_argv: list[str], sub_hub: int, *,
+               timeout: float) -> dict[str, Any]:  # fmt: skip
+    """Subscriber on hub ``sub_hub`` (ready), its interest seen by hub 0, then the publisher on hub 0."""
+    sub = spawn(sub_argv)
+    pub = None
+    try:
+        lines = LineReader(sub)
+        line = lines.next_line(timeout=READY_TIMEOUT, what=f"subscriber {sub.pid}")
+        if line != "ready":
+            raise RuntimeError(f"subscriber said {line!r} instead of ready")
+        cluster.wait_interest(0, sub_hub)
+        pub = spawn(pub_argv, capture=False)
+        result = json.loads(lines.next_line(timeout=timeout + READY_TIMEOUT, what=f"subscriber {sub.pid}"))
+        return dict(result)
+    finally:
+        stop_process(pub)
+        stop_process(sub)
+
+
+def _at(cluster: MeshCluster, hub: int) -> dict[str, Any]:
+    host, port = cluster.addresses[hub]
+    return {"host": host, "port": port}
+
+
+def _m1(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measurement]:
+    def measure(server: Server | None, p: Params) -> Measurement:
+        assert isinstance(server, MeshCluster)
+        last = server.count - 1
+        sub = worker(sub_role, **_at(server, last), messages=p.messages, size=p.size, timeout=p.timeout)
+        pub = worker(pub_role, **_at(server, 0), messages=p.messages, size=p.size)
+        t = throughput([run_across(server, sub, pub, last, timeout=p.timeout)])
+        return Measurement(figures={"delivered": t.pop("rate")}, details=t)
+
+    return measure
+
+
+def _l2(server: Server | None, p: Params) -> Measurement:
+    assert isinstance(server, MeshCluster)
+    kw = {"rate": p.rate, "seconds": p.seconds, "size": p.size}
+    sub = worker("lat-sub-pub0sub", **_at(server, 1), **kw, timeout=p.timeout)
+    pub = worker("lat-pub-pub0sub", **_at(server, 0), **kw)
+    result = run_across(server, sub, pub, 1, timeout=(p.seconds or 0) + p.timeout)
+    figures = {name: float(result[f"{name}_us"]) for name in ("p50", "p99", "p99.9") if result[f"{name}_us"]}
+    return Measurement(figures=figures, details={"received": result["received"], "expected": result["expected"]})
+
+
+# -- GossipSub ---------------------------------------------------------------------------
+
+
+def _gossipsub(spam_protection: bool) -> Callable[[Server | None, Params], Measurement]:
+    def measure(server: Server | None, p: Params) -> Measurement:
+        messages = min(p.messages or GOSSIP_MAX_MESSAGES, GOSSIP_MAX_MESSAGES)
+        argv = python_module("sdk.bench.mesh", "gossipsub", json.dumps(
+            {"messages": messages, "size": p.size, "spam_protection": spam_protection,
+             "drain": GOSSIP_DRAIN_SECONDS, "timeout": p.timeout}))  # fmt: skip
+        proc = spawn(argv)
+        try:
+            line = LineReader(proc).next_line(
+                timeout=p.timeout + READY_TIMEOUT + GOSSIP_DRAIN_SECONDS, what="gossipsub"
+            )
+            result = json.loads(line)
+        finally:
+            stop_process(proc)
+        return Measurement(figures={"delivered": result["rate"]}, details=result)
+
+    return measure
+
+
+async def _gossip_run(messages: int, size: int, spam_protection: bool, drain: float, timeout: float) -> dict[str, Any]:
+    import multiaddr
+    import trio
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+    from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+    from libp2p.pubsub.pubsub import Pubsub
+    from libp2p.tools.anyio_service import background_trio_service
+
+    from hub.mesh.host import make_host, quiet_libp2p_logs
+
+    quiet_libp2p_logs()
+    listen = multiaddr.Multiaddr(f"/ip4/{HOST}/tcp/0")
+    hosts = [make_host(create_new_key_pair(), str(listen)) for _ in range(3)]
+    routers = [
+        GossipSub(protocols=[PROTOCOL_ID_V11, PROTOCOL_ID], degree=6, degree_low=4, degree_high=12,
+                  heartbeat_interval=1, spam_protection_enabled=spam_protection)
+        for _ in hosts
+    ]  # fmt: skip
+    pubsubs = [Pubsub(host, router) for host, router in zip(hosts, routers, strict=True)]
+    received = 0
+    first_pub = last_recv = 0
+    async with contextlib.AsyncExitStack() as stack:
+        for host in hosts:
+            await stack.enter_async_context(host.run([listen]))
+        for service in (*pubsubs, *routers):
+            await stack.enter_async_context(background_trio_service(service))
+        for ps in pubsubs:
+            await ps.wait_until_ready()
+        # Fully connected, like the pub0sub mesh.
+        for i, j in ((0, 1), (1, 2), (0, 2)):
+            await hosts[i].connect(info_from_p2p_addr(hosts[j].get_addrs()[0]))
+        sub = await pubsubs[2].subscribe(CHANNEL)
+        with trio.fail_after(timeout):
+            # Host 3's subscription known to host 1, and host 1's outbound queue to it open.
+            while (
+                hosts[2].get_id() not in pubsubs[0].peer_topics.get(CHANNEL, set())
+                or hosts[2].get_id() not in pubsubs[0].peer_queues
+            ):
+                await trio.sleep(0.01)
+        payload = b"x" * size
+        done = trio.Event()
+
+        async def count() -> None:
+            nonlocal received, last_recv
+            while received < messages:
+                await sub.get()
+                received += 1
+                last_recv = time.monotonic_ns()
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(count)
+            first_pub = time.monotonic_ns()
+            # publish() never blocks on the network: what the queues drop is the loss measured.  One
+            # checkpoint per publish lets the other hosts' tasks (same loop) run, as a polite app would.
+            with trio.move_on_after(timeout):
+                for _ in range(messages):
+                    await pubsubs[0].publish(CHANNEL, payload)
+                    await trio.sleep(0)
+            published_s = (time.monotonic_ns() - first_pub) / 1e9
+            with trio.move_on_after(drain):
+                await done.wait()
+            nursery.cancel_scope.cancel()
+    for host in hosts:
+        await host.close()
+    # Over the whole publishing time at least: a capped topic delivers a few messages early, then nothing.
+    seconds = max((last_recv - first_pub) / 1e9 if last_recv else 0.0, published_s)
+    return {
+        "rate": received / seconds if seconds > 0 else float("nan"),
+        "published": messages,
+        "received": received,
+        "loss": 1 - received / messages if messages else 0.0,
+        "seconds": seconds,
+        "publish_seconds": published_s,
+        "spam_protection": spam_protection,
+    }
+
+
+def gossipsub_worker(*, messages: int, size: int, spam_protection: bool, drain: float, timeout: float) -> None:
+    import trio
+
+    print(json.dumps(trio.run(_gossip_run, messages, size, spam_protection, drain, timeout)), flush=True)
+
+
+# -- registration ---------------------------------------------------------------------------
+
+M1 = register_scenario(Scenario(
+    id="M1", title="3 hubs meshed, publisher on A -> subscriber on C, delivered msgs/s",
+    figures=(FigureSpec(name="delivered", unit="msgs/s"),),
+    defaults=with_defaults(messages=300_000, quick_messages=2_000),
+))  # fmt: skip
+L2 = register_scenario(Scenario(
+    id="L2", title="paced 10k msgs/s across 2 hubs (mesh link), publish->deliver latency",
+    figures=(FigureSpec(name="p50", unit="us", higher_is_better=False),
+             FigureSpec(name="p99", unit="us", higher_is_better=False),
+             FigureSpec(name="p99.9", unit="us", higher_is_better=False)),
+    defaults=with_defaults(messages=0, quick_messages=0, seconds=5.0, quick_seconds=0.5),
+))  # fmt: skip
+
+_RAW = "raw socket PUBLISH frames (1000 msgs each) -> hub A -> mesh -> hub C -> "
+_M1_RAW = _m1("sub-pub0sub-raw", "pub-pub0sub-raw")
+_M1_SDK = _m1("sub-pub0sub-sdk", "pub-pub0sub-sdk")
+for _m in (
+    Method(system="pub0sub", method="fastest", server="pub0sub-mesh3", measure=_M1_RAW,
+           tooling=_RAW + "subscriber counting DELIVER record counts"),
+    Method(system="pub0sub", method="python", server="pub0sub-mesh3", measure=_M1_SDK,
+           tooling="SDK client.publish loop on hub A -> mesh -> SDK sub.batches() on hub C"),
+    Method(system="gossipsub", method="default", measure=_gossipsub(True),
+           tooling="py-libp2p GossipSub, 3 hosts in one process (Noise+yamux, fully connected), publish() loop on "
+                   "host 1 -> subscription on host 3; default config (spam protection 10 msgs/s/topic/peer)"),
+    Method(system="gossipsub", method="nospam", measure=_gossipsub(False),
+           tooling="same, GossipSub(spam_protection_enabled=False)"),
+):  # fmt: skip
+    register_method("M1", _m)
+register_method(
+    "L2",
+    Method(
+        system="pub0sub",
+        method="python",
+        server="pub0sub-mesh2",
+        measure=_l2,
+        tooling="SDK paced publisher on hub A -> mesh link -> SDK sub.batches() on hub B",
+    ),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "gossipsub":
+        print("usage: python -m sdk.bench.mesh gossipsub JSON", file=sys.stderr)
+        return 2
+    gossipsub_worker(**json.loads(args[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""A cluster of ``python -m hub`` subprocesses with a mesh, for the cluster tests and benchmarks.
+
+>>> cluster = Cluster(tmp_path, heartbeat_interval=0.5)          # doctest: +SKIP
+>>> a, b, c = cluster.start(3)     # a without --bootstrap, b and c bootstrapped to a
+>>> cluster.wait_converged()       # every hub shows N-1 connected peers
+>>> cluster.wait_interest(a, "orders.eu", c)   # a sees c's interest in orders.eu
+>>> c.kill(); c = cluster.restart(c)           # same data dir -> same peer id
+>>> cluster.close()
+
+Each hub has its own data dir under the base dir, so a restart keeps its
+libp2p identity (peer id) and its topic logs.  Processes are stopped by their
+PID; every wait polls a hub's STATUS with a deadline (no fixed sleeps).
+Status is read through a raw socket speaking ``wire`` -- it works from any
+thread, so trio tests call the ``a*`` variants, which poll in a worker thread
+and keep their own event loop (and its SDK clients' heartbeats) running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import wire
+from sdk.bench.procs import LineReader
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 30.0
+POLL_INTERVAL = 0.05
+STATUS_TIMEOUT = 5.0
+
+
+class HubError(RuntimeError):
+    pass
+
+
+class Hub:
+    """One hub subprocess: its addresses, identity and data dir; stopped by PID."""
+
+    def __init__(self, name: str, data_dir: Path, args: Sequence[str], *, mesh_port: int = 0) -> None:
+        self.name = name
+        self.data_dir = data_dir
+        self.args = list(args)
+        self.mesh_port = mesh_port
+        self.log_path = data_dir.parent / f"{name}.log"
+        self.proc: subprocess.Popen[str] | None = None
+        self.address = ""
+        self.hub_id = ""
+        self.multiaddr = ""
+        self.peer_id = ""
+        self.restarts = 0
+
+    # -- process ---------------------------------------------------------------------
+
+    def spawn(self) -> None:
+        """Start the process; :meth:`ready` reads its start-up lines (so several can boot at once)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            sys.executable, "-m", "hub", "--listen", "127.0.0.1:0",
+            "--mesh-listen", f"/ip4/127.0.0.1/tcp/{self.mesh_port}", "--data-dir", str(self.data_dir), *self.args,
+        ]  # fmt: skip
+        # stderr to a file: a pipe nobody reads would block a chatty hub.
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, cwd=ROOT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+
+    def ready(self, timeout: float = START_TIMEOUT) -> Hub:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        # A reader thread: select() on a text pipe misses lines already in Python's buffer.
+        reader = LineReader(self.proc)
+        lines: dict[str, str] = {}
+        try:
+            while not {"listening", "hub", "mesh"} <= set(lines):
+                try:
+                    line = reader.next_line(timeout=deadline - time.monotonic(), what=f"hub {self.name}")
+                except (RuntimeError, TimeoutError) as exc:
+                    raise HubError(f"{exc}\n{self.log_tail()}") from None
+                if line.split():
+                    lines[line.split()[0]] = line
+        except BaseException:
+            self.kill()
+            raise
+        self.address = lines["listening"].split()[-1]
+        self.hub_id = lines["hub"].split()[-1]
+        self.multiaddr = lines["mesh"].split()[-1]
+        self.peer_id = self.multiaddr.rsplit("/p2p/", 1)[1]
+        # Keep the port: a restart listens on it again, so peers' redials find the hub.
+        self.mesh_port = int(self.multiaddr.split("/tcp/")[1].split("/")[0])
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL by PID: no goodbye to peers or clients."""
+        self._end(signal.SIGKILL)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM by PID, SIGKILL if it does not exit within ``timeout``."""
+        self._end(signal.SIGTERM, timeout)
+
+    def _end(self, sig: int, timeout: float = 10.0) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            os.kill(proc.pid, sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # -- status ------------------------------------------------------------------------
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, port = self.address.rsplit(":", 1)
+        return host, int(port)
+
+    def status(self, timeout: float = STATUS_TIMEOUT) -> dict[str, Any]:
+        """The hub's STATUS_REPLY document, through a short-lived raw client connection."""
+        decoder = wire.FrameDecoder(accept=wire.HUB_TO_CLIENT_OPCODES, limits=wire.Limits(max_body=64 << 20))
+        with socket.create_connection(self.host_port, timeout=timeout) as s:
+            s.sendall(wire.Hello(client_name="cluster-test").encode() + wire.Status().encode())
+            while True:
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    raise HubError(f"hub {self.name} closed the status connection")
+                decoder.feed(chunk)
+                for frame in decoder:
+                    if isinstance(frame, wire.StatusReply):
+                        return dict(json.loads(frame.document))
+
+    def mesh(self) -> dict[str, Any]:
+        return dict(self.status()["mesh"])
+
+    def peer(self, other: Hub | str, mesh: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """This hub's status entry for ``other`` (a Hub or a peer id), or None if unknown."""
+        pid = other.peer_id if isinstance(other, Hub) else other
+        for entry in (mesh or self.mesh())["peers"]:
+            if entry["peer_id"] == pid:
+                return dict(entry)
+        return None
+
+    def connected_peers(self) -> set[str]:
+        return {p["peer_id"] for p in self.mesh()["peers"] if p["connected"]}
+
+    def __repr__(self) -> str:
+        return f"Hub({self.name}, pid={self.proc.pid if self.proc else None}, {self.address}, {self.peer_id[-8:]})"
+
+
+# -- waiting -------------------------------------------------------------------------------
+
+
+def wait_for(check: Callable[[], Any], *, timeout: float, what: str) -> Any:
+    """Poll ``check`` until it returns something truthy (returned); AssertionError at the deadline."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+        except (OSError, HubError) as exc:  # a hub restarting: keep polling until the deadline
+            last_error = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what} (last error: {last_error!r})")
+        time.sleep(POLL_INTERVAL)
+
+
+async def await_for(check: Callable[[], Any], *, timeout: float, what: str) -> Any:
+    """:func:`wait_for` for trio tests: every check runs in a worker thread, the loop stays live."""
+    import trio
+
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = await trio.to_thread.run_sync(check)
+            if result:
+                return result
+        except (OSError, HubError) as exc:
+            last_error = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what} (last error: {last_error!r})")
+        await trio.sleep(POLL_INTERVAL)
+
+
+class Cluster:
+    """N hubs meshed on 127.0.0.1; the first is the bootstrap of the others."""
+
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        heartbeat_interval: float | None = 0.5,
+        heartbeat_misses: int | None = 3,
+        cluster: str | None = None,
+        extra: Sequence[str] = (),
+    ) -> None:
+        self.base_dir = Path(base_dir)
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_misses = heartbeat_misses
+        self.common: list[str] = ["--log-level", "INFO"]
+        if heartbeat_interval is not None:
+            self.common += ["--mesh-heartbeat-interval", str(heartbeat_interval)]
+        if heartbeat_misses is not None:
+            self.common += ["--mesh-heartbeat-misses", str(heartbeat_misses)]
+        if cluster is not None:
+            self.common += ["--cluster", cluster]
+        self.common += list(extra)
+        self.hubs: list[Hub] = []
+
+    @property
+    def heartbeat_bound(self) -> float:
+        """interval x misses: how long a silent peer may stay 'connected'."""
+        return (self.heartbeat_interval or 1.0) * (self.heartbeat_misses or 3)
+
+    def _new(self, *, bootstrap: Sequence[str] = (), args: Sequence[str] = ()) -> Hub:
+        name = f"hub{len(self.hubs)}"
+        hub_args = [*self.common, *args]
+        for addr in bootstrap:
+            hub_args += ["--bootstrap", addr]
+        hub = Hub(name, self.base_dir / name / "data", hub_args)
+        self.hubs.append(hub)
+        return hub
+
+    def start(self, n: int, *, args: Sequence[str] = ()) -> list[Hub]:
+        """Start ``n`` hubs: the first alone, the rest (booting in parallel) bootstrapped to it."""
+        first = self._new(args=args)
+        first.spawn()
+        first.ready()
+        rest = [self._new(bootstrap=[first.multiaddr], args=args) for _ in range(n - 1)]
+        for hub in rest:
+            hub.spawn()
+        for hub in rest:
+            hub.ready()
+        return [first, *rest]
+
+    def add(self, bootstrap: Hub | str | None = None, *, args: Sequence[str] = ()) -> Hub:
+        """One more hub, bootstrapped to ``bootstrap`` (a Hub or a multiaddr; default: the first hub)."""
+        target = bootstrap if bootstrap is not None else self.hubs[0]
+        addr = target.multiaddr if isinstance(target, Hub) else target
+        hub = self._new(bootstrap=[addr], args=args)
+        hub.spawn()
+        return hub.ready()
+
+    def restart(self, hub: Hub) -> Hub:
+        """Start ``hub`` again (after kill/stop): same data dir, same peer id, same mesh port."""
+        if hub.alive:
+            hub.stop()
+        old_peer = hub.peer_id
+        hub.restarts += 1
+        hub.spawn()
+        hub.ready()
+        if hub.peer_id != old_peer:
+            raise HubError(f"{hub.name} came back as {hub.peer_id}, not {old_peer}")
+        return hub
+
+    def live(self) -> list[Hub]:
+        return [h for h in self.hubs if h.alive]
+
+    # -- conditions (each returns a zero-argument check for wait_for / await_for) -------
+
+    def converged_check(self, hubs: Iterable[Hub] | None = None) -> Callable[[], bool]:
+        group = list(hubs) if hubs is not None else self.live()
+
+        def check() -> bool:
+            for hub in group:
+                want = {h.peer_id for h in group if h is not hub}
+                if not want <= hub.connected_peers():
+                    return False
+            return True
+
+        return check
+
+    def interest_check(self, at: Hub, topic: str, of: Hub, *, present: bool = True) -> Callable[[], bool]:
+        def check() -> bool:
+            entry = at.peer(of)
+            has = entry is not None and entry["connected"] and topic in entry["interest"]
+            if not present:
+                has = entry is not None and topic in entry["interest"]
+            return has if present else not has
+
+        return check
+
+    # -- waits --------------------------------------------------------------------------
+
+    def wait_converged(self, hubs: Iterable[Hub] | None = None, timeout: float = 30.0) -> None:
+        """Every hub (default: every live one) shows all the others as connected peers."""
+        wait_for(self.converged_check(hubs), timeout=timeout, what="mesh convergence")
+
+    def wait_interest(self, at: Hub, topic: str, of: Hub, *, present: bool = True, timeout: float = 15.0) -> None:
+        """Hub ``at`` sees (or no longer sees) ``of``'s interest in ``topic``."""
+        what = f"{at.name} to see {of.name} {'want' if present else 'drop'} {topic!r}"
+        wait_for(self.interest_check(at, topic, of, present=present), timeout=timeout, what=what)
+
+    async def await_converged(self, hubs: Iterable[Hub] | None = None, timeout: float = 30.0) -> None:
+        await await_for(self.converged_check(hubs), timeout=timeout, what="mesh convergence")
+
+    async def await_interest(
+        self, at: Hub, topic: str, of: Hub, *, present: bool = True, timeout: float = 15.0
+    ) -> None:
+        what = f"{at.name} to see {of.name} {'want' if present else 'drop'} {topic!r}"
+        await await_for(self.interest_check(at, topic, of, present=present), timeout=timeout, what=what)
+
+    def close(self) -> None:
+        errors: list[BaseException] = []
+        for hub in reversed(self.hubs):
+            try:
+                hub.stop()
+            except Exception as exc:  # keep stopping the others
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

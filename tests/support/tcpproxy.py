@@ -1,0 +1,252 @@
+"""A userspace TCP proxy the tests control: forward, cut, black-hole, heal.
+
+``tc netem`` and ``iptables`` are not available on the test machines
+(RELIABILITY.md), so link faults between hubs go through this proxy.  It runs
+its own trio loop in a background thread, so a test -- sync or trio -- drives
+it with plain method calls:
+
+>>> with TcpProxy(("127.0.0.1", 4001)) as proxy:        # doctest: +SKIP
+...     dial(proxy.port)
+...     proxy.cut()         # close every connection, refuse new ones (accept + immediate close)
+...     proxy.heal()        # forward again
+...     proxy.blackhole()   # keep sockets open, swallow every byte both ways
+...     proxy.heal()        # black-holed connections are closed: their streams lost bytes
+
+Only 127.0.0.1; the listening port is chosen by the kernel (port 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, TypeVar
+
+import trio
+
+T = TypeVar("T")
+
+START_TIMEOUT = 10.0
+RECV_SIZE = 1 << 16
+
+
+class Mode(Enum):
+    FORWARD = "forward"
+    CUT = "cut"
+    BLACKHOLE = "blackhole"
+
+
+@dataclass(eq=False)
+class _Conn:
+    """One accepted client connection and (unless black-holed from the start) its upstream."""
+
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    #: Once set, the pumps swallow instead of forwarding -- for the rest of this connection's life.
+    holed: bool = False
+
+
+@dataclass
+class ProxyStats:
+    accepted: int = 0
+    refused: int = 0
+    bytes_forwarded: int = 0
+    bytes_swallowed: int = 0
+    closed_by_cut: int = 0
+
+
+class TcpProxy:
+    """Listens on 127.0.0.1:<free port> and relays to ``upstream`` while in FORWARD mode."""
+
+    def __init__(self, upstream: tuple[str, int], *, host: str = "127.0.0.1") -> None:
+        self.upstream = upstream
+        self.host = host
+        self.port = 0
+        self.mode = Mode.FORWARD
+        self.stats = ProxyStats()
+        self._conns: set[_Conn] = set()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._main_scope: trio.CancelScope | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    # -- lifecycle (called from the test's thread) ------------------------------------
+
+    def start(self) -> TcpProxy:
+        self._thread = threading.Thread(target=self._thread_main, name=f"tcpproxy->{self.upstream[1]}", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT):
+            raise TimeoutError("tcp proxy did not start")
+        if self._error is not None:
+            raise RuntimeError("tcp proxy failed to start") from self._error
+        return self
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        if self._token is not None and self._main_scope is not None:
+            scope = self._main_scope
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(scope.cancel)
+        self._thread.join(START_TIMEOUT)
+        self._thread = None
+
+    def __enter__(self) -> TcpProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    # -- faults (called from the test's thread) ---------------------------------------
+
+    def forward(self) -> None:
+        """Relay new connections (existing black-holed ones stay black-holed; see :meth:`heal`)."""
+        self._call(self._set_mode, Mode.FORWARD)
+
+    def cut(self) -> None:
+        """Close every connection now and refuse new ones until :meth:`heal`."""
+        self._call(self._set_mode, Mode.CUT)
+
+    def blackhole(self) -> None:
+        """Keep every socket open but swallow all bytes both ways; new connections too."""
+        self._call(self._set_mode, Mode.BLACKHOLE)
+
+    def heal(self) -> None:
+        """Forward again.  Black-holed connections are closed: their streams lost bytes
+        mid-frame, so the only honest continuation is a fresh connection."""
+        self._call(self._heal)
+
+    @property
+    def connections(self) -> int:
+        return self._call(lambda: len(self._conns))
+
+    # -- inside the proxy's trio loop --------------------------------------------------
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` in the proxy's loop and wait for it -- from any thread.
+
+        ``trio.from_thread.run_sync`` refuses to be called from a thread that runs a
+        trio loop of its own (an async test); ``run_sync_soon`` plus a plain event
+        works from anywhere, and the short wait is on the proxy's own thread.
+        """
+        if self._token is None:
+            raise RuntimeError("tcp proxy is not running")
+        done = threading.Event()
+        result: list[Any] = []
+        error: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                result.append(fn(*args))
+            except BaseException as exc:  # handed back to the caller's thread
+                error.append(exc)
+            finally:
+                done.set()
+
+        self._token.run_sync_soon(run)
+        if not done.wait(START_TIMEOUT):
+            raise TimeoutError("tcp proxy did not answer")
+        if error:
+            raise error[0]
+        return typing.cast(T, result[0])
+
+    def _set_mode(self, mode: Mode) -> None:
+        self.mode = mode
+        if mode is Mode.CUT:
+            for conn in list(self._conns):
+                conn.scope.cancel()
+                self.stats.closed_by_cut += 1
+        elif mode is Mode.BLACKHOLE:
+            for conn in self._conns:
+                conn.holed = True
+
+    def _heal(self) -> None:
+        self.mode = Mode.FORWARD
+        for conn in list(self._conns):
+            if conn.holed:
+                conn.scope.cancel()
+
+    def _thread_main(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as exc:  # reported to start() rather than lost in a thread
+            self._error = exc
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        listeners = await trio.open_tcp_listeners(0, host=self.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        with trio.CancelScope() as scope:
+            self._main_scope = scope
+            async with trio.open_nursery() as nursery:
+                self._ready.set()
+                await nursery.start(trio.serve_listeners, self._handle, listeners)
+        for conn in list(self._conns):
+            conn.scope.cancel()
+
+    async def _handle(self, client: trio.SocketStream) -> None:
+        if self.mode is Mode.CUT:
+            self.stats.refused += 1
+            _abort(client)
+            return
+        self.stats.accepted += 1
+        conn = _Conn(holed=self.mode is Mode.BLACKHOLE)
+        self._conns.add(conn)
+        upstream: trio.SocketStream | None = None
+        try:
+            with conn.scope:
+                if not conn.holed:
+                    try:
+                        upstream = await trio.open_tcp_stream(*self.upstream)
+                    except OSError:
+                        return
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._pump, conn, client, upstream)
+                    if upstream is not None:
+                        nursery.start_soon(self._pump, conn, upstream, client)
+        finally:
+            self._conns.discard(conn)
+            _abort(client)
+            if upstream is not None:
+                _abort(upstream)
+
+    async def _pump(self, conn: _Conn, src: trio.SocketStream, dst: trio.SocketStream | None) -> None:
+        while True:
+            try:
+                data = await src.receive_some(RECV_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                break
+            if not data:
+                break
+            if conn.holed or dst is None:
+                self.stats.bytes_swallowed += len(data)
+                continue
+            try:
+                await dst.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                break
+            self.stats.bytes_forwarded += len(data)
+        # One side ended: end the whole connection so the other side sees it too
+        # (unless black-holed: a black hole never tells anyone anything).
+        if not conn.holed:
+            conn.scope.cancel()
+        else:
+            await trio.sleep_forever()
+
+
+def _abort(stream: trio.SocketStream) -> None:
+    """Close at once with a RST (SO_LINGER 0): a cut link looks like a dead network, not a polite FIN."""
+    with contextlib.suppress(OSError):
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        stream.socket.close()

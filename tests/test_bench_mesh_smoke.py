@@ -1,0 +1,40 @@
+"""Smoke runs of the mesh scenarios (M1, L2, GossipSub beside them): tiny counts, sane output, no speed asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from sdk.bench.cli import main
+
+
+def run_quick(scenario: str, capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, Any]]:
+    assert main([scenario, "--quick", "--repeat", "1", "--json", "-q"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    return {line["system"]: line for line in lines}
+
+
+@pytest.mark.slow
+def test_m1_runs_pub0sub_and_gossipsub(capsys: pytest.CaptureFixture[str]) -> None:
+    systems = run_quick("M1", capsys)
+    assert {"pub0sub:fastest", "pub0sub:python", "gossipsub:default", "gossipsub:nospam"} <= set(systems)
+    for name in ("pub0sub:fastest", "pub0sub:python"):
+        line = systems[name]
+        assert math.isfinite(line["median"]) and line["median"] > 0, line
+        assert line["details"][0]["complete"], line["details"]  # nothing lost across the mesh
+        assert "gossipsub:default" in line["ratio_to"]
+    for name in ("gossipsub:default", "gossipsub:nospam"):
+        detail = systems[name]["details"][0]
+        assert detail["published"] > 0 and 0 <= detail["loss"] <= 1
+
+
+@pytest.mark.slow
+def test_l2_reports_latency_across_two_hubs(capsys: pytest.CaptureFixture[str]) -> None:
+    line = run_quick("L2", capsys)["pub0sub:python"]
+    names = {f["name"]: f for f in line["figures"]}
+    assert names["p50"]["median"] > 0 and names["p99"]["median"] >= names["p50"]["median"]
+    detail = line["details"][0]
+    assert detail["received"] == detail["expected"] > 0
