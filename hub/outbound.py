@@ -9,13 +9,12 @@ dropped.  Nothing is dropped silently: every drop is counted.
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wire import Gap, deliver_prefix
-from wire.records import BATCH_FIELDS, REGION_HEADER, encode_topic
+from wire.records import record_batch_header, split_records
 
 if TYPE_CHECKING:
     from .subscription import Subscription
@@ -38,30 +37,20 @@ class SharedBatch:
     def header(self) -> bytes:
         """RecordBatch bytes before the records (topic .. region length)."""
         if self._header is None:
-            self._header = b"".join(
-                (
-                    encode_topic(self.topic),
-                    BATCH_FIELDS.pack(self.base_offset, self.timestamp, self.origin, self.origin_seq),
-                    REGION_HEADER.pack(self.count, len(self.records)),
-                )
+            self._header = record_batch_header(
+                self.topic, self.base_offset, self.timestamp, self.origin, self.origin_seq, self.count,
+                len(self.records),
             )
         return self._header
 
     def split(self, first: int) -> tuple[SharedBatch, SharedBatch]:
         """The first ``first`` records and the rest, as two batches."""
-        unpack = _RECORD.unpack_from
-        pos = 0
-        for _ in range(first):
-            key_len, data_len = unpack(self.records, pos)
-            pos += 6 + key_len + data_len
+        head_records, tail_records = split_records(self.records, first)
         head = SharedBatch(self.topic, self.base_offset, self.timestamp, self.origin, self.origin_seq, first,
-                           self.records[:pos])
+                           head_records)
         tail = SharedBatch(self.topic, self.base_offset + first, self.timestamp, self.origin,
-                           self.origin_seq + first, self.count - first, self.records[pos:])
+                           self.origin_seq + first, self.count - first, tail_records)
         return head, tail
-
-
-_RECORD = struct.Struct(">HI")
 
 
 @dataclass(slots=True, eq=False)

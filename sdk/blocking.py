@@ -295,18 +295,28 @@ class BlockingClient:
         start: Any = "latest",
         policy: str = "cancel",
         credit: int = 0,
-        ack: str = "none",
+        ack: str | None = None,
         durable: str = "",
         group: str = "",
+        ack_wait: float | None = None,
         timeout: float | None = 30.0,
     ) -> BlockingSubscription:
         """Open a subscription (waits for SUB_OK); options as for :meth:`sdk.Client.subscribe`."""
         self._ensure()
         sub = BlockingSubscription(self)
         state, ticket = self._proto.subscribe(
-            topics, start=start, policy=policy, credit=credit, ack=ack, durable=durable, group=group, owner=sub
+            topics,
+            start=start,
+            policy=policy,
+            credit=credit,
+            ack=ack,
+            durable=durable,
+            group=group,
+            ack_wait=ack_wait,
+            owner=sub,
         )
         sub._state = state
+        sub._auto = state.ack == "auto" and state.sends_acks
         self._send()
         sub.start_offsets = self._await_ticket(ticket, timeout, "SUB_OK")
         return sub

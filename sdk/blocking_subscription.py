@@ -24,6 +24,11 @@ class BlockingSubscription:
 
     Gaps are recorded in :attr:`gaps` (and logged) by ``next()`` and plain
     iteration; :meth:`events` yields them in place.  See :class:`sdk.Subscription`.
+
+    Acknowledgements work as for the async client: ``ack="auto"`` acknowledges what
+    the application has moved past (per batch, and everything taken on a clean
+    close); with ``ack="manual"`` call ``msg.ack()`` or ``sub.ack(msgs)``.  Acks go out
+    with the next call into the client (``next()``, ``flush()``, ``close()``, ...).
     """
 
     def __init__(self, client: BlockingClient) -> None:
@@ -31,13 +36,16 @@ class BlockingSubscription:
         self._state: SubState | None = None
         self._msgs: list[Message] = []
         self._pos = 0
+        #: taken messages still in the application's hands (not acked by a close after an exception)
+        self._held = 0
+        self._auto = False
         self.start_offsets: dict[str, int] = {}
 
     def __enter__(self) -> BlockingSubscription:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        self._close(clean=exc_type is None)
 
     @property
     def _s(self) -> SubState:
@@ -60,9 +68,19 @@ class BlockingSubscription:
     def positions(self) -> dict[str, int]:
         return dict(self._s.next_offsets)
 
+    @property
+    def duplicates(self) -> int:
+        """Redelivered messages dropped because this subscription had already received them (after a reconnect)."""
+        return self._s.duplicates
+
     def close(self) -> None:
-        """Unsubscribe.  Idempotent."""
+        """Unsubscribe.  Idempotent.  With ``ack="auto"`` everything taken is acknowledged first."""
+        self._close(clean=True)
+
+    def _close(self, *, clean: bool) -> None:
         proto = self._client._proto
+        if self._auto and not self._s.closed:
+            self._settle(self._pos if clean else self._pos - self._held)
         proto.unsubscribe(self._s)
         if self._client._sock is not None and proto.state == State.READY:
             with contextlib.suppress(Pub0subError):
@@ -72,12 +90,14 @@ class BlockingSubscription:
         """The next buffered item, servicing the socket up to ``timeout``; None on timeout or normal end."""
         state = self._s
         proto = self._client._proto
+        if self._auto and self._pos:
+            self._settle(self._pos)  # the application asks for more: it is done with what it took
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         while True:
             item = proto.take(state)
             if item is not None:
                 if proto.has_output:
-                    self._client._send()  # credit grants
+                    self._client._send()  # credit grants, acks
                 return item
             if state.closed:
                 if state.error is not None:
@@ -86,31 +106,45 @@ class BlockingSubscription:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
+            if proto.has_output:
+                self._client._send()  # acks and credit before waiting, not after
             self._client._service(min(left, 1.0))
+
+    def _settle(self, n: int) -> None:
+        """Auto-ack: the first ``n`` messages of the current batch are done (one topic, consecutive offsets)."""
+        msgs = self._msgs
+        if n > 0 and msgs:
+            first = msgs[0]
+            self._client._proto.ack_range(self._s, first.topic, first.offset, first.offset + n - 1)
+        self._msgs = msgs[n:]
+        self._pos -= n
+        self._held = min(self._held, self._pos)
 
     def next_batch(self, timeout: float | None = None) -> list[Message] | None:
         """The remaining messages of the current batch or the next batch; None on timeout/end."""
         if self._pos < len(self._msgs):
             rest = self._msgs[self._pos :]
-            self._msgs, self._pos = [], 0
+            self._pos = self._held = len(self._msgs)
             return rest
         while True:
             item = self._item(timeout)
             if item is None:
                 return None
             if type(item) is not Gap:
-                return self._s.messages(item)  # type: ignore[arg-type]
+                batch = self._msgs = self._s.messages(item)  # type: ignore[arg-type]
+                self._pos = self._held = len(batch)
+                return batch
 
     def next(self, timeout: float | None = None) -> Message | None:
         """The next message; ``None`` after ``timeout`` seconds or once the subscription was closed."""
-        if self._pos < len(self._msgs):
-            msg = self._msgs[self._pos]
-            self._pos += 1
-            return msg
+        pos = self._pos
+        if pos < len(self._msgs):
+            self._pos = pos + 1
+            return self._msgs[pos]
         batch = self.next_batch(timeout)
         if batch is None:
             return None
-        self._msgs, self._pos = batch, 1
+        self._pos = self._held = 1
         return batch[0]
 
     def __iter__(self) -> Iterator[Message]:
@@ -119,14 +153,20 @@ class BlockingSubscription:
 
     def events(self, timeout: float | None = None) -> Iterator[Message | Gap]:
         """Messages and Gap notices in order; stops after ``timeout`` s without any."""
-        while self._pos < len(self._msgs):
-            self._pos += 1
-            yield self._msgs[self._pos - 1]
-        while (item := self._item(timeout)) is not None:
+        while True:
+            if self._pos < len(self._msgs):
+                self._pos += 1
+                yield self._msgs[self._pos - 1]
+                continue
+            item = self._item(timeout)
+            if item is None:
+                return
             if type(item) is Gap:
                 yield item
             else:
-                yield from self._s.messages(item)  # type: ignore[arg-type]
+                self._msgs = self._s.messages(item)  # type: ignore[arg-type]
+                self._pos = 0
+                self._held = 1
 
     def add(self, topics: str | Iterable[str], *, timeout: float | None = 30.0) -> dict[str, int]:
         """Add topics/patterns; returns the start offsets of the added exact topics."""
@@ -142,8 +182,13 @@ class BlockingSubscription:
         self._client._await_ticket(ticket, timeout, "SUB_OK")
 
     def ack(self, messages: Message | Iterable[Message]) -> None:
-        """Acknowledge messages (``ack="explicit"`` subscriptions)."""
-        msgs = [messages] if isinstance(messages, Message) else list(messages)
-        if msgs:
-            self._client._proto.ack(self._s, msgs)
-            self._client._send()
+        """Acknowledge messages (``ack="manual"``); also ``msg.ack()``.
+
+        Nothing is sent per call: the acks are merged into ranges and go out in one ACK frame
+        with the next call into the client (``next()``, ``flush()``, ``close()``, ...).
+        """
+        state = self._s
+        if isinstance(messages, Message):
+            self._client._proto.ack_range(state, messages.topic, messages.offset, messages.offset)
+        else:
+            self._client._proto.ack(state, messages)

@@ -188,6 +188,10 @@ class Client:
     async def _supervise(self) -> None:
         """Serve the connection; on loss reconnect per policy or fail everything."""
         while True:
+            if self._closing:
+                # The application left ``async with connect()`` before this task first ran
+                # (e.g. it raised at once): _shutdown already closed the stream.
+                return
             error = await self._serve()
             stream, self._stream = self._stream, None
             self._connected = anyio.Event()
@@ -224,7 +228,10 @@ class Client:
 
         async def read(scope: anyio.CancelScope) -> None:
             stream = self._stream
-            assert stream is not None
+            if stream is None:  # closed (shutdown or a failed write) before this task started
+                reason.append(ConnectionLostError("connection closed"))
+                scope.cancel()
+                return
             try:
                 while True:
                     data = await stream.receive(_READ_SIZE)
@@ -376,9 +383,10 @@ class Client:
         start: Any = "latest",
         policy: str = "cancel",
         credit: int = 0,
-        ack: str = "none",
+        ack: str | None = None,
         durable: str = "",
         group: str = "",
+        ack_wait: float | None = None,
     ) -> Subscription:
         """A subscription to topics and/or patterns; use it as ``async with``.
 
@@ -388,12 +396,30 @@ class Client:
         or ``"drop-oldest"`` (drops, reported as :class:`Gap`).  ``credit`` > 0
         bounds what the hub sends ahead of consumption.  See :class:`Subscription`.
 
+        ``durable="name"``: the hub keeps this subscription's position under the name
+        while nobody is attached; reattaching (any connection, any process) resumes at
+        the first unacknowledged offset.  ``group="name"``: a consumer group; each
+        message goes to one member, and one not acknowledged within ``ack_wait``
+        seconds (default: the hub's ``--ack-wait-seconds``) is delivered again.
+        ``ack``: ``"none"`` (the hub counts delivery as acknowledgement), ``"auto"``
+        (the SDK acknowledges what the application has moved past) or ``"manual"``
+        (``await msg.ack()``); the default is ``"auto"`` for durable subscriptions
+        and groups and ``"none"`` otherwise.  Groups cannot use ``"none"``.
+
         >>> async with client.subscribe(["orders.*", "audit"], start="earliest") as sub:  # doctest: +SKIP
         ...     async for msg in sub:
         ...         handle(msg)
         """
         return Subscription(
-            self, topics, start=start, policy=policy, credit=credit, ack=ack, durable=durable, group=group
+            self,
+            topics,
+            start=start,
+            policy=policy,
+            credit=credit,
+            ack=ack,
+            durable=durable,
+            group=group,
+            ack_wait=ack_wait,
         )
 
     async def status(self, *, timeout: float = 10.0) -> dict[str, Any]:

@@ -45,6 +45,18 @@ class Message:
         self.origin = origin
         self.subscription = subscription
 
+    def ack(self) -> Any:
+        """Acknowledge this message on its subscription (``ack="manual"``).
+
+        ``await msg.ack()`` with the async client, plain ``msg.ack()`` with the blocking one:
+        the call is whatever the subscription's ``ack`` is.  Nothing is sent per message; the
+        acknowledgement goes out, merged with others into ranges, with the next write.
+        """
+        sub = self.subscription
+        if sub is None:
+            raise RuntimeError("this message was not delivered by a subscription")
+        return sub.ack(self)
+
     @property
     def datetime(self) -> _dt.datetime:
         """``timestamp`` as an aware UTC :class:`datetime.datetime`."""

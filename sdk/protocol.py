@@ -31,7 +31,7 @@ from wire.limits import DEFAULT_MAX_PEER_BODY
 from .batching import DEFAULT_FLUSH_BYTES, AckTicket, PendingBatch, PublishBuffer, Ticket
 from .errors import ConnectionLostError, HubError, ProtocolError, SlowConsumerError, SubscriptionClosedError
 from .messages import Gap, Message
-from .subscriptions import ACK_MODES, POLICIES, SubState, _Op, parse_start
+from .subscriptions import MAX_SENT_RANGES, POLICIES, SubState, _Op, add_range, parse_start, resolve_ack
 
 _PING = wire.PING.encode()
 _PONG = wire.PONG.encode()
@@ -82,6 +82,8 @@ class ClientProtocol:
         self.publish: Callable[..., bool] = self.buffer.add
         self.publish_acked: Callable[..., AckTicket] = self.buffer.add_acked
         self.subs: dict[int, SubState] = {}
+        #: subscriptions with acknowledgements not yet turned into ACK frames
+        self._ack_dirty: list[SubState] = []
         self._next_sub_id = 1
         self._status: deque[Ticket] = deque()
         # Outgoing frames in order: (bytes, pending batch or None, is_publish).
@@ -153,7 +155,11 @@ class ClientProtocol:
             if hello:
                 self.last_sent = self.clock()
             return hello
-        if self.state != State.READY or not self._out:
+        if self.state != State.READY:
+            return b""
+        if self._ack_dirty:
+            self._flush_acks()
+        if not self._out:
             return b""
         out, self._out = self._out, []
         for _, batch, _ in out:
@@ -166,12 +172,17 @@ class ClientProtocol:
 
     @property
     def has_output(self) -> bool:
-        return bool(self._hello if self.state == State.HANDSHAKE else self.state == State.READY and self._out)
+        if self.state == State.HANDSHAKE:
+            return bool(self._hello)
+        return self.state == State.READY and bool(self._out or self._ack_dirty)
 
     def _control(self, frame: wire.Frame) -> None:
         # Publishes made before this call go first, so "publish, then subscribe" keeps its order.
         if not self.buffer.empty:
             self.flush()
+        if self._ack_dirty:
+            # Acks made before this frame go first: acks for a subscription must precede its UNSUB.
+            self._flush_acks()
         self._out.append((frame.encode(), None, False))
 
     # -- publishing -----------------------------------------------------------
@@ -201,9 +212,10 @@ class ClientProtocol:
         start: Any = "latest",
         policy: str = "cancel",
         credit: int = 0,
-        ack: str = "none",
+        ack: str | None = None,
         durable: str = "",
         group: str = "",
+        ack_wait: float | None = None,
         owner: Any = None,
     ) -> tuple[SubState, Ticket]:
         """Open a subscription; the ticket completes with the SUB_OK offsets or fails with the SUB_END."""
@@ -214,10 +226,11 @@ class ClientProtocol:
             raise ValueError("subscribe needs at least one topic or pattern")
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {sorted(POLICIES)}, got {policy!r}")
-        if ack not in ACK_MODES:
-            raise ValueError(f"ack must be one of {sorted(ACK_MODES)}, got {ack!r}")
+        ack = resolve_ack(ack, durable=durable, group=group)
         if credit < 0:
             raise ValueError("credit must be >= 0")
+        if ack_wait is not None and not (0 < ack_wait <= 0xFFFFFFFF / 1000):
+            raise ValueError(f"ack_wait must be a positive number of seconds, got {ack_wait!r}")
         position, value, offsets = parse_start(start)
         state = SubState(
             self._next_sub_id,
@@ -227,9 +240,10 @@ class ClientProtocol:
             offsets=offsets,
             policy=POLICIES[policy],
             credit=credit,
-            ack_mode=ACK_MODES[ack],
+            ack=ack,
             durable=durable,
             group=group,
+            ack_wait=ack_wait,
             max_pending_bytes=self.max_pending_bytes,
         )
         frame = state.sub_frame(resume=False)  # validates the patterns before anything is recorded
@@ -289,16 +303,48 @@ class ClientProtocol:
         return item
 
     def ack(self, state: SubState, messages: Iterable[Message]) -> None:
-        """Acknowledge delivered messages (subscriptions with ``ack="explicit"``)."""
-        ranges: list[wire.AckRange] = []
-        for msg in sorted(messages, key=lambda m: (m.topic, m.offset)):
-            last = ranges[-1] if ranges else None
-            if last is not None and last.topic == msg.topic and last.last_offset + 1 == msg.offset:
-                ranges[-1] = wire.AckRange(topic=msg.topic, first_offset=last.first_offset, last_offset=msg.offset)
-            elif last is None or last.topic != msg.topic or last.last_offset < msg.offset:
-                ranges.append(wire.AckRange(topic=msg.topic, first_offset=msg.offset, last_offset=msg.offset))
-        for i in range(0, len(ranges), 0xFFFF):
-            self._control(wire.Ack(sub_id=state.sub_id, ranges=tuple(ranges[i : i + 0xFFFF])))
+        """Acknowledge delivered messages; they go out, merged into ranges, with the next write."""
+        if not state.sends_acks:
+            return
+        for msg in messages:
+            self.ack_range(state, msg.topic, msg.offset, msg.offset)
+
+    def ack_range(self, state: SubState, topic: str, first: int, last: int) -> None:
+        """Acknowledge offsets ``first..last`` of ``topic`` (merged with other pending acks, not yet sent)."""
+        if not state.sends_acks:
+            return  # the hub keeps no position for this subscription: an ACK would be ignored
+        ranges = state.acks.get(topic)
+        if ranges is None:
+            state.acks[topic] = [[first, last]]
+        else:
+            add_range(ranges, first, last)
+        if not state.ack_dirty:
+            state.ack_dirty = True
+            self._ack_dirty.append(state)
+
+    def _flush_acks(self) -> None:
+        """Turn pending acknowledgements into ACK frames: one per subscription (per 65535 ranges)."""
+        dirty, self._ack_dirty = self._ack_dirty, []
+        for state in dirty:
+            state.ack_dirty = False
+            acks, state.acks = state.acks, {}
+            if self.subs.get(state.sub_id) is not state:
+                continue  # ended by the hub: it has forgotten the sub_id and would ignore the ACK
+            ranges: list[wire.AckRange] = []
+            for topic, spans in acks.items():
+                ranges += [wire.AckRange(topic=topic, first_offset=a, last_offset=b) for a, b in spans]
+                sent = state.acks_sent.get(topic)
+                if sent is None:
+                    state.acks_sent[topic] = [list(span) for span in spans]
+                else:
+                    for a, b in spans:
+                        add_range(sent, a, b)
+                    if len(sent) > MAX_SENT_RANGES:
+                        del sent[: len(sent) - MAX_SENT_RANGES]  # the oldest: most likely below the hub's floor
+            for i in range(0, len(ranges), 0xFFFF):
+                self._out.append(
+                    (wire.Ack(sub_id=state.sub_id, ranges=tuple(ranges[i : i + 0xFFFF])).encode(), None, False)
+                )
 
     def status(self) -> Ticket:
         """Ask for the hub's status document; the ticket completes with the parsed JSON."""
@@ -388,6 +434,15 @@ class ClientProtocol:
             state.ops = deque([_Op("resume" if resume else "sub", tickets)])
             state.since_grant = 0
             control.append((state.sub_frame(resume=resume).encode(), None, False))
+        for state in self.subs.values():
+            # Everything acknowledged before goes again, after the SUBs (an ACK needs its sub_id open).
+            for topic, spans in state.acks_sent.items():
+                for a, b in spans:
+                    self.ack_range(state, topic, a, b)
+        if self._ack_dirty:
+            saved, self._out = self._out, control
+            self._flush_acks()
+            control, self._out = self._out, saved
         resend = [(batch.frame, batch, True) for batch in self.buffer.pending if batch.sent]
         # Unsent publish frames (made while disconnected) follow: sequence order is kept.
         self._out = control + resend + self._out
@@ -398,13 +453,18 @@ class ClientProtocol:
             return
         op = state.ops.popleft()
         offsets = {o.topic: o.offset for o in frame.offsets}
-        if op.kind == "resume" and state.start == wire.StartPosition.LATEST and not (state.durable or state.group):
+        latest = state.start == wire.StartPosition.LATEST and not state.durable
+        if op.kind == "resume" and not state.group:
+            # A latest subscription misses what was published meanwhile; a durable one with
+            # ack="none" misses what the hub counted as delivered but the lost connection never
+            # brought here.  Either way: a Gap, never a silent skip.
             for topic, offset in offsets.items():
                 seen = state.next_offsets.get(topic)
                 if seen is not None and offset > seen:
                     state.add_gap(Gap(topic, seen, offset - seen, "reconnect"))
         for topic, offset in offsets.items():
-            if op.kind != "resume" or topic not in state.next_offsets or state.start == wire.StartPosition.LATEST:
+            seen = state.next_offsets.get(topic)
+            if seen is None or (op.kind == "resume" and latest) or (op.kind != "resume" and offset > seen):
                 state.next_offsets[topic] = offset
         state.open = state.confirmed = True
         for ticket in op.tickets:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -14,8 +14,6 @@ from .subscriptions import SubState
 
 if TYPE_CHECKING:
     from .client import Client
-
-_EMPTY: Iterator[Message] = iter(())
 
 
 class Subscription:
@@ -34,6 +32,14 @@ class Subscription:
     iterators skip them but record each one in :attr:`gaps` and log a warning;
     ``events()`` yields them in place.
 
+    Acknowledgements (``ack=``, see :meth:`Client.subscribe`): with ``"auto"``
+    a message is acknowledged once the application asks for what comes after
+    it -- in practice per delivered batch, when its last message is passed --
+    and everything taken is acknowledged when the ``async with`` block exits
+    without an exception (with one, the message or batch in hand is not).
+    With ``"manual"`` call ``await msg.ack()`` or ``await sub.ack(msgs)``.
+    Acks are merged into ranges and sent with the next write.
+
     Iteration ends normally after the subscription is closed by the
     application.  When the hub ends it, the messages received before that are
     yielded first, then :class:`SlowConsumerError` (OUT_OF_CAPACITY) or
@@ -51,7 +57,14 @@ class Subscription:
         self._topics = topics
         self._options = options
         self._state: SubState | None = None
-        self._it: Iterator[Message] = _EMPTY
+        # The batch being handed out and how many of it the application has taken; auto-ack
+        # acknowledges from these at batch boundaries, so nothing is done per message.
+        self._msgs: list[Message] = []
+        self._pos = 0
+        #: how many of the taken messages are still "in the application's hands" (1 when read one
+        #: by one, the whole batch with batches()): not acknowledged by a close after an exception
+        self._held = 0
+        self._auto = False
         #: start offsets the hub reported in SUB_OK, per exact topic
         self.start_offsets: dict[str, int] = {}
 
@@ -60,6 +73,7 @@ class Subscription:
         client._check()
         state, ticket = client._proto.subscribe(self._topics, owner=self, **self._options)
         self._state = state
+        self._auto = state.ack == "auto" and state.sends_acks
         await client._write()
         try:
             self.start_offsets = await client._wait(ticket, None)
@@ -68,14 +82,22 @@ class Subscription:
             raise
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        await self._close(clean=exc_type is None)
 
     async def close(self) -> None:
-        """Unsubscribe (UNSUB); iteration then ends.  Idempotent."""
+        """Unsubscribe (UNSUB); iteration then ends.  Idempotent.
+
+        With ``ack="auto"`` every message taken so far is acknowledged first (in the same write).
+        """
+        await self._close(clean=True)
+
+    async def _close(self, *, clean: bool) -> None:
         state = self._state
         if state is None:
             return
+        if self._auto and not state.closed:
+            self._settle(self._pos if clean else self._pos - self._held)
         self._client._proto.unsubscribe(state)
         with anyio.CancelScope(shield=True):
             await self._client._write()
@@ -107,6 +129,11 @@ class Subscription:
         return dict(self._s.next_offsets)
 
     @property
+    def duplicates(self) -> int:
+        """Redelivered messages dropped because this subscription had already received them (after a reconnect)."""
+        return self._s.duplicates
+
+    @property
     def pending_bytes(self) -> int:
         """Bytes received for this subscription but not yet taken by the application."""
         return self._s.pending_bytes
@@ -117,20 +144,23 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Message:
-        for msg in self._it:
-            return msg
+        pos = self._pos
+        msgs = self._msgs
+        if pos < len(msgs):
+            self._pos = pos + 1
+            return msgs[pos]
         while True:
             item = await self._next_item()
             if type(item) is not Gap:
-                it = iter(self._s.messages(item))  # type: ignore[arg-type]
-                self._it = it
-                return next(it)
+                self._msgs = self._s.messages(item)  # type: ignore[arg-type]
+                self._pos = self._held = 1
+                return self._msgs[0]
 
     async def batches(self) -> AsyncIterator[list[Message]]:
         """Lists of messages, one per delivered batch (gaps recorded in :attr:`gaps`)."""
-        rest = list(self._it)
-        self._it = _EMPTY
-        if rest:
+        if self._pos < len(self._msgs):
+            rest = self._msgs[self._pos :]
+            self._pos = self._held = len(self._msgs)
             yield rest
         while True:
             try:
@@ -138,14 +168,17 @@ class Subscription:
             except StopAsyncIteration:
                 return
             if type(item) is not Gap:
-                yield self._s.messages(item)  # type: ignore[arg-type]
+                batch = self._msgs = self._s.messages(item)  # type: ignore[arg-type]
+                self._pos = self._held = len(batch)
+                yield batch
 
     async def events(self) -> AsyncIterator[Message | Gap]:
         """Messages and :class:`Gap` notices, in the order they arrived."""
-        for msg in self._it:
-            yield msg
-        self._it = _EMPTY
         while True:
+            if self._pos < len(self._msgs):
+                self._pos += 1
+                yield self._msgs[self._pos - 1]
+                continue
             try:
                 item = await self._next_item()
             except StopAsyncIteration:
@@ -153,8 +186,9 @@ class Subscription:
             if type(item) is Gap:
                 yield item
             else:
-                for msg in self._s.messages(item):  # type: ignore[arg-type]
-                    yield msg
+                self._msgs = self._s.messages(item)  # type: ignore[arg-type]
+                self._pos = 0
+                self._held = 1
 
     async def next(self, *, timeout: float | None = None) -> Message | None:
         """The next message, or ``None`` after ``timeout`` seconds (or when the subscription ended)."""
@@ -167,9 +201,23 @@ class Subscription:
             return None
         return None
 
+    def _settle(self, n: int) -> None:
+        """Auto-ack: the first ``n`` messages of the current batch are done (one topic, consecutive offsets)."""
+        msgs = self._msgs
+        if n > 0 and msgs:
+            first = msgs[0]
+            self._client._proto.ack_range(self._s, first.topic, first.offset, first.offset + n - 1)
+            self._client._kick()  # sent when this task next yields, with whatever else is queued
+        self._msgs = msgs[n:]
+        self._pos -= n
+        self._held = min(self._held, self._pos)
+
     async def _next_item(self) -> wire.RecordBatch | Gap:
         state = self._s
         proto = self._client._proto
+        if self._auto and self._pos:
+            # The application asks for more: it is done with everything it took.
+            self._settle(self._pos)
         while True:
             item = proto.take(state)
             if item is not None:
@@ -205,8 +253,17 @@ class Subscription:
         return result
 
     async def ack(self, messages: Message | Iterable[Message]) -> None:
-        """Acknowledge messages (subscriptions opened with ``ack="explicit"``)."""
-        msgs = [messages] if isinstance(messages, Message) else list(messages)
-        if msgs:
-            self._client._proto.ack(self._s, msgs)
-            await self._client._write()
+        """Acknowledge messages (``ack="manual"``); also ``await msg.ack()``.
+
+        Does not wait for the network: the acks are merged into ranges per topic and go out in
+        one ACK frame with the next write (the client's flusher runs when this task yields).
+        Acknowledging twice is harmless; on a subscription the hub keeps no position for
+        (no ``durable`` name, no ``group``) it does nothing.
+        """
+        state = self._s
+        if isinstance(messages, Message):
+            self._client._proto.ack_range(state, messages.topic, messages.offset, messages.offset)
+        else:
+            self._client._proto.ack(state, messages)
+        if state.ack_dirty:
+            self._client._kick()

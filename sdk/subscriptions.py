@@ -25,7 +25,63 @@ log = logging.getLogger("pub0sub.sdk")
 _unpack_record_header = struct.Struct(">HI").unpack_from
 
 POLICIES = {"cancel": SlowConsumerPolicy.CANCEL, "drop-oldest": SlowConsumerPolicy.DROP_OLDEST}
-ACK_MODES = {"none": wire.AckMode.NONE, "explicit": wire.AckMode.EXPLICIT}
+#: The application-facing ack modes and what each puts on the wire.  "auto" and "manual" are both
+#: EXPLICIT for the hub; they differ only in who calls ack (the SDK or the application).
+#: "explicit" is the older name of "manual", kept as an alias.
+ACK_MODES = {
+    "none": wire.AckMode.NONE,
+    "auto": wire.AckMode.EXPLICIT,
+    "manual": wire.AckMode.EXPLICIT,
+    "explicit": wire.AckMode.EXPLICIT,
+}
+#: Most acknowledged ranges remembered per topic for resending after a reconnect (see SubState.acks_sent).
+MAX_SENT_RANGES = 256
+
+
+def resolve_ack(ack: str | None, *, durable: str, group: str) -> str:
+    """The effective ack mode: ``None`` means "auto" for durable subscriptions and groups, else "none"."""
+    if ack is None:
+        return "auto" if durable or group else "none"
+    if ack not in ACK_MODES:
+        raise ValueError(f"ack must be one of {sorted(ACK_MODES)}, got {ack!r}")
+    if ack == "explicit":
+        return "manual"
+    if ack == "none" and group:
+        # The hub tracks every group delivery in a pending list: without acks everything would be
+        # redelivered after ack_wait, forever.
+        raise ValueError("a consumer group needs ack='auto' or ack='manual'")
+    return ack
+
+
+def add_range(ranges: list[list[int]], first: int, last: int) -> None:
+    """Merge the inclusive range ``first..last`` into sorted, disjoint, non-adjacent ``ranges``.
+
+    Acks mostly arrive in order, so the common case (extend the last range) costs O(1).
+    """
+    if ranges:
+        tail = ranges[-1]
+        if tail[0] <= first <= tail[1] + 1:
+            if last > tail[1]:
+                tail[1] = last
+            return
+        if first > tail[1] + 1:
+            ranges.append([first, last])
+            return
+    merged: list[list[int]] = []
+    placed = False
+    for r in ranges:
+        if r[1] + 1 < first:
+            merged.append(r)
+        elif last + 1 < r[0]:
+            if not placed:
+                merged.append([first, last])
+                placed = True
+            merged.append(r)
+        else:
+            first, last = min(first, r[0]), max(last, r[1])
+    if not placed:
+        merged.append([first, last])
+    ranges[:] = merged
 
 
 def parse_start(start: Any) -> tuple[StartPosition, int, dict[str, int]]:
@@ -82,9 +138,10 @@ class SubState:
         offsets: dict[str, int],
         policy: SlowConsumerPolicy,
         credit: int,
-        ack_mode: wire.AckMode,
+        ack: str,
         durable: str,
         group: str,
+        ack_wait: float | None,
         max_pending_bytes: int,
     ) -> None:
         self.sub_id = sub_id
@@ -94,9 +151,28 @@ class SubState:
         self.offsets = offsets
         self.policy = policy
         self.credit = credit
-        self.ack_mode = ack_mode
+        #: "none", "auto" or "manual" (see resolve_ack)
+        self.ack = ack
+        self.ack_mode = ACK_MODES[ack]
         self.durable = durable
         self.group = group
+        self.ack_wait_ms = 0 if ack_wait is None else max(1, round(ack_wait * 1000))
+        #: acks only mean something to the hub for a durable subscription or a group member
+        self.sends_acks = self.ack_mode == wire.AckMode.EXPLICIT and bool(durable or group)
+        #: Drop redelivered offsets already received in this process.  Not for groups: a group
+        #: redelivers on purpose (ack_wait, a member left) and may hand the same offset back to us.
+        self.dedup = not group and (start != StartPosition.LATEST or bool(durable))
+        #: messages dropped as duplicates of offsets already received (after a reconnect)
+        self.duplicates = 0
+        #: per topic, acknowledged ranges not yet written
+        self.acks: dict[str, list[list[int]]] = {}
+        #: per topic, ranges already written, resent after a reconnect: an ACK in flight when the
+        #: connection died may never have reached the hub, and the redelivered offsets are dropped
+        #: here as duplicates, so the application would never ack them again (a hole under the
+        #: durable floor).  Acking twice is harmless.  Bounded by MAX_SENT_RANGES per topic.
+        self.acks_sent: dict[str, list[list[int]]] = {}
+        #: queued in the protocol's list of subscriptions with unwritten acks
+        self.ack_dirty = False
         self.max_pending_bytes = max_pending_bytes
         #: items not yet taken by the application: RecordBatch or Gap
         self.items: deque[wire.RecordBatch | Gap] = deque()
@@ -129,8 +205,13 @@ class SubState:
         start, value, offsets = self.start, self.start_value, self.offsets
         if start == StartPosition.OFFSET and not offsets:
             offsets = {p: value for p in self.patterns if not is_pattern(p)}
-        if resume and not (self.durable or self.group):
-            if start == StartPosition.LATEST:
+        # A durable name makes the hub start at its acknowledged floor where it has one (the SDK
+        # drops what it already received).  For topics without one (nothing delivered before the
+        # loss) a durable "latest" must not become "latest at the reconnect": it resumes at the
+        # offsets received like a replay; "earliest" and a timestamp are still right as they are.
+        durable_as_is = bool(self.durable) and start in (StartPosition.EARLIEST, StartPosition.TIMESTAMP)
+        if resume and not self.group and not durable_as_is:
+            if start == StartPosition.LATEST and not self.durable:
                 offsets = {}
             else:
                 # Continue right after the last message received: no gap, no duplicate.
@@ -149,6 +230,7 @@ class SubState:
             ack_mode=self.ack_mode,
             policy=self.policy,
             credit=self.credit,
+            ack_wait_ms=self.ack_wait_ms,
             durable=self.durable,
             group=self.group,
             offsets=tuple(wire.TopicOffset(topic=t, offset=o) for t, o in offsets.items()),
@@ -161,7 +243,19 @@ class SubState:
 
     def deliver(self, batch: wire.RecordBatch) -> bool:
         """Buffer a delivered batch; false when the client-side limit forces the cancel policy."""
-        self.next_offsets[batch.topic] = batch.base_offset + batch.count
+        topic = batch.topic
+        if self.dedup:
+            seen = self.next_offsets.get(topic)
+            if seen is not None and batch.base_offset < seen:
+                # Redelivered after a reconnect (a durable subscription restarts at its acknowledged
+                # floor): these offsets were already received, keep only the new tail.
+                skip = seen - batch.base_offset
+                if skip >= batch.count:
+                    self.duplicates += batch.count
+                    return True
+                self.duplicates += skip
+                batch = _drop_head(batch, skip)
+        self.next_offsets[topic] = batch.base_offset + batch.count
         self.items.append(batch)
         self.pending_bytes += len(batch.records)
         waiter = self.waiter
@@ -245,6 +339,24 @@ class SubState:
             append(Message(topic, offset, timestamp, records[k:d] if key_len else None, records[d:pos], origin, owner))
             offset += 1
         return out
+
+
+def _drop_head(batch: wire.RecordBatch, n: int) -> wire.RecordBatch:
+    """``batch`` without its first ``n`` records (0 < n < count)."""
+    records = batch.records
+    pos = 0
+    for _ in range(n):
+        key_len, data_len = _unpack_record_header(records, pos)
+        pos += 6 + key_len + data_len
+    return wire.RecordBatch(
+        topic=batch.topic,
+        base_offset=batch.base_offset + n,
+        timestamp=batch.timestamp,
+        origin=batch.origin,
+        origin_seq=batch.origin_seq,
+        count=batch.count - n,
+        records=records[pos:],
+    )
 
 
 def _closed_error(state: SubState) -> BaseException:

@@ -189,7 +189,7 @@ async def test_client_side_slow_consumer_cancel_and_drop_oldest(hub_address: str
         # the client-side cap certain to have been exceeded (under load, consuming
         # while data trickles in could keep both subscriptions under it).
         with anyio.fail_after(10):
-            while drop._state is None or drop._state.next_offsets.get("slow", 0) < 201:  # noqa: ASYNC110
+            while drop._state is None or drop._state.next_offsets.get("slow", 0) < 201:
                 await anyio.sleep(0.01)
         received = 0
         with pytest.raises(sdk.SlowConsumerError) as info, anyio.fail_after(10):

@@ -210,6 +210,29 @@ def read_region(buf: bytes, pos: int, end: int) -> tuple[int, bytes, int]:
     return count, bytes(buf[start:stop]), stop
 
 
+def record_batch_header(
+    topic: str, base_offset: int, timestamp: int, origin: int, origin_seq: int, count: int, records_len: int
+) -> bytes:
+    """The RecordBatch bytes before its records: what a hub encodes once and shares."""
+    return b"".join(
+        (
+            encode_topic(topic),
+            BATCH_FIELDS.pack(base_offset, timestamp, origin, origin_seq),
+            REGION_HEADER.pack(count, records_len),
+        )
+    )
+
+
+def split_records(records: bytes, first: int) -> tuple[bytes, bytes]:
+    """The first ``first`` records of a validated region, and the rest."""
+    unpack = RECORD_HEADER.unpack_from
+    pos = 0
+    for _ in range(first):
+        key_len, data_len = unpack(records, pos)
+        pos += 6 + key_len + data_len
+    return records[:pos], records[pos:]
+
+
 def _records_plain(records: bytes) -> list[dict[str, bytes]]:
     return [{"key": k, "data": d} for k, d in iter_records(records)]
 
@@ -289,14 +312,10 @@ class RecordBatch:
             raise LocalProtocolError(f"a record batch holds 1..{MAX_U32} records, got {self.count}")
 
     def encode(self) -> bytes:
-        return b"".join(
-            (
-                encode_topic(self.topic),
-                BATCH_FIELDS.pack(self.base_offset, self.timestamp, self.origin, self.origin_seq),
-                REGION_HEADER.pack(self.count, len(self.records)),
-                self.records,
-            )
+        header = record_batch_header(
+            self.topic, self.base_offset, self.timestamp, self.origin, self.origin_seq, self.count, len(self.records)
         )
+        return header + self.records
 
     @classmethod
     def read(cls, buf: bytes, pos: int, end: int) -> tuple[RecordBatch, int]:
