@@ -520,3 +520,15 @@ def test_segment_reads_like_a_capture() -> None:
     outcome = decode_three_ways(encode_all(frames), [1, 2, 40], accept=wire.LOG_OPCODES)
     assert outcome.error is None
     assert [f for _, _, f in outcome.frames] == frames
+
+
+def test_take_buffered_hands_over_what_follows_a_handshake() -> None:
+    welcome = wire.Welcome(version=1, hub_id=7, max_body=1024, heartbeat_ms=5000).encode()
+    following = wire.PING.encode() + b"\x28\x00"  # a whole frame and the start of another
+    decoder = wire.FrameDecoder(accept=wire.HUB_TO_CLIENT_OPCODES)
+    decoder.feed(welcome + following)
+    assert isinstance(decoder.next_frame(), wire.Welcome)
+    assert decoder.take_buffered() == following
+    assert decoder.buffered == 0 and decoder.offset == len(welcome) + len(following)
+    decoder.feed(wire.PONG.encode())
+    assert decoder.next_frame() == wire.PONG

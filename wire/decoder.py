@@ -162,6 +162,20 @@ class FrameDecoder:
         while (frame := self.next_frame()) is not None:
             yield frame
 
+    def take_buffered(self) -> bytes:
+        """Hand over the bytes received but not yet decoded, and forget them.
+
+        For a reader that switches to its own parsing after a handshake: bytes
+        that arrived in the same read as the last handshake frame are not lost.
+        """
+        if self._pending is not None:
+            raise RuntimeError("a frame header was already consumed; its body cannot be handed over")
+        rest = bytes(self._buf[self._pos :])
+        self._base += len(self._buf)
+        self._buf.clear()
+        self._pos = 0
+        return rest
+
     def close(self) -> None:
         """Declare end of input: a partial frame left over is an error."""
         if self.error is not None:

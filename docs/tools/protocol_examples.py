@@ -5,9 +5,11 @@ Regenerate the spec after changing a frame:
 tests/test_protocol_doc.py then proves every example decodes and re-encodes exactly.
 """
 from __future__ import annotations
-import json, struct, sys
+
+import struct
+import sys
+
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
-import wire
 from wire import *
 from wire.frames import SEGMENT_MAGIC
 
@@ -232,6 +234,7 @@ lb_bytes = ex_frame("log_batch", lb,
           topic("orders.eu"), topic("audit")]
          + record_batch("orders.eu", 100, TS, 7, 42, [(b"o-1", b"hello"), (b"", b"world")]))
 import zlib
+
 assert lb.crc == zlib.crc32(lb_bytes[9:])
 
 # ---------------- invalid inputs ----------------

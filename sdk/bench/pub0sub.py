@@ -18,7 +18,6 @@ disconnects one past its ``client-output-buffer-limit``.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -38,11 +37,12 @@ class Pub0subHub(AnnouncedServer):
     """``python -m hub`` on a free loopback port; optional data directory."""
 
     def __init__(self, *extra: str, data_dir: bool = False) -> None:
-        self._tmp = tempfile.mkdtemp(prefix="pub0sub-bench-") if data_dir else None
         args = ["--listen", "127.0.0.1:0", "--max-pending-bytes", str(BENCH_PENDING_BYTES), *extra]
-        if self._tmp:
-            args += ["--data-dir", self._tmp]
         super().__init__("pub0sub", python_module("hub", *args))
+        if data_dir:
+            # The base class removes this directory when the server stops.
+            self._tmp = tempfile.TemporaryDirectory(prefix="pub0sub-bench-hub-")
+            self.argv += ["--data-dir", self._tmp.name]
 
     def start(self) -> None:
         self._proc = spawn(self.argv)
@@ -55,12 +55,6 @@ class Pub0subHub(AnnouncedServer):
         except BaseException:
             self.stop()
             raise
-
-    def stop(self) -> None:
-        super().stop()
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-
 
 register_server("pub0sub", Pub0subHub)
 register_server("pub0sub-fsync", lambda: Pub0subHub("--durability", "fsync", data_dir=True))
