@@ -92,3 +92,26 @@ def hub(start_hub: Callable[..., HubProcess]) -> HubProcess:
 def hub_address(hub: HubProcess) -> str:
     """``"127.0.0.1:PORT"`` of a fresh hub subprocess."""
     return hub.address
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """The test run's one SparkSession, shared by every module (``getOrCreate`` returns it anyway).
+
+    ``local[2,3]``: two cores, and a failed task is retried (``local[2]`` never retries),
+    so retry tests run whatever module asked first.
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from sdk.spark import register
+    from sdk.spark.session import build_session
+
+    # Faster JVM start-up (SPARK_NOTES); not for throughput runs.
+    session = build_session(
+        "local[2,3]",
+        app_name="pub0sub-tests",
+        conf={"spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"},
+    )
+    register(session)  # data sources are registered per session
+    yield session
+    session.stop()

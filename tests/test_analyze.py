@@ -8,10 +8,7 @@ session-scoped ``local[2]`` session and one analyze run: the first session costs
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -192,20 +189,6 @@ def test_pub0sub_dispatches_analyze(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 # -- the whole job on local[2] ------------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """The one SparkSession of the test run; the CLI finds it and reuses it."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from sdk.spark.session import build_session
-
-    # Faster JVM start-up (SPARK_NOTES); not for throughput runs.
-    session = build_session("local[2]", app_name="pub0sub-tests",
-                            conf={"spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"})
-    yield session
-    session.stop()
-
 
 @pytest.fixture(scope="module")
 def analyzed(spark: object, cluster: tuple[Path, Expected], tmp_path_factory: pytest.TempPathFactory

@@ -1,0 +1,378 @@
+"""The ``pub0sub`` Spark data source against real hubs on loopback.
+
+Option parsing and offset planning first (no Spark), then one session-scoped SparkSession
+(``local[2,3]``: failed tasks are retried, see SPARK_NOTES) for batch reads, a streaming
+query restarted from its checkpoint across a hub restart, writes, and idempotent rewrites.
+The first session costs 8-14 s; everything else here shares it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("pyspark")
+
+import sdk
+from sdk.spark.options import (
+    DataLossError,
+    OptionError,
+    TopicBounds,
+    limit_offsets,
+    parse_read_options,
+    parse_write_options,
+    pattern_matches,
+    plan_ranges,
+    resolve_position,
+    split_range,
+)
+from sdk.spark.writing import producer_id_for, publish_rows
+from tests.conftest import HubProcess
+
+# -- options and planning, no Spark ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"subscribe": "a"}, False, "option 'hub' is required"),
+        ({"hub": "nohost", "subscribe": "a"}, False, "is not HOST:PORT"),
+        ({"hub": "h:1"}, False, "give exactly one of 'subscribe'"),
+        ({"hub": "h:1", "subscribe": "a", "subscribePattern": "a.*"}, False, "give exactly one of"),
+        ({"hub": "h:1", "subscribe": "a.*"}, False, "use 'subscribePattern' for patterns"),
+        ({"hub": "h:1", "subscribePattern": "a.>.b"}, False, "is not a pub0sub pattern"),
+        ({"hub": "h:1", "subscribe": "a", "startingOffsets": "{bad"}, False, "must be 'earliest', 'latest' or a JSON"),
+        ({"hub": "h:1", "subscribe": "a", "startingOffsets": '{"a": -3}'}, False, "must be an integer >= -2"),
+        ({"hub": "h:1", "subscribe": "a", "startingOffsets": '{"b": 1}'}, False, "not subscribed: ['b']"),
+        ({"hub": "h:1", "subscribe": "a", "startingOffsets": "latest"}, False, "not allowed for a batch read"),
+        ({"hub": "h:1", "subscribe": "a", "endingOffsets": "earliest"}, False, "not allowed as an end"),
+        ({"hub": "h:1", "subscribe": "a", "endingOffsets": "latest"}, True, "for batch reads only"),
+        ({"hub": "h:1", "subscribe": "a", "maxOffsetsPerTrigger": "10"}, False, "for streaming reads only"),
+        ({"hub": "h:1", "subscribe": "a", "maxOffsetsPerTrigger": "0"}, True, "must be a positive integer"),
+        ({"hub": "h:1", "subscribe": "a", "failOnDataLoss": "maybe"}, False, "must be true or false"),
+        ({"hub": "h:1", "subscribe": "a", "startingOffset": "earliest"}, False, "unknown pub0sub read option"),
+    ],
+)
+def test_read_option_errors(options: dict[str, str], streaming: bool, message: str) -> None:
+    lowered = {k.lower(): v for k, v in options.items()}  # as Spark hands them over
+    with pytest.raises(OptionError) as exc:
+        parse_read_options(lowered, streaming=streaming)
+    assert message in str(exc.value)
+
+
+def test_read_options_follow_kafka() -> None:
+    opts = parse_read_options(
+        {"hub": "a:1, b:2", "topics": "x,y,x", "startingoffsets": '{"x": {"0": 5}, "y": -2}'}, streaming=False
+    )
+    assert opts.hubs == ("a:1", "b:2")
+    assert opts.subscription.topics == ("x", "y")
+    assert opts.starting == {"x": 5, "y": -2} and opts.ending == "latest"
+    assert parse_read_options({"hub": "a:1", "subscribe": "x"}, streaming=True).starting == "latest"
+    with pytest.raises(OptionError, match="unknown pub0sub write option"):
+        parse_write_options({"hub": "a:1", "topics": "x"})
+    with pytest.raises(OptionError, match="not a topic name"):
+        parse_write_options({"hub": "a:1", "topic": "x.*"})
+
+
+def test_patterns_offsets_and_ranges() -> None:
+    assert pattern_matches("orders.*", "orders.eu") and not pattern_matches("orders.*", "orders.eu.x")
+    assert pattern_matches("orders.>", "orders.eu.x") and not pattern_matches("orders.>", "orders")
+    bounds = TopicBounds(10, 20)
+    kw: dict[str, Any] = {"what": "startingOffsets", "fail_on_data_loss": True}
+    assert resolve_position({"t": -2}, "t", bounds, missing=-1, **kw) == 10
+    assert resolve_position({}, "t", bounds, missing=-1, **kw) == 20
+    with pytest.raises(DataLossError, match="before the oldest retained offset 10"):
+        resolve_position({"t": 3}, "t", bounds, missing=-1, **kw)
+    assert resolve_position({"t": 3}, "t", bounds, missing=-1, what="x", fail_on_data_loss=False) == 10
+    with pytest.raises(OptionError, match="past the end"):
+        resolve_position({"t": 21}, "t", bounds, missing=-1, **kw)
+    assert split_range(0, 10, 4) == [(0, 4), (4, 7), (7, 10)]
+    assert plan_ranges({"b": (0, 2), "a": (5, 9)}, 100, min_partitions=3) == [
+        ("a", 5, 7), ("a", 7, 9), ("b", 0, 2),
+    ]  # fmt: skip
+    limited = limit_offsets({"a": 0, "b": 0}, {"a": 100, "b": 300, "c": 0}, 40)
+    assert limited == {"a": 10, "b": 30, "c": 0} and list(limited) == ["a", "b", "c"]
+    assert sum(limit_offsets({"a": 0, "b": 0}, {"a": 1, "b": 1}, 1).values()) == 1  # progress, never stuck
+
+
+# -- hubs -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hubs() -> Iterator[Callable[..., HubProcess]]:
+    started: list[HubProcess] = []
+
+    def start(*args: str) -> HubProcess:
+        hub = HubProcess(*args)
+        started.append(hub)
+        return hub
+
+    yield start
+    for hub in started:
+        hub.stop()
+
+
+def publish_known(address: str, plan: dict[str, int], *, tag: str = "") -> list[tuple[Any, ...]]:
+    """Publish ``plan[topic]`` messages per topic (varied keys and sizes); the expected rows."""
+    expected = []
+    with sdk.connect_blocking(address) as client:
+        origin = f"{client.hub_id:016x}"
+        messages = [
+            (topic, f"{tag}{topic}-{i}-".encode() + b"x" * (i % 7), (b"k%d" % (i % 3)) if i % 4 else None)
+            for topic, n in plan.items()
+            for i in range(n)
+        ]
+        acks = client.publish_acked_many(messages)
+        for (topic, value, key), ack in zip(messages, acks, strict=True):
+            expected.append((topic, ack.offsets[topic], ack.timestamp, key, value, origin))
+    return expected
+
+
+def rows_of(df: Any) -> list[tuple[Any, ...]]:
+    """Rows as tuples, the timestamp as µs since the epoch (as the SDK gives it), sorted by topic and offset."""
+    out = [
+        (r.topic, r.offset, r.ts, None if r.key is None else bytes(r.key), bytes(r.value), r.origin)
+        for r in df.selectExpr("topic", "offset", "unix_micros(timestamp) AS ts", "key", "value", "origin").collect()
+    ]
+    return sorted(out, key=lambda row: (row[0], row[1]))
+
+
+def reader(spark: Any, address: str, **options: str) -> Any:
+    r = spark.read.format("pub0sub").option("hub", address)
+    for key, value in options.items():
+        r = r.option(key, value)
+    return r.load()
+
+
+# -- batch read -----------------------------------------------------------------------------------
+
+
+def test_batch_read_equals_published(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    expected = publish_known(hub.address, {"orders.eu": 700, "orders.us": 300, "audit": 50})
+    # A dead address first: the source tries the next one.
+    everything = reader(spark, f"127.0.0.1:1,{hub.address}", subscribePattern="orders.*")
+    assert rows_of(everything) == [r for r in expected if r[0].startswith("orders.")]
+
+    df = reader(spark, hub.address, subscribe="audit,orders.eu,orders.us", maxRecordsPerPartition="250")
+    assert df.rdd.getNumPartitions() == 1 + 3 + 2  # audit 50, orders.eu 700 in 3, orders.us 300 in 2
+    assert rows_of(df) == sorted(expected, key=lambda row: (row[0], row[1]))
+
+    ranged = reader(
+        spark,
+        hub.address,
+        topics="orders.eu,orders.us",
+        startingOffsets=json.dumps({"orders.eu": 100, "orders.us": -2}),
+        endingOffsets=json.dumps({"orders.eu": 105}),
+    )
+    want = [r for r in expected if (r[0] == "orders.eu" and 100 <= r[1] < 105) or r[0] == "orders.us"]
+    assert rows_of(ranged) == want
+    assert reader(spark, hub.address, subscribe="nothing.here").count() == 0
+
+
+def test_batch_read_data_loss_is_clear(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    hub = hubs("--data-dir", str(tmp_path / "hub"), "--segment-bytes", "4096", "--retention-bytes", "8192",
+               "--retention-check-seconds", "0.1")  # fmt: skip
+    for _ in range(20):  # 20 publish batches: segments roll between them, and retention removes whole segments
+        publish_known(hub.address, {"old": 100})
+    deadline = time.monotonic() + 10
+    while True:
+        with sdk.connect_blocking(hub.address) as client:
+            first = next(t["first_offset"] for t in client.status()["topic_list"] if t["topic"] == "old")
+        if first > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert first > 0, "retention did not run"
+    with pytest.raises(Exception, match="before the oldest retained offset") as exc:
+        reader(spark, hub.address, subscribe="old", startingOffsets='{"old": 0}').count()
+    assert "failOnDataLoss=false" in str(exc.value)
+    lenient = reader(spark, hub.address, subscribe="old", startingOffsets='{"old": 0}', failOnDataLoss="false")
+    assert [r.offset for r in lenient.select("offset").collect()] == list(range(first, 2000))
+
+
+def test_option_errors_through_spark(spark: Any) -> None:
+    with pytest.raises(Exception, match="give exactly one of 'subscribe'"):
+        reader(spark, "127.0.0.1:1").count()
+    with pytest.raises(Exception, match="no pub0sub hub reachable"):
+        reader(spark, "127.0.0.1:1", subscribe="a", connectTimeout="2").count()
+    df = spark.createDataFrame([("t", 1)], "topic string, value int")
+    with pytest.raises(Exception, match="column 'value' must be BINARY or STRING"):
+        df.write.format("pub0sub").option("hub", "127.0.0.1:1").mode("append").save()
+    with pytest.raises(Exception, match="append-only"):
+        df.write.format("pub0sub").option("hub", "127.0.0.1:1").mode("overwrite").save()
+
+
+# -- streaming read: restart from the checkpoint across a hub restart -----------------------------
+
+
+def test_stream_restart_exactly_once(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    data_dir, out, checkpoint = tmp_path / "hub", tmp_path / "out", tmp_path / "checkpoint"
+    hub = hubs("--data-dir", str(data_dir))
+    expected = publish_known(hub.address, {"s.a": 250, "s.b": 120})
+
+    def run(address: str) -> None:
+        stream = (
+            spark.readStream.format("pub0sub")
+            .option("hub", address)
+            .option("subscribePattern", "s.*")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "100")
+            .load()
+        )
+        query = (
+            stream.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120), "the availableNow query did not finish"
+        assert query.exception() is None
+
+    run(hub.address)
+    first_batches = len(list((checkpoint / "commits").iterdir()))
+    assert first_batches >= 4  # 370 messages at most 100 per trigger
+
+    hub.stop()
+    hub = hubs("--data-dir", str(data_dir))  # same log, new port
+    expected += publish_known(hub.address, {"s.a": 30, "s.c": 40}, tag="after-")  # s.c: a topic found on restart
+    run(hub.address)
+
+    got = rows_of(spark.read.parquet(str(out)))
+    assert len(got) == len({(r[0], r[1]) for r in got}), "a message was stored twice"
+    assert got == sorted(expected, key=lambda row: (row[0], row[1]))
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+
+def stored(address: str, topic: str) -> int:
+    with sdk.connect_blocking(address) as client:
+        return next((t["next_offset"] for t in client.status()["topic_list"] if t["topic"] == topic), 0)
+
+
+def test_write_then_read_round_trip(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    rows = [(f"w.{i % 2}", f"key-{i % 5}" if i % 3 else None, f"value {i}") for i in range(500)]
+    df = spark.createDataFrame(rows, "topic string, key string, value string").repartition(3)
+    df.write.format("pub0sub").option("hub", hub.address).mode("append").save()
+    back = reader(spark, hub.address, subscribe="w.0,w.1")
+    got = sorted(
+        ((r.topic, None if r.key is None else bytes(r.key).decode(), bytes(r.value).decode()) for r in back.collect()),
+        key=repr,
+    )
+    assert got == sorted(rows, key=repr)
+    # the topic option wins over a column; BINARY values pass through unchanged
+    binary = spark.createDataFrame([(b"\x00\xff", "ignored")], "value binary, topic string")
+    binary.write.format("pub0sub").option("hub", hub.address).option("topic", "w.bin").mode("append").save()
+    assert [bytes(r.value) for r in reader(spark, hub.address, subscribe="w.bin").collect()] == [b"\x00\xff"]
+
+
+def test_rewrite_with_same_write_id_is_stored_once(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    df = spark.range(3000).selectExpr("'idem' AS topic", "CAST(id AS STRING) AS value").repartition(2)
+
+    def write(**options: str) -> None:
+        w = df.write.format("pub0sub").option("hub", hub.address)
+        for key, value in options.items():
+            w = w.option(key, value)
+        w.mode("append").save()
+
+    write(writeId="nightly-2024-01-01", flushBytes="4096")
+    write(writeId="nightly-2024-01-01", flushBytes="4096")  # the same job again: the hub drops every frame
+    assert stored(hub.address, "idem") == 3000
+    write()  # a new job id: a new producer, stored again (the guarantee is per write id)
+    assert stored(hub.address, "idem") == 6000
+
+
+def test_task_retry_after_partial_publish_is_exactly_once(hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    """What a retried Spark task does, without Spark: the first attempt dies mid-way, the second
+    (same producer id, same rows) completes it; the half-filled frame of the failed attempt is
+    never sent, so nothing is lost or doubled."""
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    rows = [("retry", b"row-%05d" % i, None) for i in range(5000)]
+    pid = producer_id_for("batch", "job-1", 0)
+
+    def failing() -> Iterator[tuple[str, bytes, None]]:
+        yield from rows[:3333]
+        raise RuntimeError("executor lost")
+
+    kw: dict[str, Any] = {"hubs": (hub.address,), "partition": 0, "connect_timeout": 5.0, "flush_bytes": 4096}
+    with pytest.raises(RuntimeError, match="executor lost"):
+        publish_rows(failing(), producer_id=pid, **kw)
+    partial = stored(hub.address, "retry")
+    assert 0 < partial < 3333  # whole frames only
+    result = publish_rows(iter(rows), producer_id=pid, **kw)
+    assert result.rows == 5000 and not result.replayed
+    assert stored(hub.address, "retry") == 5000
+    with sdk.connect_blocking(hub.address) as client, client.subscribe("retry", start="earliest") as sub:
+        values = []
+        while len(values) < 5000:
+            values += [m.data for m in sub.next_batch(timeout=5) or []]
+    assert values == [r[1] for r in rows]
+    again = publish_rows(iter(rows), producer_id=pid, **kw)  # a replay of a task that had finished
+    assert again.replayed and stored(hub.address, "retry") == 5000
+
+
+@pytest.mark.filterwarnings("ignore:Cannot infer the eval type")
+def test_spark_task_retry_is_exactly_once(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    """A write task that fails on its first attempt is retried by Spark with the same producer id.
+
+    (Spark's UDF stage fails before the writer has received rows here; the partial-publish case
+    is the test above, without Spark.)"""
+    if not spark.sparkContext.master.startswith("local[2,"):
+        pytest.skip(
+            f"needs a master that retries tasks (local[N,F]); this run's session is {spark.sparkContext.master}"
+        )
+    from pyspark import TaskContext
+    from pyspark.sql.functions import udf
+
+    @udf("binary")
+    def fail_first_attempt(i: int) -> bytes:
+        ctx = TaskContext.get()
+        if i == 1500 and ctx is not None and ctx.attemptNumber() == 0:
+            raise RuntimeError("the first attempt fails")
+        return b"row-%05d" % i
+
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    df = spark.range(0, 2000, numPartitions=2).select(fail_first_attempt("id").alias("value"))
+    df.write.format("pub0sub").option("hub", hub.address).option("topic", "retry").mode("append").save()
+    assert stored(hub.address, "retry") == 2000
+
+
+def test_stream_write_replayed_batch_is_stored_once(
+    spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path
+) -> None:
+    """pub0sub -> pub0sub; the last micro-batch is replayed (its commit removed from the checkpoint)."""
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    publish_known(hub.address, {"in": 300})
+    checkpoint = tmp_path / "checkpoint"
+
+    def run() -> None:
+        stream = (
+            spark.readStream.format("pub0sub").option("hub", hub.address).option("subscribe", "in")
+            .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100").load()
+        )  # fmt: skip
+        query = (
+            stream.selectExpr("'out' AS topic", "key", "value").writeStream.format("pub0sub")
+            .option("hub", hub.address).option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True).start()
+        )  # fmt: skip
+        assert query.awaitTermination(120)
+        assert query.exception() is None
+
+    run()
+    assert stored(hub.address, "out") == 300
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    # As if the query died after writing its last batch, before committing it (the file and its checksum).
+    for name in (str(last), f".{last}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    run()
+    assert (checkpoint / "commits" / str(last)).exists(), "the batch was not run again"
+    assert stored(hub.address, "out") == 300
