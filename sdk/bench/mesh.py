@@ -190,14 +190,17 @@ def _m1(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measu
     return measure
 
 
-def _l2(server: Server | None, p: Params) -> Measurement:
-    assert isinstance(server, MeshCluster)
-    kw = {"rate": p.rate, "seconds": p.seconds, "size": p.size}
-    sub = worker("lat-sub-pub0sub", **_at(server, 1), **kw, timeout=p.timeout)
-    pub = worker("lat-pub-pub0sub", **_at(server, 0), **kw)
-    result = run_across(server, sub, pub, 1, timeout=(p.seconds or 0) + p.timeout)
-    figures = {name: float(result[f"{name}_us"]) for name in ("p50", "p99", "p99.9") if result[f"{name}_us"]}
-    return Measurement(figures=figures, details={"received": result["received"], "expected": result["expected"]})
+def _l2(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measurement]:
+    def measure(server: Server | None, p: Params) -> Measurement:
+        assert isinstance(server, MeshCluster)
+        kw = {"rate": p.rate, "seconds": p.seconds, "size": p.size}
+        sub = worker(sub_role, **_at(server, 1), **kw, timeout=p.timeout)
+        pub = worker(pub_role, **_at(server, 0), **kw)
+        result = run_across(server, sub, pub, 1, timeout=(p.seconds or 0) + p.timeout)
+        figures = {name: float(result[f"{name}_us"]) for name in ("p50", "p99", "p99.9") if result[f"{name}_us"]}
+        return Measurement(figures=figures, details={"received": result["received"], "expected": result["expected"]})
+
+    return measure
 
 
 # -- GossipSub ---------------------------------------------------------------------------
@@ -343,8 +346,18 @@ register_method(
         system="pub0sub",
         method="python",
         server="pub0sub-mesh2",
-        measure=_l2,
+        measure=_l2("lat-sub-pub0sub", "lat-pub-pub0sub"),
         tooling="SDK paced publisher on hub A -> mesh link -> SDK sub.batches() on hub B",
+    ),
+)
+register_method(
+    "L2",
+    Method(
+        system="pub0sub",
+        method="fastest",
+        server="pub0sub-mesh2",
+        measure=_l2("lat-sub-pub0sub-raw", "lat-pub-pub0sub-raw"),
+        tooling="raw paced publisher on hub A -> mesh link -> raw decoding subscriber on hub B",
     ),
 )
 

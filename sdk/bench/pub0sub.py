@@ -88,12 +88,15 @@ def _t2(server: Server | None, p: Params) -> Measurement:
     return Measurement(figures={"deliveries": t.pop("rate")}, details=t)
 
 
-def _l1(server: Server | None, p: Params) -> Measurement:
-    kw = {**_addr(server), "rate": p.rate, "seconds": p.seconds, "size": p.size}
-    [result] = run_pubsub([worker("lat-sub-pub0sub", **kw, timeout=p.timeout)], worker("lat-pub-pub0sub", **kw),
-                          timeout=(p.seconds or 0) + p.timeout)  # fmt: skip
-    figures = {name: float(result[f"{name}_us"]) for name in ("p50", "p99", "p99.9") if result[f"{name}_us"]}
-    return Measurement(figures=figures, details={"received": result["received"], "expected": result["expected"]})
+def _l1(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measurement]:
+    def measure(server: Server | None, p: Params) -> Measurement:
+        kw = {**_addr(server), "rate": p.rate, "seconds": p.seconds, "size": p.size}
+        [result] = run_pubsub([worker(sub_role, **kw, timeout=p.timeout)], worker(pub_role, **kw),
+                              timeout=(p.seconds or 0) + p.timeout)  # fmt: skip
+        figures = {name: float(result[f"{name}_us"]) for name in ("p50", "p99", "p99.9") if result[f"{name}_us"]}
+        return Measurement(figures=figures, details={"received": result["received"], "expected": result["expected"]})
+
+    return measure
 
 
 def _run_to_end(argv: list[str], timeout: float) -> dict[str, Any]:
@@ -134,8 +137,12 @@ for _scenario, _method in (
                   tooling="SDK client.publish loop -> hub -> SDK sub.batches()")),
     ("T2", Method(system="pub0sub", method="fastest", server="pub0sub", measure=_t2,
                   tooling=_RAW + "100 sockets counting DELIVER record counts, 2 processes")),
-    ("L1", Method(system="pub0sub", method="python", server="pub0sub", measure=_l1,
+    ("L1", Method(system="pub0sub", method="python", server="pub0sub",
+                  measure=_l1("lat-sub-pub0sub", "lat-pub-pub0sub"),
                   tooling="SDK paced publisher (flush per wake-up) -> hub -> SDK sub.batches()")),
+    ("L1", Method(system="pub0sub", method="fastest", server="pub0sub",
+                  measure=_l1("lat-sub-pub0sub-raw", "lat-pub-pub0sub-raw"),
+                  tooling="raw paced publisher (one PUBLISH per wake-up) -> hub -> raw decoding subscriber")),
 ):  # fmt: skip
     register_method(_scenario, _method)
 

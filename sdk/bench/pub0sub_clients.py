@@ -270,7 +270,56 @@ def lat_pub_pub0sub(*, host: str, port: int, rate: float, seconds: float, size: 
     trio.run(main)
 
 
+def lat_sub_pub0sub_raw(*, host: str, port: int, rate: float, seconds: float, size: int,
+                        timeout: float = 60.0) -> None:  # fmt: skip
+    """L1/L2 subscriber on a raw socket: the hub's own path, without the SDK's hand-offs."""
+    expected = int(rate * seconds)
+    latencies: list[int] = []
+    with _connect(host, port) as s:
+        s.sendall(wire.Sub(sub_id=1, patterns=(CHANNEL,)).encode())
+        _, early = _read_frame(s, wire.SubOk)
+        decoder = wire.FrameDecoder(accept=wire.HUB_TO_CLIENT_OPCODES, limits=wire.Limits(max_body=16 << 20))
+        decoder.feed(early)
+        print("ready", flush=True)
+        s.settimeout(1.0)
+        unpack = STAMP.unpack_from
+        deadline = time.monotonic() + seconds + timeout
+        while len(latencies) < expected and time.monotonic() < deadline:
+            try:
+                chunk = s.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not chunk:
+                break
+            now = time.monotonic_ns()
+            decoder.feed(chunk)
+            for frame in decoder:
+                if isinstance(frame, wire.Deliver):
+                    latencies.extend(now - unpack(data)[0] for _, _, data in frame.batch.messages())
+    _report(latencies, expected)
+
+
+def lat_pub_pub0sub_raw(*, host: str, port: int, rate: float, seconds: float, size: int) -> None:
+    """Paced raw publisher: every message due is sent at once, one PUBLISH frame per wake-up."""
+    total = int(rate * seconds)
+    payload = _payload(size)
+    due, wait = _schedule(rate, total)
+    topic = (CHANNEL,)
+    with _connect(host, port) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sent = 0
+        while sent < total:
+            n = due() - sent
+            if n > 0:
+                mset = wire.MessageSet.build(topic, [(b"", payload()) for _ in range(n)])
+                s.sendall(wire.Publish(sets=(mset,)).encode())
+                sent += n
+            time.sleep(wait(sent))
+
+
 ROLES: dict[str, Callable[..., None]] = {
+    "lat-sub-pub0sub-raw": lat_sub_pub0sub_raw,
+    "lat-pub-pub0sub-raw": lat_pub_pub0sub_raw,
     "sub-pub0sub-raw": sub_pub0sub_raw,
     "pub-pub0sub-raw": pub_pub0sub_raw,
     "pub-pub0sub-acked": pub_pub0sub_acked,
