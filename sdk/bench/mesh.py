@@ -315,7 +315,7 @@ def gossipsub_worker(*, messages: int, size: int, spam_protection: bool, drain: 
 M1 = register_scenario(Scenario(
     id="M1", title="3 hubs meshed, publisher on A -> subscriber on C, delivered msgs/s",
     figures=(FigureSpec(name="delivered", unit="msgs/s"),),
-    defaults=with_defaults(messages=300_000, quick_messages=2_000),
+    defaults=with_defaults(messages=300_000, quick_messages=50_000),
 ))  # fmt: skip
 L2 = register_scenario(Scenario(
     id="L2", title="paced 10k msgs/s across 2 hubs (mesh link), publish->deliver latency",

@@ -73,7 +73,7 @@ def _client_pub(role: str) -> Callable[[Server | None, Params], list[str]]:
 T1 = register_scenario(Scenario(
     id="T1", title="1 publisher -> 1 subscriber, delivered msgs/s",
     figures=(FigureSpec(name="delivered", unit="msgs/s"),),
-    defaults=with_defaults(messages=300_000, quick_messages=5_000),
+    defaults=with_defaults(messages=300_000, quick_messages=20_000),
 ))  # fmt: skip
 _T1_METHODS = [
     Method(system="relay", method="raw", server="relay",
