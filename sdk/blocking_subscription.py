@@ -13,13 +13,13 @@ import wire
 from .errors import Pub0subError
 from .messages import Gap, Message
 from .protocol import State
-from .subscriptions import SubState
+from .subscriptions import SubscriptionView, SubState
 
 if TYPE_CHECKING:
     from .blocking import BlockingClient
 
 
-class BlockingSubscription:
+class BlockingSubscription(SubscriptionView):
     """A subscription of a :class:`BlockingClient`: iterate it, or call :meth:`next` with a timeout.
 
     Gaps are recorded in :attr:`gaps` (and logged) by ``next()`` and plain
@@ -51,27 +51,6 @@ class BlockingSubscription:
     def _s(self) -> SubState:
         assert self._state is not None
         return self._state
-
-    @property
-    def id(self) -> int:
-        return self._s.sub_id
-
-    @property
-    def topics(self) -> tuple[str, ...]:
-        return self._s.topics
-
-    @property
-    def gaps(self) -> list[Gap]:
-        return self._s.gaps
-
-    @property
-    def positions(self) -> dict[str, int]:
-        return dict(self._s.next_offsets)
-
-    @property
-    def duplicates(self) -> int:
-        """Redelivered messages dropped because this subscription had already received them (after a reconnect)."""
-        return self._s.duplicates
 
     def close(self) -> None:
         """Unsubscribe.  Idempotent.  With ``ack="auto"`` everything taken is acknowledged first."""

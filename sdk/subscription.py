@@ -10,13 +10,13 @@ import anyio
 import wire
 
 from .messages import Gap, Message
-from .subscriptions import SubState
+from .subscriptions import SubscriptionView, SubState
 
 if TYPE_CHECKING:
     from .client import Client
 
 
-class Subscription:
+class Subscription(SubscriptionView):
     """A live subscription; create it with :meth:`Client.subscribe` and use it as ``async with``.
 
     Three ways to read, pick one per subscription:
@@ -107,31 +107,6 @@ class Subscription:
         if self._state is None:
             raise RuntimeError("use the subscription with 'async with client.subscribe(...) as sub'")
         return self._state
-
-    @property
-    def id(self) -> int:
-        """The subscription id on the wire (unique per client)."""
-        return self._s.sub_id
-
-    @property
-    def topics(self) -> tuple[str, ...]:
-        """The topics and patterns currently subscribed."""
-        return self._s.topics
-
-    @property
-    def gaps(self) -> list[Gap]:
-        """Every gap seen so far, in order."""
-        return self._s.gaps
-
-    @property
-    def positions(self) -> dict[str, int]:
-        """Per topic, the offset after the last message received (where a resume starts)."""
-        return dict(self._s.next_offsets)
-
-    @property
-    def duplicates(self) -> int:
-        """Redelivered messages dropped because this subscription had already received them (after a reconnect)."""
-        return self._s.duplicates
 
     @property
     def pending_bytes(self) -> int:

@@ -365,3 +365,36 @@ def _closed_error(state: SubState) -> BaseException:
     return SubscriptionClosedError(
         state.sub_id, wire.ErrorCode.UNSUBSCRIBED, "subscription closed", topics=state.topics
     )
+
+
+class SubscriptionView:
+    """What the async and blocking subscription objects both show of their :class:`SubState`."""
+
+    @property
+    def _s(self) -> SubState:
+        raise NotImplementedError
+
+    @property
+    def id(self) -> int:
+        """The subscription id on the wire (unique per client)."""
+        return self._s.sub_id
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The topics and patterns currently subscribed."""
+        return self._s.topics
+
+    @property
+    def gaps(self) -> list[Gap]:
+        """Every gap seen so far, in order."""
+        return self._s.gaps
+
+    @property
+    def positions(self) -> dict[str, int]:
+        """Per topic, the offset after the last message received (where a resume starts)."""
+        return dict(self._s.next_offsets)
+
+    @property
+    def duplicates(self) -> int:
+        """Redelivered messages dropped because this subscription had already received them (after a reconnect)."""
+        return self._s.duplicates
