@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,24 @@ class ConsumerState:
         )
 
 
+class StandingInterest:
+    """Keeps the topics of a durable subscription or group wanted while nobody is attached.
+
+    Registered in the routing table like a subscription that is never live: messages
+    for those topics are still stored here -- and, in a mesh, still forwarded here --
+    so a consumer that comes back finds everything published while it was away.
+    """
+
+    live = False
+
+    def __init__(self, state: ConsumerState) -> None:
+        self.state = state
+        self.patterns: list[str] = []
+
+    def wake(self) -> None:
+        """Nothing to wake: the consumer's follower or group reads the log when it returns."""
+
+
 class ConsumerRegistry:
     def __init__(self, root: Path, *, expiry_seconds: float) -> None:
         self.path = root / FILE_NAME
@@ -75,6 +94,9 @@ class ConsumerRegistry:
         self.states: dict[str, ConsumerState] = {}
         self._dirty = False
         self.saves = 0
+        #: called when a consumer's topics are set or changed, and when it is forgotten
+        self.on_patterns: Callable[[ConsumerState], None] | None = None
+        self.on_forget: Callable[[ConsumerState], None] | None = None
 
     def load(self) -> None:
         if not self.path.exists():
@@ -94,6 +116,11 @@ class ConsumerRegistry:
 
     def add(self, state: ConsumerState) -> None:
         self.states[state.key] = state
+        self.patterns_changed(state)
+
+    def patterns_changed(self, state: ConsumerState) -> None:
+        if self.on_patterns is not None:
+            self.on_patterns(state)
         self.touch()
 
     def touch(self) -> None:
@@ -121,6 +148,8 @@ class ConsumerRegistry:
         gone = [s for s in self.states.values() if not s.attached and now - s.last_active > self.expiry_seconds]
         for state in gone:
             del self.states[state.key]
+            if self.on_forget is not None:
+                self.on_forget(state)
             log.info("%s %r expired after %.0fs idle", state.kind, state.name, now - state.last_active)
         if gone:
             self._dirty = True

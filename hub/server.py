@@ -37,7 +37,7 @@ from wire import (
 from .acks import AckTracker
 from .config import HubConfig
 from .connection import ClientConnection, CloseReason
-from .consumers import ConsumerRegistry
+from .consumers import ConsumerRegistry, ConsumerState, StandingInterest
 from .publishing import Publisher
 from .routing import RoutingTable
 from .storage.store import LogStore
@@ -141,6 +141,29 @@ class HubServer:
         self.consumers = ConsumerRegistry(config.data_dir, expiry_seconds=config.consumer_expiry_seconds)
         self.consumers.load()
         self._clamp_positions()
+        self._standing: dict[str, StandingInterest] = {}
+        self.consumers.on_patterns = self._keep_interest
+        self.consumers.on_forget = self._drop_interest
+        for state in self.consumers.states.values():
+            self._keep_interest(state)
+
+    def _keep_interest(self, state: ConsumerState) -> None:
+        """Route ``state``'s topics here while it exists, attached or not (see StandingInterest)."""
+        entry = self._standing.get(state.key)
+        if entry is None:
+            entry = self._standing[state.key] = StandingInterest(state)
+        new, old = set(state.patterns), set(entry.patterns)
+        for pattern in sorted(old - new):
+            self.router.remove(pattern, entry)
+        for pattern in sorted(new - old):
+            self.router.add(pattern, entry)
+        entry.patterns = sorted(new)
+
+    def _drop_interest(self, state: ConsumerState) -> None:
+        entry = self._standing.pop(state.key, None)
+        if entry is not None:
+            for pattern in entry.patterns:
+                self.router.remove(pattern, entry)
 
     def _clamp_positions(self) -> None:
         """Positions past a log's end mean messages delivered but lost in a crash.

@@ -149,7 +149,7 @@ class Subscriptions:
                 self._take_over(consumer)
                 consumer.patterns = list(sub.patterns)
                 consumer.ack_mode = frame.ack_mode
-                server.consumers.touch()
+                server.consumers.patterns_changed(consumer)
             consumer.attached += 1
             sub.consumer = consumer
         follower = LogFollower(
@@ -189,7 +189,7 @@ class Subscriptions:
                 return False
             state.patterns = list(sub.patterns)
             state.positions = {}
-            server.consumers.touch()
+            server.consumers.patterns_changed(state)
         group = self.groups.get(name)
         if group is None:
             ack_wait = (frame.ack_wait_ms / 1000) if frame.ack_wait_ms else server.config.ack_wait_seconds
@@ -235,9 +235,9 @@ class Subscriptions:
             if sub.follower is not None:
                 sub.follower.patterns_changed()
             conn.send_control(SubOk(sub_id=sub.sub_id).encode())
-        if sub.consumer is not None:
+        if sub.consumer is not None and self.server.consumers is not None:
             sub.consumer.patterns = list(sub.patterns)
-            self.server.consumers_changed()
+            self.server.consumers.patterns_changed(sub.consumer)
 
     def on_unsub(self, conn: ClientConnection, frame: Unsub) -> None:
         sub = conn.subs.get(frame.sub_id)

@@ -139,6 +139,33 @@ async def test_withdrawal_stops_forwarding(cluster3: Cluster) -> None:
     assert mesh_counters(c, a)["forwards_dropped_no_interest"] == 0
 
 
+async def test_durable_keeps_interest_while_its_consumer_is_away(cluster3: Cluster) -> None:
+    """A durable subscription on C still wants its topic with nobody attached: what A publishes
+    meanwhile is forwarded to C and stored there, and the consumer finds it when it returns."""
+    a, _, c = cluster3.hubs[:3]
+    topic = "keep.while.away"
+    async with (
+        sdk.connect(c.address) as c_client,
+        c_client.subscribe(topic, durable="away", start="earliest", ack="auto") as sub,
+    ):
+        await cluster3.await_interest(a, topic, c)
+        async with sdk.connect(a.address) as pub:
+            await pub.publish(topic, b"before")
+            await pub.flush()
+            assert await collect(sub, 1, timeout=10) == [b"before"]
+    # Nobody is attached on C now, yet C must keep its interest in the topic (its own view
+    # changes at once; A's follows through the mesh).
+    assert topic in c.mesh()["local_interest"]
+    await cluster3.await_interest(a, topic, c)
+    async with sdk.connect(a.address) as pub:
+        for i in range(20):
+            await pub.publish(topic, b"away %d" % i)
+        await pub.flush()
+        await pub.status()
+    async with sdk.connect(c.address) as c_client, c_client.subscribe(topic, durable="away", ack="auto") as sub:
+        assert await collect(sub, 20, timeout=10) == [b"away %d" % i for i in range(20)]
+
+
 # -- failure detection and rejoin ----------------------------------------------------------
 
 
