@@ -69,7 +69,8 @@ async def test_50k_messages_are_coalesced_into_few_writes_with_cumulative_acks()
         assert b.store.seqs(a.hub_id) == list(range(1, total + 1))  # type: ignore[attr-defined]
         sent = status_of(a, b)
         writes = sent["writes"] - writes_before
-        assert writes < 50, writes  # ~100-byte sets packed into ~1 MiB writes, not 50k writes
+        # ~100-byte sets packed into 64 KiB writes (about 80 for 5 MB), not one write per message
+        assert writes < 200, writes
         assert sent["window_sets"] == 0 and sent["acks_received"] < total
         received = status_of(b, a)
         assert received["messages_received"] == total and received["duplicates_dropped"] == 0

@@ -47,7 +47,10 @@ class MeshConfig:
     #: Bound of a v1 peer's outbound buffer: v1 has no acks, so beyond it messages are dropped (counted).
     v1_max_pending_bytes: int = 64 << 20
     #: Coalesce queued frames into writes of about this size: each libp2p write costs ~200-350 µs.
-    write_chunk: int = 1 << 20
+    #: Kept well under yamux's initial 256 KiB send window: a larger write cannot finish without
+    #: window updates, and py-libp2p polls for those every 10 ms -- a hub that falls behind (and
+    #: so writes ever bigger chunks) would stall on every write.
+    write_chunk: int = 64 << 10
     #: Bytes asked of the stream per read.
     read_chunk: int = 1 << 20
     #: UNSUBSCRIBE in answer to unwanted FORWARDs is repeated at most this often per topic.
