@@ -17,7 +17,6 @@ import trio
 
 from wire import (
     CLIENT_TO_HUB_OPCODES,
-    PING,
     Error,
     ErrorCode,
     FrameDecoder,
@@ -38,7 +37,6 @@ log = logging.getLogger("pub0sub.hub.connection")
 RECEIVE_SIZE = 64 << 10
 #: How long a closing connection may take to flush its final ERROR frame.
 CLOSE_FLUSH_SECONDS = 2.0
-PING_FRAME = PING.encode()
 
 
 class CloseReason(enum.Enum):

@@ -50,6 +50,27 @@ def matcher(patterns: list[str]) -> Callable[[str], bool]:
     return matches
 
 
+class TopicSelection:
+    """The existing topics that ``patterns`` select.
+
+    Followers and groups ask on every wake-up (every publish to a topic they follow);
+    the list is recomputed only when the store has created a topic log since, not by
+    scanning every log each time.
+    """
+
+    def __init__(self, store: LogStore, patterns: list[str]) -> None:
+        self._store = store
+        self.matches = matcher(patterns)
+        self._generation = -1
+        self._topics: list[str] = []
+
+    def topics(self) -> list[str]:
+        if self._generation != self._store.generation:
+            self._topics = [t for t in self._store.logs if self.matches(t)]
+            self._generation = self._store.generation
+        return self._topics
+
+
 def first_matching(topics: tuple[str, ...], matches: Callable[[str], bool]) -> str | None:
     for topic in topics:
         if matches(topic):
@@ -79,7 +100,7 @@ class LogFollower:
         #: next offset to deliver, per topic
         self.positions: dict[str, int] = {}
         self._lot = trio.lowlevel.ParkingLot()
-        self._matches = matcher(sub.patterns)
+        self._selection = TopicSelection(store, sub.patterns)
         self._patterns_seen = list(sub.patterns)
         # Topics that exist now start "latest" at their current end; topics
         # created later start at 0 -- every message in them is newer.
@@ -90,7 +111,7 @@ class LogFollower:
             self._lot.unpark()
 
     def patterns_changed(self) -> None:
-        self._matches = matcher(self.sub.patterns)
+        self._selection = TopicSelection(self.store, self.sub.patterns)
         self._patterns_seen = list(self.sub.patterns)
         self.wake()
 
@@ -130,8 +151,9 @@ class LogFollower:
         """One pass over the topics; True if anything moved."""
         moved = False
         logs = self.store.logs
-        matches = self._matches
-        for topic in [t for t in logs if matches(t)]:
+        # The selection's list is replaced, never changed in place, when a topic appears:
+        # iterating it across the awaits below is safe.
+        for topic in self._selection.topics():
             topic_log = logs[topic]
             position = self.position_of(topic)
             if position >= topic_log.next_offset:
@@ -159,7 +181,7 @@ class LogFollower:
         """Deliver (or skip) one stored batch; False when credit ran out mid-way."""
         batch = stored.batch
         end = batch.base_offset + batch.count
-        if len(stored.topics) > 1 and first_matching(stored.topics, self._matches) != topic:
+        if len(stored.topics) > 1 and first_matching(stored.topics, self._selection.matches) != topic:
             # This message reaches the subscription through an earlier topic's log.
             self._advance(topic, end, acked=True)
             return True

@@ -22,7 +22,7 @@ import trio
 from wire import StartPosition
 
 from .acks import AckTracker
-from .follower import READ_BYTES, first_matching, matcher
+from .follower import READ_BYTES, TopicSelection, first_matching
 from .storage.topic_log import Hole
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ class ConsumerGroup:
         self.redelivered_messages = 0
         self._rr = 0
         self._lot = trio.lowlevel.ParkingLot()
-        self._matches = matcher(state.patterns)
+        assert server.store is not None
+        self._selection = TopicSelection(server.store, state.patterns)
         store = server.store
         assert store is not None
         self._latest_at = {t: lg.next_offset for t, lg in store.logs.items()}
@@ -217,7 +218,7 @@ class ConsumerGroup:
                     self.redeliver.appendleft((topic, end, last, deliveries, avoid))
                 break
             moved = True
-        for topic in [t for t in store.logs if self._matches(t)]:
+        for topic in self._selection.topics():
             topic_log = store.logs[topic]
             position = self._position(topic)
             if position >= topic_log.next_offset:
@@ -234,7 +235,7 @@ class ConsumerGroup:
                     continue
                 batch = item.batch
                 end = batch.base_offset + batch.count
-                if len(item.topics) > 1 and first_matching(item.topics, self._matches) != topic:
+                if len(item.topics) > 1 and first_matching(item.topics, self._selection.matches) != topic:
                     tracker.ack(batch.base_offset, end - 1)
                     self.cursor[topic] = end
                     continue

@@ -34,12 +34,7 @@ class BlockingSubscription(SubscriptionView):
     def __init__(self, client: BlockingClient) -> None:
         self._client = client
         self._state: SubState | None = None
-        self._msgs: list[Message] = []
-        self._pos = 0
-        #: taken messages still in the application's hands (not acked by a close after an exception)
-        self._held = 0
-        self._auto = False
-        self.start_offsets: dict[str, int] = {}
+        self._init_batches()  # acks go out with the next call into the client
 
     def __enter__(self) -> BlockingSubscription:
         return self
@@ -88,16 +83,6 @@ class BlockingSubscription(SubscriptionView):
             if proto.has_output:
                 self._client._send()  # acks and credit before waiting, not after
             self._client._service(min(left, 1.0))
-
-    def _settle(self, n: int) -> None:
-        """Auto-ack: the first ``n`` messages of the current batch are done (one topic, consecutive offsets)."""
-        msgs = self._msgs
-        if n > 0 and msgs:
-            first = msgs[0]
-            self._client._proto.ack_range(self._s, first.topic, first.offset, first.offset + n - 1)
-        self._msgs = msgs[n:]
-        self._pos -= n
-        self._held = min(self._held, self._pos)
 
     def next_batch(self, timeout: float | None = None) -> list[Message] | None:
         """The remaining messages of the current batch or the next batch; None on timeout/end."""

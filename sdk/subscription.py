@@ -57,16 +57,7 @@ class Subscription(SubscriptionView):
         self._topics = topics
         self._options = options
         self._state: SubState | None = None
-        # The batch being handed out and how many of it the application has taken; auto-ack
-        # acknowledges from these at batch boundaries, so nothing is done per message.
-        self._msgs: list[Message] = []
-        self._pos = 0
-        #: how many of the taken messages are still "in the application's hands" (1 when read one
-        #: by one, the whole batch with batches()): not acknowledged by a close after an exception
-        self._held = 0
-        self._auto = False
-        #: start offsets the hub reported in SUB_OK, per exact topic
-        self.start_offsets: dict[str, int] = {}
+        self._init_batches()
 
     async def __aenter__(self) -> Subscription:
         client = self._client
@@ -176,16 +167,8 @@ class Subscription(SubscriptionView):
             return None
         return None
 
-    def _settle(self, n: int) -> None:
-        """Auto-ack: the first ``n`` messages of the current batch are done (one topic, consecutive offsets)."""
-        msgs = self._msgs
-        if n > 0 and msgs:
-            first = msgs[0]
-            self._client._proto.ack_range(self._s, first.topic, first.offset, first.offset + n - 1)
-            self._client._kick()  # sent when this task next yields, with whatever else is queued
-        self._msgs = msgs[n:]
-        self._pos -= n
-        self._held = min(self._held, self._pos)
+    def _ack_queued(self) -> None:
+        self._client._kick()  # sent when this task next yields, with whatever else is queued
 
     async def _next_item(self) -> wire.RecordBatch | Gap:
         state = self._s

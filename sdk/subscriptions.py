@@ -368,7 +368,36 @@ def _closed_error(state: SubState) -> BaseException:
 
 
 class SubscriptionView:
-    """What the async and blocking subscription objects both show of their :class:`SubState`."""
+    """What the async and blocking subscription objects share: the view of their
+    :class:`SubState` and the per-batch bookkeeping behind ``ack="auto"``."""
+
+    _client: Any
+
+    def _init_batches(self) -> None:
+        # The batch being handed out and how many of it the application has taken; auto-ack
+        # acknowledges from these at batch boundaries, so nothing is done per message.
+        self._msgs: list[Message] = []
+        self._pos = 0
+        #: how many of the taken messages are still "in the application's hands" (1 when read one
+        #: by one, the whole batch with batches()): not acknowledged by a close after an exception
+        self._held = 0
+        self._auto = False
+        #: start offsets the hub reported in SUB_OK, per exact topic
+        self.start_offsets: dict[str, int] = {}
+
+    def _settle(self, n: int) -> None:
+        """Auto-ack: the first ``n`` messages of the current batch are done (one topic, consecutive offsets)."""
+        msgs = self._msgs
+        if n > 0 and msgs:
+            first = msgs[0]
+            self._client._proto.ack_range(self._s, first.topic, first.offset, first.offset + n - 1)
+            self._ack_queued()
+        self._msgs = msgs[n:]
+        self._pos -= n
+        self._held = min(self._held, self._pos)
+
+    def _ack_queued(self) -> None:
+        """An ack waits in the protocol core; a driver that sends on its own schedule is told here."""
 
     @property
     def _s(self) -> SubState:

@@ -41,6 +41,8 @@ class LogStore:
         self.settings = settings
         self.durability = durability
         self.logs: dict[str, TopicLog] = {}
+        #: bumped whenever a topic log is created (cached topic selections compare it)
+        self.generation = 0
         self.reports: list[RecoveryReport] = []
         self._dirty: dict[Segment, None] = {}
         self._new_dirs: set[Path] = set()
@@ -88,6 +90,7 @@ class LogStore:
         topic_log = self.logs.get(topic)
         if topic_log is None:
             topic_log = self.logs[topic] = TopicLog.create(topic, self.topics_dir, self.settings, now)
+            self.generation += 1
             self._new_dirs.add(self.topics_dir)
             self._new_dirs.add(topic_log.directory)
         return topic_log

@@ -16,7 +16,7 @@ import math
 import socket
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from .wireproto import CHANNEL, RELAY_HEADER, RELAY_OPCODE, Framing
@@ -37,6 +37,25 @@ def _report(latencies_ns: list[int], expected: int) -> None:
     for p in PERCENTILES:
         result[f"p{p:g}_us"] = percentile(values, p) / 1000.0 if values else None
     print(json.dumps(result), flush=True)
+
+
+def collect_latencies(
+    sock: socket.socket, expected: int, deadline: float, stamps: Callable[[bytes], Iterable[int]]
+) -> list[int]:
+    """Receive until ``expected`` latencies or ``deadline``; ``stamps(chunk)`` yields the
+    publish stamps of the messages the chunk completes (each protocol frames them its way)."""
+    latencies: list[int] = []
+    sock.settimeout(1.0)
+    while len(latencies) < expected and time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(1 << 16)
+        except TimeoutError:
+            continue
+        if not chunk:
+            break
+        now = time.monotonic_ns()
+        latencies.extend(now - stamp for stamp in stamps(chunk))
+    return latencies
 
 
 def _payload(size: int) -> Callable[[], bytes]:
@@ -65,27 +84,20 @@ def _schedule(rate: float, total: int) -> tuple[Callable[[], int], Callable[[int
 def lat_sub_relay(*, host: str, port: int, rate: float, seconds: float, size: int, timeout: float = 60.0) -> None:
     expected = int(rate * seconds)
     frame = RELAY_HEADER.size + size
-    latencies: list[int] = []
+    unpack = STAMP.unpack_from
+    pending = b""
+
+    def stamps(chunk: bytes) -> list[int]:
+        nonlocal pending
+        buf = pending + chunk
+        whole = len(buf) - len(buf) % frame
+        pending = buf[whole:]
+        return [unpack(buf, pos + RELAY_HEADER.size)[0] for pos in range(0, whole, frame)]
+
     with socket.create_connection((host, port)) as s:
         Framing("relay").subscribe(s)
         print("ready", flush=True)
-        s.settimeout(1.0)
-        buf = b""
-        deadline = time.monotonic() + seconds + timeout
-        unpack = STAMP.unpack_from
-        while len(latencies) < expected and time.monotonic() < deadline:
-            try:
-                chunk = s.recv(1 << 16)
-            except TimeoutError:
-                continue
-            if not chunk:
-                break
-            now = time.monotonic_ns()
-            buf += chunk
-            whole = len(buf) - len(buf) % frame
-            for pos in range(0, whole, frame):
-                latencies.append(now - unpack(buf, pos + RELAY_HEADER.size)[0])
-            buf = buf[whole:]
+        latencies = collect_latencies(s, expected, time.monotonic() + seconds + timeout, stamps)
     _report(latencies, expected)
 
 

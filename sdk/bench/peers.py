@@ -64,6 +64,22 @@ class _ProcessServer:
             raise RuntimeError(f"{self.name} is not started")
         return self._address
 
+    def _launch(self, argv: Sequence[str], port: int, hello: bytes, expect: bytes) -> None:
+        """Start ``argv`` and wait until a probe (send ``hello``, read ``expect``) answers on ``port``."""
+        self._proc = spawn(argv, capture=False)
+        self._address = (HOST, port)
+        try:
+            wait_until(lambda: self._alive() and _probe((HOST, port), hello, expect),
+                       timeout=READY_TIMEOUT, what=self.name)  # fmt: skip
+        except BaseException:
+            self.stop()
+            raise
+
+    def _alive(self) -> bool:
+        if self._proc is None or self._proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited during start-up")
+        return True
+
     def stop(self) -> None:
         try:
             stop_process(self._proc)
@@ -101,19 +117,7 @@ class RedisServer(_ProcessServer):
             "--dir", self._tmp.name, "--client-output-buffer-limit", "pubsub 0 0 0", "--logfile", "",
             "--loglevel", "warning", "--daemonize", "no",
         ]  # fmt: skip
-        self._proc = spawn(argv, capture=False)
-        self._address = (HOST, port)
-        try:
-            wait_until(lambda: self._alive() and _probe((HOST, port), b"PING\r\n", b"+PONG"),
-                       timeout=READY_TIMEOUT, what="redis-server")  # fmt: skip
-        except BaseException:
-            self.stop()
-            raise
-
-    def _alive(self) -> bool:
-        if self._proc is None or self._proc.poll() is not None:
-            raise RuntimeError(f"{self.name} exited during start-up")
-        return True
+        self._launch(argv, port, b"PING\r\n", b"+PONG")
 
 
 class NatsServer(_ProcessServer):
@@ -135,19 +139,7 @@ class NatsServer(_ProcessServer):
             f'host: "{HOST}"\nport: {port}\nmax_pending: 1073741824\nwrite_deadline: "60s"\n'
             f'ping_interval: "10m"\nmax_payload: 1048576\nlogfile: "{Path(self._tmp.name) / "nats.log"}"\n'
         )
-        self._proc = spawn([self.binary, "-c", str(conf)], capture=False)
-        self._address = (HOST, port)
-        try:
-            wait_until(lambda: self._alive() and _probe((HOST, port), b"", b"INFO "),
-                       timeout=READY_TIMEOUT, what="nats-server")  # fmt: skip
-        except BaseException:
-            self.stop()
-            raise
-
-    def _alive(self) -> bool:
-        if self._proc is None or self._proc.poll() is not None:
-            raise RuntimeError(f"{self.name} exited during start-up")
-        return True
+        self._launch([self.binary, "-c", str(conf)], port, b"", b"INFO ")
 
 
 class AnnouncedServer(_ProcessServer):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import wire
 
-from .latency import STAMP, _payload, _report, _schedule
+from .latency import STAMP, _payload, _report, _schedule, collect_latencies
 from .wireproto import CHANNEL
 
 PUBLISH_BATCH = 1000
@@ -274,28 +274,24 @@ def lat_sub_pub0sub_raw(*, host: str, port: int, rate: float, seconds: float, si
                         timeout: float = 60.0) -> None:  # fmt: skip
     """L1/L2 subscriber on a raw socket: the hub's own path, without the SDK's hand-offs."""
     expected = int(rate * seconds)
-    latencies: list[int] = []
+    unpack = STAMP.unpack_from
+    decoder = wire.FrameDecoder(accept=wire.HUB_TO_CLIENT_OPCODES, limits=wire.Limits(max_body=16 << 20))
+
+    def stamps(chunk: bytes) -> list[int]:
+        decoder.feed(chunk)
+        return [
+            unpack(data)[0]
+            for frame in decoder
+            if isinstance(frame, wire.Deliver)
+            for _, _, data in frame.batch.messages()
+        ]
+
     with _connect(host, port) as s:
         s.sendall(wire.Sub(sub_id=1, patterns=(CHANNEL,)).encode())
         _, early = _read_frame(s, wire.SubOk)
-        decoder = wire.FrameDecoder(accept=wire.HUB_TO_CLIENT_OPCODES, limits=wire.Limits(max_body=16 << 20))
         decoder.feed(early)
         print("ready", flush=True)
-        s.settimeout(1.0)
-        unpack = STAMP.unpack_from
-        deadline = time.monotonic() + seconds + timeout
-        while len(latencies) < expected and time.monotonic() < deadline:
-            try:
-                chunk = s.recv(1 << 16)
-            except TimeoutError:
-                continue
-            if not chunk:
-                break
-            now = time.monotonic_ns()
-            decoder.feed(chunk)
-            for frame in decoder:
-                if isinstance(frame, wire.Deliver):
-                    latencies.extend(now - unpack(data)[0] for _, _, data in frame.batch.messages())
+        latencies = collect_latencies(s, expected, time.monotonic() + seconds + timeout, stamps)
     _report(latencies, expected)
 
 
