@@ -42,12 +42,6 @@ class AckTracker:
             self.floor = ranges[0][1] + 1
             del ranges[0]
 
-    def is_acked(self, offset: int) -> bool:
-        if offset < self.floor:
-            return True
-        i = bisect.bisect_right(self._ranges, offset, key=lambda r: r[0]) - 1
-        return i >= 0 and self._ranges[i][1] >= offset
-
     def unacked_runs(self, first: int, last: int) -> list[tuple[int, int]]:
         """The unacknowledged [first, last] runs inside ``first .. last``."""
         runs: list[tuple[int, int]] = []

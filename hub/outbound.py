@@ -186,7 +186,6 @@ class OutboundQueue:
                 sub = item.sub
                 sub.queued_messages -= item.batch.count
                 sub.delivered_messages += item.batch.count
-                sub.delivered_batches += 1
         self.pending_bytes -= size
         return pieces, size
 

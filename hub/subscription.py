@@ -35,7 +35,6 @@ class Subscription:
     #: durable state (named subscriptions)
     consumer: ConsumerState | None = None
     delivered_messages: int = 0
-    delivered_batches: int = 0
     dropped_messages: int = 0
     gap_notices: int = 0
     #: Messages queued on the connection for this subscription, not yet written.

@@ -219,12 +219,14 @@ class Segment:
             best = position
         return best
 
-    def position_for_timestamp(self, timestamp: int) -> int:
-        best = self.index[0][1] if self.index else self.size
-        for _, position, ts in self.index:
+    def offset_before_timestamp(self, timestamp: int) -> int:
+        """First offset of the last indexed batch appended before ``timestamp``: where a scan
+        for the first message at or after it can start (at most one index interval early)."""
+        best = self.base_offset
+        for first, _, ts in self.index:
             if ts >= timestamp:
                 break
-            best = position
+            best = first
         return best
 
     def read(self, position: int, nbytes: int) -> bytes:

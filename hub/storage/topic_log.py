@@ -250,7 +250,8 @@ class TopicLog:
         """The first offset appended at or after ``timestamp`` (µs); ``next_offset`` if none."""
         for segment in self.segments:
             if segment.last_timestamp and segment.last_timestamp >= timestamp:
-                for item in _ScanIterator(self, segment.base_offset, segments=[segment]):
+                start = segment.offset_before_timestamp(timestamp)
+                for item in _ScanIterator(self, start, segments=[segment]):
                     if isinstance(item, tuple) and item[0].append_ts >= timestamp:
                         return item[0].batch.base_offset
         return self.next_offset

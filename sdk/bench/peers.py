@@ -10,7 +10,6 @@ and returns once it answers (with a deadline), ``stop()`` ends it by its PID.
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -105,10 +104,6 @@ class RedisServer(_ProcessServer):
     name = "redis"
     binary = "redis-server"
 
-    @classmethod
-    def available(cls) -> bool:
-        return shutil.which(cls.binary) is not None and shutil.which("redis-benchmark") is not None
-
     def start(self) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="pub0sub-bench-redis-")
         port = free_port()
@@ -125,10 +120,6 @@ class NatsServer(_ProcessServer):
 
     name = "nats"
     binary = "nats-server"
-
-    @classmethod
-    def available(cls) -> bool:
-        return shutil.which(cls.binary) is not None
 
     def start(self) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="pub0sub-bench-nats-")

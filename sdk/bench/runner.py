@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable, Sequence
 
@@ -93,7 +92,3 @@ def _measure_once(m: Method, p: Params, pool: ServerPool) -> Measurement:
         # One failed measurement is reported, not fatal: the other systems' figures still stand.
         print(f"bench: {m.system}:{m.method} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return Measurement(figures={}, details={"error": f"{type(exc).__name__}: {exc}"})
-
-
-def is_sane(value: object) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value) and value > 0
