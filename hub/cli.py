@@ -58,6 +58,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=float,
         help="seconds a dead peer's interest is kept so a healed link loses nothing (0: withdraw at once)",
     )
+    p.add_argument(
+        "--mesh-write-interval",
+        type=float,
+        help="seconds a mesh link waits after a small write so later frames join the next one (default 0.001)",
+    )
     p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     return p
 
@@ -113,6 +118,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "mesh_heartbeat_interval": args.mesh_heartbeat_interval,
         "mesh_heartbeat_misses": args.mesh_heartbeat_misses,
         "mesh_resume_linger": args.mesh_resume_linger,
+        "mesh_write_interval": args.mesh_write_interval,
     }
     try:
         config = load_config(file=args.config, overrides=overrides)

@@ -69,6 +69,8 @@ class HubConfig:
     #: meanwhile wait in its window and are resent after reconnecting (0 lost on a short
     #: break).  0 withdraws the interest as soon as the peer is declared dead.
     mesh_resume_linger: float = 30.0
+    #: Seconds a mesh link waits after a small write so the next frames leave together (0: no pacing).
+    mesh_write_interval: float = 0.001
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -86,6 +88,8 @@ class HubConfig:
                 raise ValueError(f"{name} must be positive")
         if self.heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be positive")
+        if self.mesh_write_interval < 0:
+            raise ValueError("mesh_write_interval must be >= 0")
         if self.durability not in ("received", "fsync"):
             raise ValueError(f"durability must be 'received' or 'fsync', got {self.durability!r}")
 

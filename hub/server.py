@@ -201,6 +201,7 @@ class HubServer:
             heartbeat_interval=config.mesh_heartbeat_interval,
             heartbeat_misses=config.mesh_heartbeat_misses,
             resume_linger=config.mesh_resume_linger,
+            write_interval=config.mesh_write_interval,
         )
         self.mesh_bridge = MeshBridge(self, mesh_config)
         self.mesh = self.mesh_bridge.mesh

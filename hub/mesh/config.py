@@ -51,6 +51,11 @@ class MeshConfig:
     #: window updates, and py-libp2p polls for those every 10 ms -- a hub that falls behind (and
     #: so writes ever bigger chunks) would stall on every write.
     write_chunk: int = 64 << 10
+    #: After a write that was not a full chunk, the next write waits this long (seconds) so
+    #: the frames queued meanwhile leave together.  Each libp2p read costs the receiving hub
+    #: ~15 trio checkpoints; unpaced small writes at 10k msgs/s swamped it (L2 p99 56-310 ms
+    #: unpaced vs 9-16 ms at 1 ms; docs/benchmarks.md).  An idle link still writes at once.
+    write_interval: float = 0.001
     #: Bytes asked of the stream per read.
     read_chunk: int = 1 << 20
     #: UNSUBSCRIBE in answer to unwanted FORWARDs is repeated at most this often per topic.
@@ -59,5 +64,7 @@ class MeshConfig:
     def __post_init__(self) -> None:
         if not self.versions:
             raise ValueError("a mesh needs at least one protocol version")
+        if self.write_interval < 0:
+            raise ValueError("write_interval must be >= 0")
         if self.heartbeat_misses < 1 or self.subscribe_resends < 0:
             raise ValueError("heartbeat_misses must be >= 1 and subscribe_resends >= 0")

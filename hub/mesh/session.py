@@ -19,6 +19,7 @@ import trio
 import wire
 from wire.limits import MAX_TOPICS_PER_MESSAGE
 
+from .fastwrite import FastStreamWriter
 from .inbound import V1_ORIGIN, InboundResult
 from .interest import valid_pattern
 from .protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, encode_forward_batch, make_decoder
@@ -60,6 +61,7 @@ class PeerSession:
         self.owner = owner
         self.link = link
         self.stream = stream
+        self._out = FastStreamWriter(stream)
         self.version = version
         self.outbound = outbound
         self.config = owner.config
@@ -181,7 +183,14 @@ class PeerSession:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def _writer(self) -> None:
+        # Writes are paced: after a write the next waits until ``write_interval`` has passed,
+        # so a stream of small publishes leaves as batches instead of one write each.  An
+        # idle link writes at once; a full chunk (the link is behind) is not paced.
+        interval = self.config.write_interval
+        next_write = 0.0
         while True:
+            if trio.current_time() < next_write:
+                await trio.sleep_until(next_write)
             chunk = self._take_chunk()
             if chunk is None:
                 # No await between the check above and this: no wake-up can be lost.
@@ -189,13 +198,16 @@ class PeerSession:
                 await self._wake.wait()
                 continue
             try:
-                await self.stream.write(chunk)
+                fast = await self._out.write(chunk)
             except Exception as exc:  # libp2p raises several unrelated types for a dead stream
                 log.debug("mesh write to %s failed: %r", self.link.short_id, exc)
                 self.close(CloseReason.PEER_CLOSED)
                 return
             self.counters.writes += 1
+            self.counters.writes_fast += fast
             self.counters.bytes_sent += len(chunk)
+            if len(chunk) < self.config.write_chunk:
+                next_write = trio.current_time() + interval
 
     # -- reader ------------------------------------------------------------------
 

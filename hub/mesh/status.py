@@ -35,6 +35,8 @@ class PeerCounters:
     bytes_received: int = 0
     #: libp2p ``write()`` calls: each costs ~200-350 µs, so this should stay far below frames_sent.
     writes: int = 0
+    #: Writes that went straight to the socket (hub/mesh/fastwrite.py); the rest took libp2p's path.
+    writes_fast: int = 0
     messages_sent: int = 0
     messages_received: int = 0
     #: Messages not sent to this peer because it announced no matching interest (lazy push).
