@@ -55,10 +55,6 @@ class FastStreamWriter:
         self.stream = stream
         self._parts = _resolve(stream)
 
-    @property
-    def enabled(self) -> bool:
-        return self._parts is not None
-
     async def write(self, data: bytes) -> bool:
         """Write ``data``; True if it went the fast way, False if through ``stream.write``."""
         parts = self._parts
