@@ -10,28 +10,45 @@
 * Inbound: forwarded sets (already deduplicated by (origin, seq)) go through the
   same store-and-route path as a local publish, keeping origin, origin
   sequence and timestamp, so every hub's log holds each message once.
+* Replay: with durable logs the mesh can read this hub's own publishes back
+  (:meth:`MeshBridge.own_sets`) for a peer its in-memory window could not
+  cover (``hub/mesh/replay.py``).
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import wire
 
 from .mesh.config import MeshConfig
 from .mesh.mesh import Mesh
+from .mesh.protocols import encode_forward_set
+from .mesh.window import WindowEntry
+from .storage.topic_log import Hole, TopicLog
 
 if TYPE_CHECKING:
     from .server import HubServer
 
 log = logging.getLogger("pub0sub.hub.meshlink")
 
+#: Bytes asked of a topic log per read while replaying.
+REPLAY_READ_BYTES = 256 << 10
+
 
 class MeshBridge:
     def __init__(self, server: HubServer, config: MeshConfig) -> None:
         self.server = server
-        self.mesh = Mesh(config, hub_id=server.hub_id, on_forward=self.on_forward, resume_positions=self.positions)
+        self.mesh = Mesh(
+            config,
+            hub_id=server.hub_id,
+            on_forward=self.on_forward,
+            resume_positions=self.positions,
+            replay=self if server.store is not None else None,
+        )
         self.forwarded_messages_in = 0
         server.router.on_change = self._interest_changed
         # Subscriptions that exist before the mesh starts are announced as it starts.
@@ -56,6 +73,29 @@ class MeshBridge:
                 if seq > positions.get(origin, 0):
                     positions[origin] = seq
         return positions
+
+    # -- ReplaySource --------------------------------------------------------------
+
+    def next_origin_seq(self) -> int:
+        return self.server.upcoming_origin_seq
+
+    def own_sets(
+        self, wants: Callable[[str], bool], after: int, before: int, on_hole: Callable[[str], None]
+    ) -> Iterator[WindowEntry]:
+        """This hub's sets in ``(after, before)`` from the logs of the topics ``wants``, each once, in order."""
+        store = self.server.store
+        if store is None:
+            return
+        origin = self.server.hub_id
+        logs = [lg for topic, lg in list(store.logs.items()) if wants(topic)]
+        streams = [_own_sets_in(lg, origin, after, before, on_hole) for lg in logs]
+        last = after
+        # A set with several topics is in each of their logs under the same sequence.
+        for entry in heapq.merge(*streams, key=_first_seq):
+            if entry.last_seq <= last:
+                continue
+            last = entry.last_seq
+            yield entry
 
     def on_forward(self, origin: int, sets: list[wire.ForwardSet], peer: Any) -> int | None:
         """Store forwarded sets; the last origin sequence stored is acknowledged to the sender."""
@@ -97,3 +137,45 @@ class MeshBridge:
             "backlog": mesh.backlog(),
             "peers": mesh.peers_status(),
         }
+
+
+def _first_seq(entry: WindowEntry) -> int:
+    return entry.first_seq
+
+
+def _own_sets_in(
+    topic_log: TopicLog, origin: int, after: int, before: int, on_hole: Callable[[str], None]
+) -> Iterator[WindowEntry]:
+    """``origin``'s sets with a sequence in ``(after, before)`` in one topic log, in order."""
+    offset = topic_log.offset_for_origin_seq(origin, after + 1)
+    if offset is None:
+        return
+    # Appended from here on is at or after ``before`` (the replay's upper bound was read first).
+    end = topic_log.next_offset
+    check_cut = topic_log.origin_seq_maybe_removed(origin, after + 1)
+    while offset < end:
+        items = topic_log.read(offset, REPLAY_READ_BYTES)
+        if not items:
+            return
+        for item in items:
+            if isinstance(item, Hole):
+                on_hole(f"{topic_log.topic} offsets {item.first}..{item.first + item.count - 1}: {item.reason}")
+                offset = item.first + item.count
+                continue
+            b = item.batch
+            offset = b.base_offset + b.count
+            if b.origin != origin:
+                continue
+            last = b.origin_seq + b.count - 1
+            if last <= after:
+                continue
+            if check_cut:
+                check_cut = False
+                if b.origin_seq > after + 1:
+                    on_hole(f"{topic_log.topic}: retention removed batches; this hub's sets "
+                            f"{after + 1}..{b.origin_seq - 1} may have been among them")
+            if b.origin_seq >= before:
+                return
+            messages = wire.MessageSet(topics=item.topics, count=b.count, records=b.records)
+            encoded = encode_forward_set(b.origin_seq, b.timestamp, messages)
+            yield WindowEntry(first_seq=b.origin_seq, last_seq=last, count=b.count, encoded=encoded)

@@ -211,6 +211,11 @@ class HubServer:
         self._origin_seq += count
         return seq
 
+    @property
+    def upcoming_origin_seq(self) -> int:
+        """The origin sequence the next local publish will take."""
+        return self._origin_seq
+
     def consumers_changed(self) -> None:
         if self.consumers is not None:
             self.consumers.touch()

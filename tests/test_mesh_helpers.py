@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -11,6 +11,8 @@ import trio
 
 import wire
 from hub.mesh import Mesh, MeshConfig
+from hub.mesh.protocols import encode_forward_set
+from hub.mesh.window import WindowEntry
 
 #: Short timers so failure detection and rediscovery fit a fast test run.
 FAST = MeshConfig(
@@ -51,6 +53,38 @@ class Store:
         return [s.origin_seq + i for o, s in self.sets if o == origin for i in range(s.messages.count)]
 
 
+class OwnLog:
+    """A hub's own publishes kept in a list: the mesh's ``replay`` source without a hub.
+
+    The hub's implementation over its topic logs is ``MeshBridge.own_sets``
+    (tested on real logs in tests/test_mesh_replay.py); this one lets the
+    session's replay logic be driven step by step.
+    """
+
+    def __init__(self) -> None:
+        self.sets: list[tuple[int, wire.MessageSet]] = []
+        self.next_seq = 1
+
+    def publish(self, mesh: Mesh, messages: wire.MessageSet) -> int:
+        seq = self.next_seq
+        self.next_seq += messages.count
+        self.sets.append((seq, messages))
+        mesh.forward(seq, seq, messages)
+        return seq
+
+    def next_origin_seq(self) -> int:
+        return self.next_seq
+
+    def own_sets(
+        self, wants: Callable[[str], bool], after: int, before: int, on_hole: Callable[[str], None]
+    ) -> Iterator[WindowEntry]:
+        for seq, messages in self.sets:
+            last = seq + messages.count - 1
+            if after < last and seq < before and any(map(wants, messages.topics)):
+                encoded = encode_forward_set(seq, seq, messages)
+                yield WindowEntry(first_seq=seq, last_seq=last, count=messages.count, encoded=encoded)
+
+
 def new_hub_id() -> int:
     global _next_hub_id
     _next_hub_id += 1
@@ -58,7 +92,12 @@ def new_hub_id() -> int:
 
 
 async def start_mesh(
-    nursery: trio.Nursery, store: Store | None = None, *, hub_id: int | None = None, **overrides: Any
+    nursery: trio.Nursery,
+    store: Store | None = None,
+    *,
+    hub_id: int | None = None,
+    replay: OwnLog | None = None,
+    **overrides: Any,
 ) -> Mesh:
     store = store or Store()
     mesh = Mesh(
@@ -66,6 +105,7 @@ async def start_mesh(
         hub_id=hub_id or new_hub_id(),
         on_forward=store.on_forward,
         resume_positions=lambda: dict(store.positions),
+        replay=replay,
     )
     mesh.store = store  # type: ignore[attr-defined]
     await nursery.start(mesh.run)

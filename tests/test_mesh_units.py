@@ -60,6 +60,14 @@ def test_window_bound_counts_what_it_pushes_out() -> None:
         w.push(_entry(seq, count=2))
     assert len(w) == 3
     assert w.evicted.unsent_messages == 4
+    # Where the replay from the log must start, and where the window takes over again.
+    assert (w.lost_from, w.first_unsent_seq) == (1, 3)
+    w.clear_lost()
+    w.take_unsent(1000, 100)
+    for seq in range(11, 15, 2):
+        w.push(_entry(seq, count=2))  # evicts sent ones first: nothing unsent is lost
+    assert w.lost_from is None and w.evicted.unacked_sets == 2
+    assert w.clear() == 3 and len(w) == 0 and w.bytes == 0
 
 
 def test_interest_table_is_a_set_with_patterns() -> None:

@@ -30,6 +30,7 @@ from .inbound import ForwardHandler, InboundForwards
 from .interest import InterestTable, LocalInterest, valid_pattern
 from .peers import PeerLink
 from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
+from .replay import Replay, ReplaySource
 from .session import PeerSession
 from .status import CloseReason
 from .window import WindowEntry
@@ -48,7 +49,9 @@ class Mesh:
     returns the last origin seq the hub holds (``None``: everything given); it
     may be a coroutine function.  ``resume_positions()`` gives the last stored
     seq per origin at start-up (from the hub's logs), so resends after a
-    restart are deduplicated too.
+    restart are deduplicated too.  ``replay`` reads this hub's own publishes
+    back from its logs for a peer the window could not cover (``replay.py``);
+    without it such forwards are counted as evicted, not resent.
 
     >>> async def main():                                        # doctest: +SKIP
     ...     mesh = Mesh(MeshConfig(), hub_id=7, on_forward=store)
@@ -65,6 +68,7 @@ class Mesh:
         hub_id: int,
         on_forward: ForwardHandler,
         resume_positions: Callable[[], Mapping[int, int]] | None = None,
+        replay: ReplaySource | None = None,
         key_pair: KeyPair | None = None,
     ) -> None:
         if not 0 < hub_id < 1 << 64:
@@ -75,6 +79,7 @@ class Mesh:
         self.interest: InterestTable[ID] = InterestTable()
         self.inbound = InboundForwards(on_forward, self.local)
         self._resume_positions = resume_positions or dict
+        self.replay = replay
         self._key_pair = key_pair
         self.links: dict[ID, PeerLink] = {}
         self.discovery: Discovery | None = None
@@ -382,6 +387,34 @@ class Mesh:
     def hello_positions(self) -> dict[int, int]:
         self.inbound.merge_positions(self._resume_positions())
         return self.inbound.positions()
+
+    def open_replay(self, link: PeerLink, after: int, before: int | None) -> Replay | None:
+        """This hub's sets in ``(after, before)`` the peer wants, from the logs (None: nothing to send).
+
+        ``before`` None is everything published so far.
+        """
+        source = self.replay
+        if source is None:
+            return None
+        if before is None:
+            before = source.next_origin_seq()
+        if before <= after + 1:
+            return None
+        peer = link.peer_id
+        interest = self.interest
+        counters = link.counters
+
+        def wants(topic: str) -> bool:
+            return interest.wants(peer, (topic,))
+
+        def on_hole(reason: str) -> None:
+            counters.replay_holes += 1
+            log.warning("replay to %s: part of the log is gone (%s); those messages are not resent",
+                        link.short_id, reason)
+
+        counters.replays += 1
+        log.info("mesh peer %s: replaying this hub's sets %d..%d from the log", link.short_id, after + 1, before - 1)
+        return Replay(source.own_sets(wants, after, before, on_hole))
 
     def peer_subscribed(self, link: PeerLink, topics: list[str]) -> None:
         self.interest.add(link.peer_id, topics)

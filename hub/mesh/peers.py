@@ -11,6 +11,7 @@ from .config import MeshConfig
 from .inbound import InboundForwards
 from .interest import LocalInterest
 from .protocols import MeshVersion
+from .replay import Replay, ReplaySource
 from .status import CloseReason, PeerCounters
 from .window import ForwardWindow
 
@@ -25,8 +26,11 @@ class SessionOwner(Protocol):
     config: MeshConfig
     local: LocalInterest
     inbound: InboundForwards
+    replay: ReplaySource | None
 
     def hello_positions(self) -> dict[int, int]: ...
+
+    def open_replay(self, link: PeerLink, after: int, before: int | None) -> Replay | None: ...
 
     def peer_subscribed(self, link: PeerLink, topics: list[str]) -> None: ...
 

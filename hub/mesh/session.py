@@ -23,6 +23,7 @@ from .fastwrite import FastStreamWriter
 from .inbound import V1_ORIGIN, InboundResult
 from .interest import valid_pattern
 from .protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, encode_forward_batch, make_decoder
+from .replay import Replay
 from .status import CloseReason
 
 if TYPE_CHECKING:
@@ -82,6 +83,10 @@ class PeerSession:
         self._first_frame = True
         self._unwanted_replied: dict[str, float] = {}
         self.remote_hub_id: int | None = None
+        #: The peer's MESH_HELLO position while the replay from the log waits for its interest.
+        self._replay_after: int | None = None
+        self._replay_due_at = 0.0
+        self._replay: Replay | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -165,8 +170,24 @@ class PeerSession:
         limit = self.config.write_chunk
         if self.version is MeshVersion.V2:
             window = self.link.window
-            while self._hello_done and size < limit and window.has_unsent:
-                entries = window.take_unsent(min(MAX_BATCH_BODY, limit - size), MAX_SETS_PER_BATCH)
+            # Forwards wait while a replay is due but its interest is not known yet; a replay
+            # goes out before anything in the window (origin-sequence order, see replay.py).
+            while self._hello_done and self._replay_after is None and size < limit:
+                if self._replay is None and window.lost_from is not None:
+                    self._replay = self.owner.open_replay(self.link, window.lost_from - 1, window.first_unsent_seq)
+                    window.clear_lost()
+                room = min(MAX_BATCH_BODY, limit - size)
+                if self._replay is not None:
+                    entries = self._replay.take(room, MAX_SETS_PER_BATCH)
+                    if self._replay.done:
+                        self._replay = None
+                    if not entries:
+                        continue
+                    self.counters.messages_replayed += sum(e.count for e in entries)
+                elif window.has_unsent:
+                    entries = window.take_unsent(room, MAX_SETS_PER_BATCH)
+                else:
+                    break
                 frame = encode_forward_batch(self.owner.hub_id, [e.encoded for e in entries])
                 parts.append(frame)
                 size += len(frame)
@@ -237,6 +258,7 @@ class PeerSession:
     async def _handle_chunk(self, frames: list[wire.Frame]) -> None:
         acks: dict[int, int] = {}
         v1_forwards: list[wire.Forward] = []
+        subscribed = False
         for frame in frames:
             self.counters.frames_received += 1
             if self._first_frame and self.version is MeshVersion.V2 and not isinstance(frame, wire.MeshHello):
@@ -256,9 +278,13 @@ class PeerSession:
                 if result.ack_seq is not None:
                     acks[frame.origin] = result.ack_seq
             else:
+                subscribed |= isinstance(frame, wire.Subscribe) and not isinstance(frame, wire.Unsubscribe)
                 self._handle_control(frame)
         if v1_forwards:
             await self._receive_v1(v1_forwards)
+        if subscribed and self._replay_after is not None:
+            # The peer announces its interest right after MESH_HELLO, in the same write.
+            self._start_replay()
         if acks:
             # Acks are cumulative: the latest per origin says everything.  They wait up to
             # ACK_DELAY so one ack covers every read meanwhile -- each libp2p write costs
@@ -332,7 +358,24 @@ class PeerSession:
         position = next((p.seq for p in frame.positions if p.origin == self.owner.hub_id), 0)
         # Resume right after what the peer already stored: nothing lost, nothing twice.
         self.link.window.resume(position)
+        if self.owner.replay is not None and position > 0:
+            # The window may not hold everything after ``position`` (the peer was away past
+            # resume_linger, the window overflowed, this hub restarted): replay it from the
+            # log once the peer's interest is known.  Position 0 is a peer that never stored
+            # anything of ours -- a new hub gets live forwards, not this hub's history.
+            self._replay_after = position
+            self._replay_due_at = trio.current_time() + self.config.subscribe_ack_timeout
         self._hello_done = True
+        self._wake.set()
+
+    def _start_replay(self) -> None:
+        after = self._replay_after
+        assert after is not None
+        self._replay_after = None
+        # Everything queued so far comes again from the log, filtered by the interest the
+        # peer has now; forwards published from here on queue behind the replay.
+        self.link.window.clear()
+        self._replay = self.owner.open_replay(self.link, after, None)
         self._wake.set()
 
     # -- timers ------------------------------------------------------------------
@@ -349,6 +392,8 @@ class PeerSession:
             if not self._hello_done and now - self.started_at > cfg.hello_timeout:
                 self.close(CloseReason.HELLO_TIMEOUT)
                 return
+            if self._replay_after is not None and now >= self._replay_due_at:
+                self._start_replay()  # the peer announced nothing: replay for what it had
             if now - self._last_ping >= cfg.heartbeat_interval:
                 self._last_ping = now
                 self._queue_raw(PING_FRAME)

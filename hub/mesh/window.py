@@ -4,7 +4,9 @@ Entries move ``unsent -> sent -> (acked, dropped)``.  After a reconnect the
 peer's MESH_HELLO position says what it already stored: everything at or below
 it is forgotten and the rest is sent again (:meth:`ForwardWindow.resume`).
 The window is bounded in sets and bytes so a dead or slow peer cannot grow the
-hub's memory; what the bound pushes out is counted, never silently lost.
+hub's memory; what the bound pushes out is counted, never silently lost, and
+a hub with logs sends it again from there (``replay.py``): :attr:`lost_from`
+says where the evicted unsent forwards start.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class ForwardWindow:
         self._bytes = 0
         self.acked_seq = 0
         self.evicted = Evicted()
+        #: First origin seq of unsent forwards evicted since the last :meth:`clear_lost`.
+        self.lost_from: int | None = None
 
     def push(self, entry: WindowEntry) -> None:
         self._unsent.append(entry)
@@ -52,6 +56,8 @@ class ForwardWindow:
             else:
                 old = self._unsent.popleft()
                 self.evicted.unsent_messages += old.count
+                if self.lost_from is None:
+                    self.lost_from = old.first_seq
             self._bytes -= len(old.encoded)
 
     def take_unsent(self, max_bytes: int, max_sets: int) -> list[WindowEntry]:
@@ -85,6 +91,22 @@ class ForwardWindow:
         self._unsent.extendleft(reversed(self._sent))
         self._sent.clear()
         self.ack(position)
+
+    def clear(self) -> int:
+        """Forget every entry (a replay from the log covers them); return how many."""
+        dropped = len(self)
+        self._sent.clear()
+        self._unsent.clear()
+        self._bytes = 0
+        self.lost_from = None
+        return dropped
+
+    def clear_lost(self) -> None:
+        self.lost_from = None
+
+    @property
+    def first_unsent_seq(self) -> int | None:
+        return self._unsent[0].first_seq if self._unsent else None
 
     @property
     def has_unsent(self) -> bool:

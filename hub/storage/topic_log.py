@@ -25,6 +25,7 @@ from wire.frames import HEADER, HEADER_SIZE, log_batch_head
 from wire.opcodes import LOG_OPCODES
 
 from ..outbound import SharedBatch
+from .origin_index import OriginIndex
 from .segment import MAX_STORED_BODY, SUFFIX, RecoveryReport, Segment, TornSegmentError
 
 log = logging.getLogger("pub0sub.hub.storage")
@@ -93,6 +94,8 @@ class TopicLog:
         self.producers: dict[int, int] = {}
         #: origin hub id -> highest origin sequence stored in this topic
         self.origins: dict[int, int] = {}
+        #: where each origin's sequences are in this log (the mesh replays from it)
+        self.origin_index = OriginIndex()
         self.tail: deque[StoredBatch] = deque()
         self._tail_bytes = 0
         self.messages_appended = 0
@@ -144,9 +147,12 @@ class TopicLog:
                 if frame.producer_id:
                     seq = self.producers.get(frame.producer_id, 0)
                     self.producers[frame.producer_id] = max(seq, frame.producer_seq)
-                last = frame.batch.origin_seq + frame.batch.count - 1
-                if last > self.origins.get(frame.batch.origin, 0):
-                    self.origins[frame.batch.origin] = last
+                b = frame.batch
+                last = b.origin_seq + b.count - 1
+                if last > self.origins.get(b.origin, 0):
+                    self.origins[b.origin] = last
+                self.origin_index.note(origin=b.origin, origin_seq=b.origin_seq, offset=b.base_offset,
+                                       size=len(b.records))
                 self.last_timestamp = frame.append_ts
 
     @property
@@ -178,6 +184,8 @@ class TopicLog:
         last_seq = batch.origin_seq + batch.count - 1
         if last_seq > self.origins.get(batch.origin, 0):
             self.origins[batch.origin] = last_seq
+        self.origin_index.note(origin=batch.origin, origin_seq=batch.origin_seq, offset=batch.base_offset,
+                               size=len(records))
         self.messages_appended += batch.count
         self.bytes_appended += len(records)
         self.last_timestamp = append_ts
@@ -246,6 +254,18 @@ class TopicLog:
                 break
         return out
 
+    def offset_for_origin_seq(self, origin: int, origin_seq: int) -> int | None:
+        """Where to start reading for the batch of ``origin`` holding ``origin_seq`` (None: it has none).
+
+        The offset is a lower bound: the reader skips what comes before.
+        """
+        offset = self.origin_index.start_offset(origin, origin_seq)
+        return None if offset is None else max(offset, self.first_offset)
+
+    def origin_seq_maybe_removed(self, origin: int, origin_seq: int) -> bool:
+        """True if retention may have removed the batch of ``origin`` holding ``origin_seq``."""
+        return self.origin_index.maybe_cut(origin, origin_seq)
+
     def offset_for_timestamp(self, timestamp: int) -> int:
         """The first offset appended at or after ``timestamp`` (µs); ``next_offset`` if none."""
         for segment in self.segments:
@@ -274,6 +294,8 @@ class TopicLog:
             oldest.close()
             oldest.path.unlink(missing_ok=True)
             removed.append(oldest.path)
+        if removed:
+            self.origin_index.forget_below(self.first_offset)
         return removed
 
     def close(self) -> None:
