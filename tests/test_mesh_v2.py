@@ -126,3 +126,15 @@ async def test_resume_position_survives_a_receiver_restart() -> None:
         assert store.seqs(a.hub_id) == list(range(101, 111))
         assert status_of(b, a)["duplicates_dropped"] == 6
         nursery.cancel_scope.cancel()
+
+
+async def test_a_closed_session_says_why_at_once() -> None:
+    """Status never shows a peer "not connected" without the reason (the stream's reset may take a second)."""
+    async with trio.open_nursery() as nursery:
+        a, b = await _pair(nursery)
+        session = a.links[b.peer_id].session
+        assert session is not None
+        session.close(CloseReason.HEARTBEAT_TIMEOUT)
+        entry = status_of(a, b)
+        assert (entry["connected"], entry["last_close"]) == (False, "heartbeat_timeout")
+        nursery.cancel_scope.cancel()

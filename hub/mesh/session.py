@@ -97,6 +97,9 @@ class PeerSession:
     def close(self, reason: CloseReason) -> None:
         if self.reason is None:
             self.reason = reason
+            # Shown at once: the stream's reset below may take up to a second on a dead link,
+            # and status must not say "not connected" without saying why.
+            self.link.last_close = reason
             log.info("mesh session with %s ended: %s", self.link.short_id, reason.value)
         self._scope.cancel()
 
