@@ -63,6 +63,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=float,
         help="seconds a mesh link waits after a small write so later frames join the next one (default 0.001)",
     )
+    p.add_argument(
+        "--mesh-window-bytes",
+        type=int,
+        help="bytes of unacknowledged forwards kept per peer (default 256 MiB; beyond: replayed from the log)",
+    )
     p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     return p
 
@@ -119,6 +124,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "mesh_heartbeat_misses": args.mesh_heartbeat_misses,
         "mesh_resume_linger": args.mesh_resume_linger,
         "mesh_write_interval": args.mesh_write_interval,
+        "mesh_window_bytes": args.mesh_window_bytes,
     }
     try:
         config = load_config(file=args.config, overrides=overrides)

@@ -71,6 +71,9 @@ class HubConfig:
     mesh_resume_linger: float = 30.0
     #: Seconds a mesh link waits after a small write so the next frames leave together (0: no pacing).
     mesh_write_interval: float = 0.001
+    #: Bytes of forwards kept in memory per peer until it acknowledges them.  Beyond it the
+    #: oldest go; a hub with a data directory sends them again from its logs.
+    mesh_window_bytes: int = 256 << 20
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -83,7 +86,7 @@ class HubConfig:
     def validate(self) -> None:
         self.host_port  # noqa: B018 - parses and raises on a bad address
         for name in ("max_body", "max_connections", "max_subscriptions", "max_topics_per_connection",
-                     "max_pending_bytes", "heartbeat_misses", "write_chunk"):
+                     "max_pending_bytes", "heartbeat_misses", "write_chunk", "mesh_window_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.heartbeat_interval <= 0:

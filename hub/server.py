@@ -202,6 +202,7 @@ class HubServer:
             heartbeat_misses=config.mesh_heartbeat_misses,
             resume_linger=config.mesh_resume_linger,
             write_interval=config.mesh_write_interval,
+            window_max_bytes=config.mesh_window_bytes,
         )
         self.mesh_bridge = MeshBridge(self, mesh_config)
         self.mesh = self.mesh_bridge.mesh

@@ -87,7 +87,8 @@ def test_sigterm_stops_cleanly(start_hub: StartHub) -> None:
 
 
 def test_bad_settings_exit_2_without_traceback(tmp_path: Path) -> None:
-    for args in (["--listen", "nonsense"], ["--config", str(tmp_path / "missing.toml")], ["--max-body", "-1"]):
+    for args in (["--listen", "nonsense"], ["--config", str(tmp_path / "missing.toml")], ["--max-body", "-1"],
+                 ["--mesh-window-bytes", "0"]):  # fmt: skip
         proc = subprocess.run([sys.executable, "-m", "hub", *args], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2, (args, proc.stderr)
         assert "Traceback" not in proc.stderr and proc.stderr.strip()

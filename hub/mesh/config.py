@@ -66,5 +66,7 @@ class MeshConfig:
             raise ValueError("a mesh needs at least one protocol version")
         if self.write_interval < 0:
             raise ValueError("write_interval must be >= 0")
+        if self.window_max_sets <= 0 or self.window_max_bytes <= 0:
+            raise ValueError("window_max_sets and window_max_bytes must be positive")
         if self.heartbeat_misses < 1 or self.subscribe_resends < 0:
             raise ValueError("heartbeat_misses must be >= 1 and subscribe_resends >= 0")
