@@ -26,7 +26,7 @@ import wire
 
 from .mesh.config import MeshConfig
 from .mesh.mesh import Mesh
-from .mesh.protocols import encode_forward_set
+from .mesh.protocols import encode_stored_set
 from .mesh.window import WindowEntry
 from .storage.topic_log import Hole, TopicLog
 
@@ -176,6 +176,5 @@ def _own_sets_in(
                             f"{after + 1}..{b.origin_seq - 1} may have been among them")
             if b.origin_seq >= before:
                 return
-            messages = wire.MessageSet(topics=item.topics, count=b.count, records=b.records)
-            encoded = encode_forward_set(b.origin_seq, b.timestamp, messages)
+            encoded = encode_stored_set(b.origin_seq, b.timestamp, item.topics, b.count, b.records)
             yield WindowEntry(first_seq=b.origin_seq, last_seq=last, count=b.count, encoded=encoded)

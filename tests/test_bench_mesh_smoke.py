@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import pytest
+import trio
 
 from sdk.bench.cli import main
 
@@ -38,3 +39,16 @@ def test_l2_reports_latency_across_two_hubs(capsys: pytest.CaptureFixture[str]) 
     assert names["p50"]["median"] > 0 and names["p99"]["median"] >= names["p50"]["median"]
     detail = line["details"][0]
     assert detail["received"] == detail["expected"] > 0
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["forward", "replay"])
+def test_in_process_mesh_bench_delivers_everything(replay: bool) -> None:
+    """``python -m hub.mesh.bench [--replay]`` (docs/benchmarks.md): every message arrives."""
+    from hub.mesh.bench import bench, bench_replay
+
+    result = trio.run(bench_replay if replay else bench, 5_000, 100, 64)
+    # The replay's receiver already holds the first set of 100.
+    assert result["messages"] == (4_900 if replay else 5_000)
+    assert result["msgs_per_s"] > 0
+    if replay:
+        assert result["messages_replayed"] == 4_900

@@ -14,12 +14,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from enum import Enum
+from functools import lru_cache
 
 from libp2p.custom_types import TProtocol
 
 import wire
 from wire.limits import DEFAULT_MAX_PEER_BODY
-from wire.records import RECORD_HEADER
+from wire.records import RECORD_HEADER, REGION_HEADER
 
 _HEADER = struct.Struct(">BI")
 _SET_HEAD = struct.Struct(">QQ")
@@ -63,6 +64,17 @@ def make_decoder(version: MeshVersion) -> wire.FrameDecoder:
 def encode_forward_set(origin_seq: int, timestamp: int, messages: wire.MessageSet) -> bytes:
     """One forward set as it appears inside a FORWARD_BATCH body."""
     return _SET_HEAD.pack(origin_seq, timestamp) + messages.encode()
+
+
+@lru_cache(maxsize=4096)
+def _encoded_topics(topics: tuple[str, ...]) -> bytes:
+    return bytes((len(topics),)) + b"".join(wire.encode_topic(t) for t in topics)
+
+
+def encode_stored_set(origin_seq: int, timestamp: int, topics: tuple[str, ...], count: int, records: bytes) -> bytes:
+    """:func:`encode_forward_set` for a set read back from a topic log (already valid: no checks again)."""
+    head = _SET_HEAD.pack(origin_seq, timestamp)
+    return b"".join((head, _encoded_topics(topics), REGION_HEADER.pack(count, len(records)), records))
 
 
 def encode_forward_batch(origin: int, encoded_sets: Sequence[bytes]) -> bytes:
