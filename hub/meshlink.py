@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,7 @@ from .mesh.config import MeshConfig
 from .mesh.mesh import Mesh
 from .mesh.protocols import encode_stored_set
 from .mesh.window import WindowEntry
-from .storage.topic_log import Hole, TopicLog
+from .storage.topic_log import Hole, StoredBatch, TopicLog
 
 if TYPE_CHECKING:
     from .server import HubServer
@@ -89,13 +90,18 @@ class MeshBridge:
         origin = self.server.hub_id
         logs = [lg for topic, lg in list(store.logs.items()) if wants(topic)]
         streams = [_own_sets_in(lg, origin, after, before, on_hole) for lg in logs]
-        last = after
-        # A set with several topics is in each of their logs under the same sequence.
-        for entry in heapq.merge(*streams, key=_first_seq):
-            if entry.last_seq <= last:
-                continue
-            last = entry.last_seq
-            yield entry
+        # A set with several topics is in each of their logs under the same sequence: it goes
+        # once, naming the topics it was found in.  That is not always its whole topic list: a
+        # hub that crashed between a set's appends stored it in some topics only, and the
+        # producer's retry stored the rest under a new sequence.
+        for seq, copies in itertools.groupby(heapq.merge(*streams, key=_origin_seq), key=_origin_seq):
+            group = list(copies)
+            first = group[0]
+            found = {c.batch.topic for c in group}
+            topics = first.topics if len(found) == len(first.topics) else tuple(t for t in first.topics if t in found)
+            b = first.batch
+            encoded = encode_stored_set(seq, b.timestamp, topics, b.count, b.records)
+            yield WindowEntry(first_seq=seq, last_seq=seq + b.count - 1, count=b.count, encoded=encoded)
 
     def on_forward(self, origin: int, sets: list[wire.ForwardSet], peer: Any) -> int | None:
         """Store forwarded sets; the last origin sequence stored is acknowledged to the sender."""
@@ -139,13 +145,13 @@ class MeshBridge:
         }
 
 
-def _first_seq(entry: WindowEntry) -> int:
-    return entry.first_seq
+def _origin_seq(stored: StoredBatch) -> int:
+    return stored.batch.origin_seq
 
 
 def _own_sets_in(
     topic_log: TopicLog, origin: int, after: int, before: int, on_hole: Callable[[str], None]
-) -> Iterator[WindowEntry]:
+) -> Iterator[StoredBatch]:
     """``origin``'s sets with a sequence in ``(after, before)`` in one topic log, in order."""
     offset = topic_log.offset_for_origin_seq(origin, after + 1)
     if offset is None:
@@ -176,5 +182,4 @@ def _own_sets_in(
                             f"{after + 1}..{b.origin_seq - 1} may have been among them")
             if b.origin_seq >= before:
                 return
-            encoded = encode_stored_set(b.origin_seq, b.timestamp, item.topics, b.count, b.records)
-            yield WindowEntry(first_seq=b.origin_seq, last_seq=last, count=b.count, encoded=encoded)
+            yield item

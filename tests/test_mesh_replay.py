@@ -146,6 +146,28 @@ def test_own_sets_come_back_in_sequence_order_once_each_and_after_a_reopen(tmp_p
     reopened.store.close()
 
 
+def test_a_set_stored_in_some_topics_only_is_replayed_for_those(tmp_path: Path) -> None:
+    """A crash between a set's appends leaves it in some of its topics; the producer's retry
+    stores the rest under a new sequence.  Replaying the old one for every listed topic would
+    store those topics twice at the peer."""
+    server = _hub(tmp_path)
+    count, records = wire.encode_records([(b"", MSG)])
+    crashed = server.next_origin_seq(1)  # appended to "a", then the hub died before "b"
+    server.publisher.store_set(("a", "b"), count, records, timestamp=1, origin=server.hub_id, origin_seq=crashed,
+                               skip={"b"})  # fmt: skip
+    retried = server.next_origin_seq(1)  # the retry: "a" already has it, "b" gets it now
+    server.publisher.store_set(("a", "b"), count, records, timestamp=2, origin=server.hub_id, origin_seq=retried,
+                               skip={"a"})  # fmt: skip
+    both = _publish(server, ["a", "b"])
+    assert server.mesh_bridge is not None
+    entries = list(server.mesh_bridge.own_sets({"a", "b"}.__contains__, 0, 10**9, [].append))
+    topics = [wire.MessageSet.read(e.encoded, 16, len(e.encoded))[0].topics for e in entries]
+    assert [e.first_seq for e in entries] == [crashed, retried, both]
+    assert topics == [("a",), ("b",), ("a", "b")]
+    assert server.store is not None
+    server.store.close()
+
+
 def test_offset_index_starts_reads_near_the_wanted_sequence(tmp_path: Path) -> None:
     log = TopicLog.create("t", tmp_path, LogSettings(), now=1)
     records = wire.encode_records([(b"", b"x" * 1000)])[1]
