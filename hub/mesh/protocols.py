@@ -61,20 +61,24 @@ def make_decoder(version: MeshVersion) -> wire.FrameDecoder:
     return wire.FrameDecoder(accept=version.opcodes, limits=wire.Limits(max_body=DEFAULT_MAX_PEER_BODY))
 
 
-def encode_forward_set(origin_seq: int, timestamp: int, messages: wire.MessageSet) -> bytes:
-    """One forward set as it appears inside a FORWARD_BATCH body."""
-    return _SET_HEAD.pack(origin_seq, timestamp) + messages.encode()
-
-
 @lru_cache(maxsize=4096)
 def _encoded_topics(topics: tuple[str, ...]) -> bytes:
+    # A hub publishes to few distinct topic lists: encode each once, not once per set.
     return bytes((len(topics),)) + b"".join(wire.encode_topic(t) for t in topics)
 
 
 def encode_stored_set(origin_seq: int, timestamp: int, topics: tuple[str, ...], count: int, records: bytes) -> bytes:
-    """:func:`encode_forward_set` for a set read back from a topic log (already valid: no checks again)."""
+    """One forward set as it appears inside a FORWARD_BATCH body, from its parts (already valid).
+
+    The layout is ``wire.ForwardSet``'s: origin_seq, timestamp, then the MessageSet.
+    """
     head = _SET_HEAD.pack(origin_seq, timestamp)
     return b"".join((head, _encoded_topics(topics), REGION_HEADER.pack(count, len(records)), records))
+
+
+def encode_forward_set(origin_seq: int, timestamp: int, messages: wire.MessageSet) -> bytes:
+    """One forward set of a live publish (the parts of a set read back from a log: :func:`encode_stored_set`)."""
+    return encode_stored_set(origin_seq, timestamp, messages.topics, messages.count, messages.records)
 
 
 def encode_forward_batch(origin: int, encoded_sets: Sequence[bytes]) -> bytes:

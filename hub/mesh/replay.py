@@ -50,7 +50,6 @@ class Replay:
         self._sets = sets
         self._next: WindowEntry | None = None
         self.done = False
-        self.messages = 0
 
     def take(self, max_bytes: int, max_sets: int) -> list[WindowEntry]:
         """Up to ``max_bytes``/``max_sets`` of the next sets (at least one unless done)."""
@@ -69,5 +68,4 @@ class Replay:
             self._next = None
             taken.append(entry)
             size += len(entry.encoded)
-            self.messages += entry.count
         return taken

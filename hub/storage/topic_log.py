@@ -148,11 +148,7 @@ class TopicLog:
                     seq = self.producers.get(frame.producer_id, 0)
                     self.producers[frame.producer_id] = max(seq, frame.producer_seq)
                 b = frame.batch
-                last = b.origin_seq + b.count - 1
-                if last > self.origins.get(b.origin, 0):
-                    self.origins[b.origin] = last
-                self.origin_index.note(origin=b.origin, origin_seq=b.origin_seq, offset=b.base_offset,
-                                       size=len(b.records))
+                self._note_origin(b.origin, b.origin_seq, b.count, b.base_offset, len(b.records))
                 self.last_timestamp = frame.append_ts
 
     @property
@@ -181,16 +177,19 @@ class TopicLog:
         self.next_offset = batch.base_offset + batch.count
         if producer_id:
             self.producers[producer_id] = max(self.producers.get(producer_id, 0), producer_seq)
-        last_seq = batch.origin_seq + batch.count - 1
-        if last_seq > self.origins.get(batch.origin, 0):
-            self.origins[batch.origin] = last_seq
-        self.origin_index.note(origin=batch.origin, origin_seq=batch.origin_seq, offset=batch.base_offset,
-                               size=len(records))
+        self._note_origin(batch.origin, batch.origin_seq, batch.count, batch.base_offset, len(records))
         self.messages_appended += batch.count
         self.bytes_appended += len(records)
         self.last_timestamp = append_ts
         self._remember(StoredBatch(batch, topics, append_ts))
         return segment
+
+    def _note_origin(self, origin: int, origin_seq: int, count: int, offset: int, size: int) -> None:
+        """A batch of ``origin`` is in the log at ``offset``: its high-water mark and index."""
+        last = origin_seq + count - 1
+        if last > self.origins.get(origin, 0):
+            self.origins[origin] = last
+        self.origin_index.note(origin=origin, origin_seq=origin_seq, offset=offset, size=size)
 
     def _writable_segment(self, now: int) -> Segment:
         segment = self.segments[-1]
