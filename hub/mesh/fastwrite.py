@@ -26,10 +26,7 @@ import struct
 from typing import Any
 
 import trio
-from libp2p.io.trio import TrioTCPStream
-from libp2p.network.connection.raw_connection import RawConnection
-from libp2p.security.noise.io import MAX_PLAINTEXT_LENGTH, NoisePacketReadWriter, NoiseTransportReadWriter
-from libp2p.security.secure_session import SecureSession
+from libp2p.security.noise.io import MAX_PLAINTEXT_LENGTH
 from libp2p.stream_muxer.yamux.yamux import (
     HEADER_SIZE,
     MAX_MESSAGE_SIZE,
@@ -38,6 +35,8 @@ from libp2p.stream_muxer.yamux.yamux import (
     Yamux,
     YamuxStream,
 )
+
+from .fastread import noise_over_tcp
 
 log = logging.getLogger("pub0sub.hub.mesh")
 
@@ -92,24 +91,14 @@ class FastStreamWriter:
 
 def _resolve(stream: Any) -> tuple[Any, Any, Any, Any] | None:
     """The yamux stream, yamux connection, Noise writer and TCP stream under ``stream``, or None."""
-    try:
-        ys = stream.muxed_stream
-        yamux = ys.conn
-        session = yamux.secured_conn
-        noise = session.conn
-        packets = noise.read_writer
-        raw = packets.read_write_closer
-        tcp = raw.stream
-    except AttributeError:
-        return None
-    expected = (
-        (ys, YamuxStream), (yamux, Yamux), (session, SecureSession), (noise, NoiseTransportReadWriter),
-        (packets, NoisePacketReadWriter), (raw, RawConnection), (tcp, TrioTCPStream),
-    )  # fmt: skip
-    if not all(type(obj) is cls for obj, cls in expected) or not isinstance(tcp.stream, trio.SocketStream):
+    ys = getattr(stream, "muxed_stream", None)
+    yamux = getattr(ys, "conn", None)
+    lower = noise_over_tcp(yamux) if type(ys) is YamuxStream and type(yamux) is Yamux else None
+    if lower is None:
         log.debug("mesh stream is not Noise/yamux/TCP as expected: using libp2p's write path")
         return None
-    return ys, yamux, noise, tcp
+    noise, raw = lower
+    return ys, yamux, noise, raw.stream
 
 
 def _ready(parts: tuple[Any, Any, Any, Any], size: int) -> bool:

@@ -19,6 +19,7 @@ import trio
 import wire
 from wire.limits import MAX_TOPICS_PER_MESSAGE
 
+from .fastread import FastStreamReader
 from .fastwrite import FastStreamWriter
 from .inbound import V1_ORIGIN, InboundResult
 from .interest import valid_pattern
@@ -63,6 +64,7 @@ class PeerSession:
         self.link = link
         self.stream = stream
         self._out = FastStreamWriter(stream)
+        self._in = FastStreamReader(stream)
         self.version = version
         self.outbound = outbound
         self.config = owner.config
@@ -239,7 +241,7 @@ class PeerSession:
         decoder = make_decoder(self.version)
         while True:
             try:
-                data = await self.stream.read(self.config.read_chunk)
+                data, fast = await self._in.read(self.config.read_chunk)
             except Exception as exc:  # StreamEOF, StreamReset, broken connections...
                 log.debug("mesh read from %s ended: %r", self.link.short_id, exc)
                 self.close(CloseReason.PEER_CLOSED)
@@ -247,6 +249,8 @@ class PeerSession:
             if not data:
                 self.close(CloseReason.PEER_CLOSED)
                 return
+            self.counters.reads += 1
+            self.counters.reads_fast += fast
             self.counters.bytes_received += len(data)
             self._last_received = trio.current_time()
             try:

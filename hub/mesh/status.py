@@ -37,6 +37,9 @@ class PeerCounters:
     writes: int = 0
     #: Writes that went straight to the socket (hub/mesh/fastwrite.py); the rest took libp2p's path.
     writes_fast: int = 0
+    #: Reads of the mesh stream, and those taken straight from yamux's buffer (hub/mesh/fastread.py).
+    reads: int = 0
+    reads_fast: int = 0
     messages_sent: int = 0
     messages_received: int = 0
     #: Messages not sent to this peer because it announced no matching interest (lazy push).
