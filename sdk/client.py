@@ -264,7 +264,13 @@ class Client:
 
     async def _write(self) -> None:
         """Send everything the core has queued; one ``send`` per chunk, never per message."""
-        async with self._send_lock:
+        lock = self._send_lock
+        try:
+            # Uncontended (the usual case) without a checkpoint: the send below is one already.
+            lock.acquire_nowait()
+        except anyio.WouldBlock:
+            await lock.acquire()
+        try:
             while (stream := self._stream) is not None and (data := self._proto.data_to_send()):
                 try:
                     await stream.send(data)
@@ -272,6 +278,8 @@ class Client:
                     # The reader sees the broken stream too and reports it; acked frames get resent.
                     await anyio.aclose_forcefully(stream)
                     return
+        finally:
+            lock.release()
 
     async def _flusher(self) -> None:
         """Frame buffered publishes once the publisher yields (or after ``linger``)."""
@@ -280,6 +288,8 @@ class Client:
             self._flush_wanted = anyio.Event()
             if self._linger > 0:
                 await anyio.sleep(self._linger)
+            if not self._flush_armed:
+                continue  # a flush() since the wake-up has sent everything: nothing to do
             while self._stream is None and self._proto.failed is None:
                 # Disconnected: leave messages in the buffer so publishers block at flush_bytes.
                 await self._connected.wait()
@@ -340,6 +350,9 @@ class Client:
             # Disconnected: hold the publisher here so buffered frames cannot grow without bound.
             await self._connected.wait()
         self._check()
+        # Everything buffered is framed and this write sends it: a flusher woken by the same
+        # publishes has nothing left to do (it was a second lock and write per wake-up).
+        self._flush_armed = False
         await self._write()
 
     async def publish_acked(
