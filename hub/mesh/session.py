@@ -54,7 +54,10 @@ def topic_chunks(patterns: list[str]) -> list[tuple[str, ...]]:
 
 #: How long a cumulative FORWARD_ACK may wait to cover more reads (trades nothing: acks only
 #: trim the sender's window; resume after a break uses the receiver's MESH_HELLO position).
-ACK_DELAY = 0.005
+#: Each ack costs a timer wake-up and a write here, a read and a decrypt at the sender: 25 ms
+#: rather than 5 ms took ~4 points of a core off each hub under L2 load (10k msgs/s), and
+#: latency with it (docs/benchmarks.md).  The sender's window holds 20 ms more of forwards.
+ACK_DELAY = 0.025
 
 class PeerSession:
     """Speaks one negotiated mesh version on one libp2p stream until it closes."""
@@ -294,8 +297,8 @@ class PeerSession:
             self._start_replay()
         if acks:
             # Acks are cumulative: the latest per origin says everything.  They wait up to
-            # ACK_DELAY so one ack covers every read meanwhile -- each libp2p write costs
-            # ~300 µs, and acking every read doubled the writes of a busy link.
+            # ACK_DELAY so one ack covers every read meanwhile: acking every read doubled the
+            # writes of a busy link.
             self._pending_acks.update(acks)
             self._ack_wake.set()
 
