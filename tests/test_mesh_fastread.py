@@ -17,7 +17,7 @@ from libp2p.network.stream.exceptions import StreamEOF, StreamReset
 
 from hub.mesh.fastread import SOCKET_READ_SIZE, BufferedTCPStream, FastStreamReader
 from hub.mesh.fastwrite import FastStreamWriter
-from tests.support.libp2p_pair import stream_pair
+from tests.support.libp2p_pair import connection_quiet, stream_pair
 
 
 async def read_all(reader: FastStreamReader, size: int, chunk: int = 1 << 20) -> tuple[bytes, list[bool]]:
@@ -122,6 +122,7 @@ async def test_the_mesh_connection_gets_buffered_socket_reads() -> None:
         raw = peer.muxed_stream.conn.secured_conn.conn.read_writer.read_write_closer
         assert type(raw.stream) is BufferedTCPStream
         # The write side still takes the fast path over the buffered stream.
+        await connection_quiet(peer)
         assert await FastStreamWriter(peer).write(b"pong") is True
         got = bytearray()
         with trio.fail_after(10):
