@@ -281,7 +281,7 @@ def test_blackholed_link_detected_within_three_heartbeats(tmp_path: Path) -> Non
             proxy.stop()
 
 
-def test_proxy_forwards_cuts_blackholes_and_heals() -> None:
+def test_proxy_forwards_cuts_blackholes_stalls_and_heals() -> None:
     """The proxy itself, against a plain echo server (the hub tests above rely on these modes)."""
     import socket
     import threading
@@ -325,6 +325,14 @@ def test_proxy_forwards_cuts_blackholes_and_heals() -> None:
             with socket.create_connection(proxy.address, timeout=2) as s:
                 s.sendall(b"back")
                 assert s.recv(4) == b"back"
+                proxy.stall()
+                s.sendall(b"held")
+                s.settimeout(0.3)
+                with pytest.raises(TimeoutError):
+                    s.recv(4)
+                proxy.heal()  # a stall loses nothing: the bytes carry on
+                s.settimeout(2)
+                assert s.recv(4) == b"held"
                 proxy.cut()
                 assert _closed(s)
     finally:

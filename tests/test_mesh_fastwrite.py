@@ -8,11 +8,20 @@ step aside whenever it cannot be sure.
 from __future__ import annotations
 
 import os
+import socket
+from typing import Any
 
+import multiaddr
+import pytest
 import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.peerinfo import info_from_p2p_addr
 
+from hub.mesh import fastwrite
 from hub.mesh.fastwrite import FastStreamWriter
-from tests.support.libp2p_pair import connection_quiet, read_exactly, stream_pair
+from hub.mesh.host import make_host, quiet_libp2p_logs
+from tests.support.libp2p_pair import LISTEN, PROTO, connection_quiet, read_exactly, stream_pair
+from tests.support.tcpproxy import TcpProxy
 
 
 async def test_fast_writes_arrive_intact_and_in_order_between_libp2p_writes() -> None:
@@ -97,3 +106,40 @@ async def test_an_unknown_stream_type_is_never_fast() -> None:
     stream = NotLibp2p()
     assert await FastStreamWriter(stream).write(b"plain") is False
     assert stream.written == b"plain"
+
+
+async def test_a_peer_that_takes_nothing_for_the_send_bound_loses_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shielded send must not hang forever on a peer that stopped reading: after SEND_BOUND
+    the connection is closed (whole Noise messages or none) and the write raises."""
+    monkeypatch.setattr(fastwrite, "SEND_BOUND", 0.5)
+    quiet_libp2p_logs()
+    server, client = make_host(create_new_key_pair()), make_host(create_new_key_pair())
+
+    async def handler(stream: Any) -> None:
+        await trio.sleep_forever()
+
+    async with server.run(listen_addrs=[LISTEN]), client.run(listen_addrs=[LISTEN]):
+        server.set_stream_handler(PROTO, handler)
+        server_addr = server.get_addrs()[0]
+        port = int(server_addr.value_for_protocol("tcp"))
+        with TcpProxy(("127.0.0.1", port), rcvbuf=4096) as proxy:
+            via_proxy = multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{proxy.port}/p2p/{server.get_id()}")
+            with trio.fail_after(15):
+                await client.connect(info_from_p2p_addr(via_proxy))
+                stream = await client.new_stream(server.get_id(), [PROTO])
+            await connection_quiet(stream)
+            writer = FastStreamWriter(stream)
+            assert writer._parts is not None
+            tcp = writer._parts[3]
+            tcp.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            proxy.stall()
+            started = trio.current_time()
+            with trio.fail_after(10), pytest.raises(trio.BrokenResourceError):
+                for _ in range(4):  # 4 x 60 KB stays within yamux's 256 KiB window: all fast writes
+                    await writer.write(os.urandom(60_000))
+            assert 0.5 <= trio.current_time() - started < 5
+            assert tcp.stream.socket.fileno() == -1  # closed, not left mid-message
+        await client.close()
+        await server.close()

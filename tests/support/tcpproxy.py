@@ -11,6 +11,8 @@ it with plain method calls:
 ...     proxy.heal()        # forward again
 ...     proxy.blackhole()   # keep sockets open, swallow every byte both ways
 ...     proxy.heal()        # black-holed connections are closed: their streams lost bytes
+...     proxy.stall()       # keep sockets open, read nothing: senders' buffers fill up
+...     proxy.heal()        # stalled connections carry on where they stopped
 
 Only 127.0.0.1; the listening port is chosen by the kernel (port 0).
 """
@@ -39,6 +41,7 @@ class Mode(Enum):
     FORWARD = "forward"
     CUT = "cut"
     BLACKHOLE = "blackhole"
+    STALL = "stall"
 
 
 @dataclass(eq=False)
@@ -48,6 +51,8 @@ class _Conn:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     #: Once set, the pumps swallow instead of forwarding -- for the rest of this connection's life.
     holed: bool = False
+    #: While set, the pumps read nothing (the kernel's buffers fill and senders block).
+    stalled: trio.Event | None = None
 
 
 @dataclass
@@ -62,9 +67,11 @@ class ProxyStats:
 class TcpProxy:
     """Listens on 127.0.0.1:<free port> and relays to ``upstream`` while in FORWARD mode."""
 
-    def __init__(self, upstream: tuple[str, int], *, host: str = "127.0.0.1") -> None:
+    def __init__(self, upstream: tuple[str, int], *, host: str = "127.0.0.1", rcvbuf: int | None = None) -> None:
         self.upstream = upstream
         self.host = host
+        #: SO_RCVBUF of accepted sockets (None: the kernel's); small makes a stall block senders soon.
+        self.rcvbuf = rcvbuf
         self.port = 0
         self.mode = Mode.FORWARD
         self.stats = ProxyStats()
@@ -120,9 +127,15 @@ class TcpProxy:
         """Keep every socket open but swallow all bytes both ways; new connections too."""
         self._call(self._set_mode, Mode.BLACKHOLE)
 
+    def stall(self) -> None:
+        """Keep every socket open but stop reading, both ways, until :meth:`heal`: what a peer
+        that stopped taking data looks like to the sender (its writes block once buffers fill)."""
+        self._call(self._set_mode, Mode.STALL)
+
     def heal(self) -> None:
         """Forward again.  Black-holed connections are closed: their streams lost bytes
-        mid-frame, so the only honest continuation is a fresh connection."""
+        mid-frame, so the only honest continuation is a fresh connection.  Stalled ones
+        resume where they stopped: they lost nothing."""
         self._call(self._heal)
 
     @property
@@ -168,12 +181,18 @@ class TcpProxy:
         elif mode is Mode.BLACKHOLE:
             for conn in self._conns:
                 conn.holed = True
+        elif mode is Mode.STALL:
+            for conn in self._conns:
+                conn.stalled = conn.stalled or trio.Event()
 
     def _heal(self) -> None:
         self.mode = Mode.FORWARD
         for conn in list(self._conns):
             if conn.holed:
                 conn.scope.cancel()
+            if conn.stalled is not None:
+                conn.stalled.set()
+                conn.stalled = None
 
     def _thread_main(self) -> None:
         try:
@@ -185,6 +204,9 @@ class TcpProxy:
     async def _main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         listeners = await trio.open_tcp_listeners(0, host=self.host)
+        if self.rcvbuf is not None:
+            for listener in listeners:  # accepted sockets inherit it (Linux)
+                listener.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
         self.port = listeners[0].socket.getsockname()[1]
         with trio.CancelScope() as scope:
             self._main_scope = scope
@@ -200,7 +222,7 @@ class TcpProxy:
             _abort(client)
             return
         self.stats.accepted += 1
-        conn = _Conn(holed=self.mode is Mode.BLACKHOLE)
+        conn = _Conn(holed=self.mode is Mode.BLACKHOLE, stalled=trio.Event() if self.mode is Mode.STALL else None)
         self._conns.add(conn)
         upstream: trio.SocketStream | None = None
         try:
@@ -222,6 +244,8 @@ class TcpProxy:
 
     async def _pump(self, conn: _Conn, src: trio.SocketStream, dst: trio.SocketStream | None) -> None:
         while True:
+            while conn.stalled is not None:
+                await conn.stalled.wait()
             try:
                 data = await src.receive_some(RECV_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -231,6 +255,8 @@ class TcpProxy:
             if conn.holed or dst is None:
                 self.stats.bytes_swallowed += len(data)
                 continue
+            while conn.stalled is not None:  # a chunk read just before the stall waits with it
+                await conn.stalled.wait()
             try:
                 await dst.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
