@@ -7,8 +7,10 @@ step aside whenever it cannot be sure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import multiaddr
@@ -108,12 +110,10 @@ async def test_an_unknown_stream_type_is_never_fast() -> None:
     assert stream.written == b"plain"
 
 
-async def test_a_peer_that_takes_nothing_for_the_send_bound_loses_the_connection(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The shielded send must not hang forever on a peer that stopped reading: after SEND_BOUND
-    the connection is closed (whole Noise messages or none) and the write raises."""
-    monkeypatch.setattr(fastwrite, "SEND_BOUND", 0.5)
+@contextlib.asynccontextmanager
+async def stream_to_a_stalled_peer() -> AsyncIterator[tuple[FastStreamWriter, Any]]:
+    """(a writer, its TCP stream) on a connection through the test proxy, stalled: the peer
+    reads nothing from here on, and the buffers on the way are a few KiB."""
     quiet_libp2p_logs()
     server, client = make_host(create_new_key_pair()), make_host(create_new_key_pair())
 
@@ -122,8 +122,7 @@ async def test_a_peer_that_takes_nothing_for_the_send_bound_loses_the_connection
 
     async with server.run(listen_addrs=[LISTEN]), client.run(listen_addrs=[LISTEN]):
         server.set_stream_handler(PROTO, handler)
-        server_addr = server.get_addrs()[0]
-        port = int(server_addr.value_for_protocol("tcp"))
+        port = int(server.get_addrs()[0].value_for_protocol("tcp"))
         with TcpProxy(("127.0.0.1", port), rcvbuf=4096) as proxy:
             via_proxy = multiaddr.Multiaddr(f"/ip4/127.0.0.1/tcp/{proxy.port}/p2p/{server.get_id()}")
             with trio.fail_after(15):
@@ -135,11 +134,29 @@ async def test_a_peer_that_takes_nothing_for_the_send_bound_loses_the_connection
             tcp = writer._parts[3]
             tcp.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
             proxy.stall()
-            started = trio.current_time()
-            with trio.fail_after(10), pytest.raises(trio.BrokenResourceError):
-                for _ in range(4):  # 4 x 60 KB stays within yamux's 256 KiB window: all fast writes
-                    await writer.write(os.urandom(60_000))
-            assert 0.5 <= trio.current_time() - started < 5
-            assert tcp.stream.socket.fileno() == -1  # closed, not left mid-message
+            yield writer, tcp
         await client.close()
         await server.close()
+
+
+@pytest.mark.parametrize("path", ["fast", "libp2p"])
+async def test_a_peer_that_takes_nothing_for_the_send_bound_loses_the_connection(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes are shielded (cancelled half-way, one would leave part of a Noise message on the
+    wire), so they must not hang on a peer that stopped reading: after SEND_BOUND the
+    connection is closed and the write raises -- on the fast path and on libp2p's, which a
+    write larger than the send window takes."""
+    monkeypatch.setattr(fastwrite, "SEND_BOUND", 0.5)
+    async with stream_to_a_stalled_peer() as (writer, tcp):
+        window = writer.stream.muxed_stream.send_window
+        # Fast: a quarter of the window, four times, all within it.  libp2p: more than the window.
+        size = window // 4 if path == "fast" else window + 1
+        started = trio.current_time()
+        fast: list[bool] = []
+        with trio.fail_after(10), pytest.raises(trio.BrokenResourceError):
+            for _ in range(4):
+                fast.append(await writer.write(os.urandom(size)))
+        assert fast == []  # the first write already blocked
+        assert 0.5 <= trio.current_time() - started < 5
+        assert tcp.stream.socket.fileno() == -1  # closed, not left mid-message

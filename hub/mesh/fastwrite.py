@@ -14,9 +14,12 @@ the same connection and TCP locks, taken without waiting, and sends all of it
 with one ``send_all``.  Whenever anything is not exactly as expected (another
 libp2p version or transport, a lock held, a short send window, a closing
 stream) it hands the write to ``stream.write`` unchanged, so it is never less
-correct than the slow path, only sometimes not faster.  It is written against
-py-libp2p 0.8.1 (pinned in pyproject.toml); ``tests/test_mesh_fastwrite.py``
-checks it against a real Noise/yamux peer.
+correct than the slow path, only sometimes not faster.  Either way the write is
+shielded from cancellation and bounded by ``SEND_BOUND``: a write cancelled
+half-way would leave part of a Noise message on the wire, and one that cannot
+finish in time closes the connection instead (the mesh redials and resumes).
+It is written against py-libp2p 0.8.1 (pinned in pyproject.toml);
+``tests/test_mesh_fastwrite.py`` checks it against a real Noise/yamux peer.
 """
 
 from __future__ import annotations
@@ -57,8 +60,11 @@ class FastStreamWriter:
     async def write(self, data: bytes) -> bool:
         """Write ``data``; True if it went the fast way, False if through ``stream.write``."""
         parts = self._parts
-        if parts is None or not _ready(parts, len(data)):
+        if parts is None:
             await self.stream.write(data)
+            return False
+        if not _ready(parts, len(data)):
+            await self._slow_write(data, parts[3])
             return False
         ys, yamux, noise, tcp = parts
         # No await between the checks in _ready() and taking the locks: nothing can slip in.
@@ -79,14 +85,27 @@ class FastStreamWriter:
             with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_BOUND) as scope:
                 await tcp.stream.send_all(out)
             if scope.cancelled_caught:
-                # The peer took nothing for SEND_BOUND seconds: close the connection cleanly
-                # rather than leave it mid-frame; the mesh redials.
-                tcp.stream.socket.close()
-                raise trio.BrokenResourceError(f"mesh peer took no data for {SEND_BOUND} s")
+                _give_up(tcp)
         finally:
             tcp.write_lock.release()
             yamux._write_lock.release()
         return True
+
+    async def _slow_write(self, data: bytes, tcp: Any) -> None:
+        """libp2p's own write, under the same shield and bound as the fast one: its Noise
+        messages are sent by ``send_all`` too, and a cancel half-way through one would leave
+        the connection useless in the same way.  (It may also wait here for send window.)"""
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + SEND_BOUND) as scope:
+            await self.stream.write(data)
+        if scope.cancelled_caught:
+            _give_up(tcp)
+
+
+def _give_up(tcp: Any) -> None:
+    """The peer took nothing for SEND_BOUND seconds: close the connection rather than leave it
+    mid-frame (the mesh redials and resumes), and fail the write."""
+    tcp.stream.socket.close()
+    raise trio.BrokenResourceError(f"mesh peer took no data for {SEND_BOUND} s")
 
 
 def _resolve(stream: Any) -> tuple[Any, Any, Any, Any] | None:
