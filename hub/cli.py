@@ -61,7 +61,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--mesh-write-interval",
         type=float,
-        help="seconds a mesh link waits after a small write so later frames join the next one (default 0.001)",
+        help="seconds a mesh link waits after a small write so later frames join the next one (default 0.0005)",
     )
     p.add_argument(
         "--mesh-window-bytes",

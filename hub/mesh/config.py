@@ -52,10 +52,11 @@ class MeshConfig:
     #: so writes ever bigger chunks) would stall on every write.
     write_chunk: int = 64 << 10
     #: After a write that was not a full chunk, the next write waits this long (seconds) so
-    #: the frames queued meanwhile leave together.  Each libp2p read costs the receiving hub
-    #: ~15 trio checkpoints; unpaced small writes at 10k msgs/s swamped it (L2 p99 56-310 ms
-    #: unpaced vs 9-16 ms at 1 ms; docs/benchmarks.md).  An idle link still writes at once.
-    write_interval: float = 0.001
+    #: the frames queued meanwhile leave together.  Every write wakes the receiving hub (and
+    #: its subscribers); unpaced small writes at 10k msgs/s swamped it (L2 p99 43-310 ms
+    #: unpaced).  0.5 ms rather than 1 ms: with the SDK, L2 p50 1.2-1.5 vs 1.8-2.1 ms and
+    #: p99 4.1-4.7 vs 5.0-5.3 ms (docs/benchmarks.md).  An idle link still writes at once.
+    write_interval: float = 0.0005
     #: Bytes asked of the stream per read.
     read_chunk: int = 1 << 20
     #: UNSUBSCRIBE in answer to unwanted FORWARDs is repeated at most this often per topic.
