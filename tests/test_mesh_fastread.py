@@ -76,6 +76,35 @@ async def test_credit_goes_back_once_per_half_window_and_the_sender_never_stalls
         assert 0 <= outstanding < ys.target_recv_window // 2
 
 
+async def test_every_read_lets_other_tasks_run() -> None:
+    """Reads served from a full buffer still yield, or one session could hold the hub's loop."""
+    async with stream_pair() as (stream, incoming):
+        peer = await incoming.receive()
+        reader = FastStreamReader(peer)
+        ys = peer.muxed_stream
+        await stream.write(os.urandom(100_000))
+        with trio.fail_after(10):
+            while len(ys.conn.stream_buffers.get(ys.stream_id, b"")) < 100_000:
+                await trio.sleep(0.01)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await trio.lowlevel.checkpoint()
+                ticks += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            await trio.sleep(0.01)
+            before = ticks
+            for _ in range(50):
+                _, fast = await reader.read(1000)
+                assert fast
+            nursery.cancel_scope.cancel()
+        assert ticks - before >= 45
+
+
 async def test_the_end_of_the_stream_comes_after_the_last_byte() -> None:
     async with stream_pair() as (stream, incoming):
         peer = await incoming.receive()

@@ -1,4 +1,4 @@
-"""A mesh stream reader that costs one trio checkpoint per read, and window updates per half window.
+"""A mesh stream reader that costs one trio checkpoint per read, and a window update per half window.
 
 Why: py-libp2p 0.8.1's ``NetStream.read`` takes the stream's state lock and
 yamux's connection-wide ``streams_lock``, then (``PY_YAMUX_RELEASE_ON_READ``,
@@ -62,7 +62,11 @@ class FastStreamReader:
             if buffer:
                 data = bytes(buffer[:max_bytes])
                 del buffer[:max_bytes]
-                await self._maybe_release(ys, len(buffer))
+                if not await self._maybe_release(ys, len(buffer)):
+                    # Every read yields once, as libp2p's does, or a reader with a full buffer
+                    # (a window grown to 16 MiB) would run read after read without letting
+                    # anything else in.  A yield that never raises: the bytes are taken.
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 return data, True
             event = yamux.stream_events.get(sid)
             if buffer is None or event is None or ys.recv_closed or ys.reset_received or ys.closed \
@@ -77,12 +81,17 @@ class FastStreamReader:
                 yamux.stream_events[sid] = trio.Event()
 
     @staticmethod
-    async def _maybe_release(ys: YamuxStream, buffered: int) -> None:
+    async def _maybe_release(ys: YamuxStream, buffered: int) -> bool:
+        """Send credit if half the window is consumed; True if it did (and so yielded)."""
         # Consumed since the last update = target - (what the sender may still send + what is
         # buffered here); go-yamux sends credit once that reaches half the window.
         consumed = ys.target_recv_window - (ys.recv_window + buffered)
-        if consumed >= ys._grow_threshold():
-            await ys._auto_tune_and_send_window_update()
+        if consumed < ys._grow_threshold():
+            return False
+        # Not shielded (as in libp2p's own read): a session cancelled here is closing, and what
+        # it took is sent again from the receiver's position in the next session.
+        await ys._auto_tune_and_send_window_update()
+        return True
 
 
 def _resolve(stream: Any) -> tuple[YamuxStream, Yamux] | None:
