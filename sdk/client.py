@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 import wire
 
@@ -270,16 +271,22 @@ class Client:
             lock.acquire_nowait()
         except anyio.WouldBlock:
             await lock.acquire()
+        sent = False
         try:
             while (stream := self._stream) is not None and (data := self._proto.data_to_send()):
                 try:
                     await stream.send(data)
+                    sent = True
                 except _DISCONNECTS:
                     # The reader sees the broken stream too and reports it; acked frames get resent.
                     await anyio.aclose_forcefully(stream)
                     return
         finally:
             lock.release()
+        if not sent:
+            # Still a checkpoint with nothing to send, as every awaitable of the SDK is: a loop
+            # around flush() must not hold the event loop.
+            await anyio.lowlevel.checkpoint()
 
     async def _flusher(self) -> None:
         """Frame buffered publishes once the publisher yields (or after ``linger``)."""

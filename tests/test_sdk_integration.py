@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import sdk
@@ -99,6 +100,32 @@ async def test_multi_topic_publish_reaches_each_subscription_once(hub_address: s
             ]
             await client.publish("b", b"marker")
             assert (await both.__anext__()).data == b"marker"  # nothing else was queued before it
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_flush_yields_even_with_nothing_to_send(hub_address: str, backend: str) -> None:
+    """flush() takes the send lock without a checkpoint when it is free; with nothing to send
+    it must still let other tasks run, or a loop around it would hold the event loop."""
+
+    async def scenario() -> int:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await anyio.lowlevel.checkpoint()
+                ticks += 1
+
+        async with sdk.connect(hub_address) as client, anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            await anyio.sleep(0.01)
+            before = ticks
+            for _ in range(20):
+                await client.flush()
+            tg.cancel_scope.cancel()
+        return ticks - before
+
+    assert run(backend, scenario) >= 15
 
 
 async def test_patterns(hub_address: str) -> None:
