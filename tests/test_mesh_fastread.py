@@ -18,6 +18,7 @@ from libp2p.network.stream.exceptions import StreamEOF, StreamReset
 from hub.mesh.fastread import SOCKET_READ_SIZE, BufferedTCPStream, FastStreamReader
 from hub.mesh.fastwrite import FastStreamWriter
 from tests.support.libp2p_pair import connection_quiet, stream_pair
+from tests.support.ticker import Ticker
 
 
 async def read_all(reader: FastStreamReader, size: int, chunk: int = 1 << 20) -> tuple[bytes, list[bool]]:
@@ -86,23 +87,16 @@ async def test_every_read_lets_other_tasks_run() -> None:
         with trio.fail_after(10):
             while len(ys.conn.stream_buffers.get(ys.stream_id, b"")) < 100_000:
                 await trio.sleep(0.01)
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                await trio.lowlevel.checkpoint()
-                ticks += 1
-
+        ticker = Ticker()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(ticker)
+            nursery.start_soon(ticker.run)
             await trio.sleep(0.01)
-            before = ticks
+            before = ticker.ticks
             for _ in range(50):
                 _, fast = await reader.read(1000)
                 assert fast
             nursery.cancel_scope.cancel()
-        assert ticks - before >= 45
+        assert ticker.ticks - before >= 45
 
 
 async def test_the_end_of_the_stream_comes_after_the_last_byte() -> None:

@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import pytest
 
 import sdk
+from tests.support.ticker import Ticker
 from wire import ErrorCode
 
 BACKENDS = ["trio", "asyncio"]
@@ -108,22 +108,15 @@ def test_flush_yields_even_with_nothing_to_send(hub_address: str, backend: str) 
     it must still let other tasks run, or a loop around it would hold the event loop."""
 
     async def scenario() -> int:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                await anyio.lowlevel.checkpoint()
-                ticks += 1
-
+        ticker = Ticker()
         async with sdk.connect(hub_address) as client, anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
+            tg.start_soon(ticker.run)
             await anyio.sleep(0.01)
-            before = ticks
+            before = ticker.ticks
             for _ in range(20):
                 await client.flush()
             tg.cancel_scope.cancel()
-        return ticks - before
+        return ticker.ticks - before
 
     assert run(backend, scenario) >= 15
 
