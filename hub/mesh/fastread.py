@@ -45,8 +45,10 @@ class FastStreamReader:
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
-        self._parts = _resolve(stream)
-        if self._parts is not None:
+        self._parts = yamux_of(stream)
+        if self._parts is None:
+            log.debug("mesh stream is not a yamux stream: using libp2p's read path")
+        else:
             buffer_socket_reads(self._parts[1])
 
     async def read(self, max_bytes: int) -> tuple[bytes, bool]:
@@ -94,12 +96,12 @@ class FastStreamReader:
         return True
 
 
-def _resolve(stream: Any) -> tuple[YamuxStream, Yamux] | None:
-    """The yamux stream and connection under ``stream``, or None if it is anything else."""
+def yamux_of(stream: Any) -> tuple[YamuxStream, Yamux] | None:
+    """The yamux stream and connection under a libp2p ``stream``, or None if it is anything else
+    (the fast paths, here and in fastwrite.py, rely on py-libp2p 0.8.1's yamux internals)."""
     ys = getattr(stream, "muxed_stream", None)
     yamux = getattr(ys, "conn", None)
     if type(ys) is not YamuxStream or type(yamux) is not Yamux:
-        log.debug("mesh stream is not a yamux stream: using libp2p's read path")
         return None
     return ys, yamux
 

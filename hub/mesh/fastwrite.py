@@ -35,11 +35,9 @@ from libp2p.stream_muxer.yamux.yamux import (
     MAX_MESSAGE_SIZE,
     TYPE_DATA,
     YAMUX_HEADER_FORMAT,
-    Yamux,
-    YamuxStream,
 )
 
-from .fastread import noise_over_tcp
+from .fastread import noise_over_tcp, yamux_of
 
 log = logging.getLogger("pub0sub.hub.mesh")
 
@@ -110,14 +108,13 @@ def _give_up(tcp: Any) -> None:
 
 def _resolve(stream: Any) -> tuple[Any, Any, Any, Any] | None:
     """The yamux stream, yamux connection, Noise writer and TCP stream under ``stream``, or None."""
-    ys = getattr(stream, "muxed_stream", None)
-    yamux = getattr(ys, "conn", None)
-    lower = noise_over_tcp(yamux) if type(ys) is YamuxStream and type(yamux) is Yamux else None
-    if lower is None:
+    muxed = yamux_of(stream)
+    lower = noise_over_tcp(muxed[1]) if muxed is not None else None
+    if muxed is None or lower is None:
         log.debug("mesh stream is not Noise/yamux/TCP as expected: using libp2p's write path")
         return None
     noise, raw = lower
-    return ys, yamux, noise, raw.stream
+    return muxed[0], muxed[1], noise, raw.stream
 
 
 def _ready(parts: tuple[Any, Any, Any, Any], size: int) -> bool:
