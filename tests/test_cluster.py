@@ -18,7 +18,7 @@ import pytest
 import trio
 
 import sdk
-from tests.support.cluster import Cluster, Hub, await_for, wait_for
+from tests.support.cluster import Cluster, Hub, await_for, collect, wait_for
 from tests.support.tcpproxy import TcpProxy
 
 #: Mesh heartbeats for these tests: a dead link is declared after 0.5 s x 3 = 1.5 s.
@@ -44,17 +44,6 @@ def mesh_counters(at: Hub, of: Hub) -> dict[str, Any]:
     entry = at.peer(of)
     assert entry is not None, f"{at.name} does not know {of.name}"
     return entry
-
-
-async def collect(sub: Any, count: int, timeout: float) -> list[bytes]:
-    """Message payloads from ``sub`` until ``count`` arrived or ``timeout`` passed."""
-    got: list[bytes] = []
-    with trio.move_on_after(timeout):
-        async for batch in sub.batches():
-            got.extend(m.data for m in batch)
-            if len(got) >= count:
-                break
-    return got
 
 
 # -- discovery ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from hub.config import HubConfig
 from hub.outbound import SharedBatch
 from hub.server import HubServer
 from hub.storage.topic_log import LogSettings, TopicLog
-from tests.support.cluster import Cluster, await_for
+from tests.support.cluster import Cluster, await_for, collect
 from tests.support.tcpproxy import TcpProxy
 
 from .test_mesh_helpers import OwnLog, Store, interest_of, new_hub_id, start_mesh, status_of, wait_until
@@ -199,14 +199,9 @@ HEARTBEAT, MISSES, SLACK = 0.5, 3, 1.5
 
 
 async def _collect(client: sdk.Client, topic: str, count: int, *, timeout: float = 20.0) -> list[bytes]:
-    got: list[bytes] = []
+    """Everything in ``topic`` from the start, up to ``count`` payloads."""
     async with client.subscribe(topic, start="earliest") as sub:
-        with trio.move_on_after(timeout):
-            async for batch in sub.batches():
-                got.extend(m.data for m in batch)
-                if len(got) >= count:
-                    break
-    return got
+        return await collect(sub, count, timeout)
 
 
 @pytest.mark.slow

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import trio
+
 import wire
 from sdk.bench.procs import LineReader
 
@@ -213,6 +215,17 @@ async def await_for(check: Callable[[], Any], *, timeout: float, what: str) -> A
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what} (last error: {last_error!r})")
         await trio.sleep(POLL_INTERVAL)
+
+
+async def collect(sub: Any, count: int, timeout: float) -> list[bytes]:
+    """Message payloads from an SDK subscription until ``count`` arrived or ``timeout`` passed."""
+    got: list[bytes] = []
+    with trio.move_on_after(timeout):
+        async for batch in sub.batches():
+            got.extend(m.data for m in batch)
+            if len(got) >= count:
+                break
+    return got
 
 
 class Cluster:
