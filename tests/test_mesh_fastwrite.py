@@ -24,6 +24,7 @@ from hub.mesh.fastwrite import FastStreamWriter
 from hub.mesh.host import make_host, quiet_libp2p_logs
 from tests.support.libp2p_pair import LISTEN, PROTO, connection_quiet, read_exactly, stream_pair
 from tests.support.tcpproxy import TcpProxy
+from tests.support.ticker import Ticker
 
 
 async def test_fast_writes_arrive_intact_and_in_order_between_libp2p_writes() -> None:
@@ -46,6 +47,27 @@ async def test_fast_writes_arrive_intact_and_in_order_between_libp2p_writes() ->
         # The fast path spent window like yamux's own path (the reader's window updates
         # may have refilled it since, but never by more than was sent).
         assert stream.muxed_stream.send_window <= window_before + len(expected)
+
+
+async def test_a_fast_write_is_one_send_and_does_not_yield() -> None:
+    """The session writer yields once per write itself (in its pacing wait); a checkpoint in
+    the write too would cost every forward one more trip around a busy run loop."""
+    async with stream_pair() as (stream, incoming):
+        writer = FastStreamWriter(stream)
+        await connection_quiet(stream)
+        ticker = Ticker()
+        data = os.urandom(500)  # 10 KB in all: the socket takes it whole, no send waits
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker.run)
+            await trio.sleep(0.01)
+            before = ticker.ticks
+            for _ in range(20):
+                assert await writer.write(data)
+            ran = ticker.ticks - before
+            nursery.cancel_scope.cancel()
+        assert ran == 0
+        peer_stream = await incoming.receive()
+        assert await read_exactly(peer_stream, 20 * len(data)) == data * 20
 
 
 async def test_a_write_larger_than_the_send_window_takes_libp2p_path() -> None:

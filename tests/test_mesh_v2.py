@@ -138,3 +138,40 @@ async def test_a_closed_session_says_why_at_once() -> None:
         entry = status_of(a, b)
         assert (entry["connected"], entry["last_close"]) == (False, "heartbeat_timeout")
         nursery.cancel_scope.cancel()
+
+
+async def test_paced_writes_follow_the_forward_that_ends_the_interval() -> None:
+    """An idle link writes at once; forwards within the pacing interval wait; the first one
+    after it is written at once, carrying them; the last of a burst goes by the fallback."""
+    interval = 1.0  # long, so "at once" and "after the interval" cannot be confused
+    async with trio.open_nursery() as nursery:
+        # Control frames (pings) are not paced: no heartbeat may fall inside the test.
+        a, b = await _pair(nursery, write_interval=interval, heartbeat_interval=30.0)
+        b.announce(["paced"])
+        await wait_until(lambda: interest_of(a, b) == {"paced"})
+        await trio.sleep(2 * interval)  # the announce's SUBSCRIBE_ACK write is paced too
+        store = b.store  # type: ignore[attr-defined]
+        one = wire.MessageSet.build(["paced"], [(b"", MSG)])
+
+        def writes() -> int:
+            return int(status_of(a, b)["writes"])
+
+        first = writes()
+        start = trio.current_time()
+        a.forward(1, 1, one)  # the link is idle: written at once
+        await wait_until(lambda: store.messages == 1, timeout=interval / 2, what="the idle link's write")
+        assert writes() == first + 1
+        for seq in (2, 3, 4):  # within the interval: queued, not written
+            a.forward(seq, seq, one)
+        await trio.sleep(interval / 4)
+        assert (writes(), store.messages) == (first + 1, 1)
+        await trio.sleep_until(start + interval * 1.1)
+        a.forward(5, 5, one)  # after the interval: this forward wakes the writer
+        await wait_until(lambda: store.messages == 5, timeout=interval / 2, what="the write after the interval")
+        assert writes() == first + 2  # one write carried 2..5
+        a.forward(6, 6, one)  # the last of the burst: only the fallback timer writes it
+        await trio.sleep(interval / 2)
+        assert store.messages == 5
+        await wait_until(lambda: store.messages == 6, timeout=3 * interval, what="the fallback write")
+        assert store.seqs(a.hub_id) == [1, 2, 3, 4, 5, 6]
+        nursery.cancel_scope.cancel()

@@ -76,6 +76,8 @@ class PeerSession:
         self.started_at = trio.current_time()
         self._scope = trio.CancelScope()
         self._wake = trio.Event()
+        #: When the pacing lets the next write start (see _writer).
+        self._next_write = 0.0
         self._pending_acks: dict[int, int] = {}
         self._ack_wake = trio.Event()
         self._control: list[bytes] = []
@@ -148,11 +150,13 @@ class PeerSession:
             return False
         self._v1_out += frames
         self._v1_out_frames += count
-        self._wake.set()
+        self.wake()
         return True
 
     def wake(self) -> None:
-        self._wake.set()
+        """Forwards are queued: wake the writer if the pacing lets it write now."""
+        if trio.current_time() >= self._next_write:
+            self._wake.set()
 
     # -- writer ------------------------------------------------------------------
 
@@ -212,20 +216,27 @@ class PeerSession:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def _writer(self) -> None:
-        # Writes are paced: after a write the next waits until ``write_interval`` has passed,
-        # so a stream of small publishes leaves as batches instead of one write each.  An
-        # idle link writes at once; a full chunk (the link is behind) is not paced.
+        # Writes are paced: the next write starts ``write_interval`` after the last one
+        # started, so a stream of small publishes leaves as batches instead of one write each.
+        # An idle link writes at once; a full chunk (the link is behind) is not paced.
+        #
+        # The first forward queued once the interval is over wakes the writer (wake()), so
+        # the write follows the publish that triggered it and carries it.  A timer at the end
+        # of the interval would not: it fires in the same run-loop pass as that publish's
+        # arrival, often before the publish is handled, and epoll rounds its wait up to whole
+        # milliseconds.  The timer is only the fallback, one interval later, for the last
+        # forwards of a burst.  Timing from the start means time spent in the write, or
+        # waiting for the CPU after it, counts toward the interval instead of adding to it.
+        # The fast write does not yield, so this loop yields once per write, in the wait.
         interval = self.config.write_interval
-        next_write = 0.0
         while True:
-            if trio.current_time() < next_write:
-                await trio.sleep_until(next_write)
             chunk = self._take_chunk()
             if chunk is None:
-                # No await between the check above and this: no wake-up can be lost.
+                # No await between taking the chunk and this: no wake-up can be lost.
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
+            started = trio.current_time()
             try:
                 fast = await self._out.write(chunk)
             except Exception as exc:  # libp2p raises several unrelated types for a dead stream
@@ -235,8 +246,14 @@ class PeerSession:
             self.counters.writes += 1
             self.counters.writes_fast += fast
             self.counters.bytes_sent += len(chunk)
-            if len(chunk) < self.config.write_chunk:
-                next_write = trio.current_time() + interval
+            if len(chunk) >= self.config.write_chunk:
+                self._next_write = started
+                await trio.lowlevel.checkpoint()
+                continue
+            self._next_write = started + interval
+            self._wake = trio.Event()
+            with trio.move_on_at(self._next_write + interval):
+                await self._wake.wait()
 
     # -- reader ------------------------------------------------------------------
 
