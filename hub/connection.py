@@ -2,14 +2,18 @@
 
 The reader decodes frames and hands them to the server synchronously (the
 router never awaits); the writer drains the :class:`OutboundQueue` in chunks,
-one ``send_all`` per chunk.  Any fatal problem becomes an ERROR frame with a
-code and reason, then the connection closes; nothing else is affected.
+one ``send_all`` per chunk.  Output made while some task handles an input chunk
+is sent by that task when the chunk is done, if the writer is idle
+(:mod:`hub.flushing`); what the socket does not take is left to the writer.
+Any fatal problem becomes an ERROR frame with a code and reason, then the
+connection closes; nothing else is affected.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -74,6 +78,9 @@ class ClientConnection:
         self.bytes_out = 0
         self.messages_in = 0
         self._lot = trio.lowlevel.ParkingLot()
+        #: The rest of a direct flush the socket did not take: (bytes, queued size); the
+        #: writer sends it before anything else.
+        self._unsent: tuple[memoryview, int] | None = None
         self._room_lot = trio.lowlevel.ParkingLot()
         self._cancel: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
@@ -105,7 +112,7 @@ class ClientConnection:
             log.info("connection %d (%s): %s: %s", self.conn_id, self.peer, error.code.name, error.reason)
         if reason is CloseReason.PROTOCOL_ERROR:
             self.server.stats.protocol_errors += 1
-        self._wake_writer()
+        self.wake_writer()
         if self._cancel is not None:
             # A peer that does not read must not keep us waiting on the final frame.
             self._cancel.deadline = min(self._cancel.deadline, trio.current_time() + CLOSE_FLUSH_SECONDS)
@@ -122,9 +129,36 @@ class ClientConnection:
 
     # -- output --------------------------------------------------------------------
 
-    def _wake_writer(self) -> None:
+    def wake_writer(self) -> None:
         if self._lot:
             self._lot.unpark()
+
+    def flush_now(self) -> None:
+        """Send queued output from the calling task without waiting (see :mod:`hub.flushing`).
+
+        Only when the writer is parked: then nothing is mid-send and the bytes keep their
+        order.  Otherwise, and for whatever the socket does not take, the writer goes on."""
+        out = self.out
+        if not out.items:
+            return
+        if not self._lot or self.closing is not None:
+            self.wake_writer()
+            return
+        pieces, size = out.take(self.server.config.write_chunk)
+        data = b"".join(pieces)
+        try:
+            sent = os.write(self.stream.socket.fileno(), data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.close(CloseReason.WRITE_FAILED)
+            return
+        if sent == len(data):
+            self._sent(size)
+        else:
+            self._unsent = (memoryview(data)[sent:], size)
+        if self._unsent is not None or out.items:
+            self.wake_writer()
 
     def send_control(self, frame: bytes) -> None:
         if self.closing is not None:
@@ -135,7 +169,7 @@ class ClientConnection:
             # that keeps asking without reading gets cut off, not unbounded memory.
             self.fail(ErrorCode.LIMIT_EXCEEDED, "responses pile up unread", why=CloseReason.NOT_READING)
             return
-        self._wake_writer()
+        self.server.output.ready(self)
 
     def deliver(self, sub: Subscription, batch: SharedBatch) -> None:
         """Queue ``batch`` for ``sub`` without ever blocking (router hot path)."""
@@ -154,20 +188,19 @@ class ClientConnection:
         if not out.fits(nbytes) and not self.server.subscriptions.make_room(self, sub, batch, nbytes):
             return
         out.push_deliver(sub, batch)
-        if self._lot:
-            self._lot.unpark()
+        self.server.output.ready(self)
 
     def push_batch(self, sub: Subscription, batch: SharedBatch) -> None:
         """Queue a batch a follower or group read from the log (they waited for room)."""
         if sub.closed or self.closing is not None:
             return
         self.out.push_deliver(sub, batch)
-        self._wake_writer()
+        self.server.output.ready(self)
 
     def queue_gap(self, sub: Subscription, topic: str, first: int, count: int) -> None:
         """Tell ``sub`` that offsets ``first..first+count-1`` of ``topic`` cannot be delivered."""
         self.out.push_gap(sub, topic, first, count)
-        self._wake_writer()
+        self.server.output.ready(self)
 
     async def wait_for_room(self) -> None:
         """Wait until the queue is at most half full (followers and groups pace on this)."""
@@ -193,28 +226,39 @@ class ClientConnection:
         out = self.out
         chunk = self.server.config.write_chunk
         while True:
-            if not out.items:
-                if self.closing is not None:
-                    self._room_lot.unpark_all()
-                    return
+            if self._unsent is not None:
+                data, size = self._unsent
+                self._unsent = None
+            elif out.items:
+                pieces, size = out.take(chunk)
+                data = memoryview(b"".join(pieces))
+            elif self.closing is not None:
+                self._room_lot.unpark_all()
+                return
+            else:
                 await self._lot.park()
                 continue
-            pieces, size = out.take(chunk)
             try:
-                await self.stream.send_all(b"".join(pieces))
+                await self.stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 self.close(CloseReason.WRITE_FAILED)
                 return
-            self.bytes_out += size
-            self.last_sent = trio.current_time()
-            if self._room_lot and out.pending_bytes <= out.cap // 2:
-                self._room_lot.unpark_all()
+            self._sent(size)
+
+    def _sent(self, size: int) -> None:
+        """``size`` queued bytes are on the wire."""
+        self.bytes_out += size
+        self.last_sent = trio.current_time()
+        out = self.out
+        if self._room_lot and out.pending_bytes <= out.cap // 2:
+            self._room_lot.unpark_all()
 
     # -- input ---------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
         decoder = self.decoder
         handle = self.server.handle_frame
+        output = self.server.output
         try:
             while self.closing is None:
                 data = await self.stream.receive_some(RECEIVE_SIZE)
@@ -225,10 +269,11 @@ class ClientConnection:
                 self.bytes_in += len(data)
                 decoder.feed(data)
                 frame: Frame | None
-                while (frame := decoder.next_frame()) is not None:
-                    handle(self, frame)
-                    if self.closing is not None:
-                        return
+                with output:  # handling is synchronous: replies and deliveries leave at its end
+                    while (frame := decoder.next_frame()) is not None:
+                        handle(self, frame)
+                        if self.closing is not None:
+                            return
         except ProtocolError as exc:
             self.fail(exc.code, str(exc))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):

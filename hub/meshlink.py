@@ -106,6 +106,10 @@ class MeshBridge:
     def on_forward(self, origin: int, sets: list[wire.ForwardSet], peer: Any) -> int | None:
         """Store forwarded sets; the last origin sequence stored is acknowledged to the sender."""
         server = self.server
+        with server.output:
+            return self._store(server, origin, sets)
+
+    def _store(self, server: HubServer, origin: int, sets: list[wire.ForwardSet]) -> int | None:
         match = server.router.match
         last: int | None = None
         for fset in sets:

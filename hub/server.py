@@ -38,6 +38,7 @@ from .acks import AckTracker
 from .config import HubConfig
 from .connection import ClientConnection, CloseReason
 from .consumers import ConsumerRegistry, ConsumerState, StandingInterest
+from .flushing import OutputBatch
 from .publishing import Publisher
 from .routing import RoutingTable
 from .storage.store import LogStore
@@ -88,6 +89,7 @@ class HubServer:
         self.config = config
         self.clock = clock
         self.router: RoutingTable[Any] = RoutingTable()
+        self.output = OutputBatch()
         self.connections: dict[int, ClientConnection] = {}
         self.stats = HubStats()
         self.address = ""

@@ -11,6 +11,7 @@ import trio
 
 import wire
 from hub.config import HubConfig
+from hub.connection import ClientConnection
 from hub.server import HubServer
 from tests.support.rawclient import RawClient
 
@@ -77,6 +78,60 @@ async def test_order_and_offsets(start_server: StartHub) -> None:
     got = await collect(sub, 1000)
     assert [off for _, off, _ in got] == list(range(1000))
     assert [data for _, _, data in got] == [b"%d" % i for i in range(1000)]
+
+
+class WriterSteps(trio.abc.Instrument):
+    """Counts the steps a connection's writer loop takes (in whichever task runs it)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        awaited: Any = task.coro
+        while awaited is not None:
+            if getattr(awaited, "cr_code", None) is ClientConnection._write_loop.__code__:
+                self.steps += 1
+                return
+            awaited = getattr(awaited, "cr_await", None)
+
+
+async def test_deliveries_leave_with_the_publish_that_made_them(start_server: StartHub) -> None:
+    """A delivery made while a publish is handled is sent by the publisher's reader before it
+    yields (hub/flushing.py): no writer task has to wake up for it."""
+    server = await start_server()
+    sub = await RawClient.connect(server.address)
+    await subscribe(sub, 1, "t")
+    pub = await RawClient.connect(server.address)
+    steps = WriterSteps()
+    trio.lowlevel.add_instrument(steps)
+    try:
+        for i in range(200):  # one at a time: each delivery is its own flush
+            await pub.send(publish("t", [b"%d" % i]))
+            assert await collect(sub, 1) == [("t", i, b"%d" % i)]
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    # Woken once per delivery (200+) when the writer sends them; a few here (none, normally).
+    assert steps.steps < 20, steps.steps
+
+
+async def test_a_subscriber_that_reads_late_gets_every_byte_in_order(start_server: StartHub) -> None:
+    """Direct flushes that the socket takes only part of hand the rest to the writer, ahead of
+    everything queued after it."""
+    server = await start_server(max_pending_bytes=64 << 20)
+    sub = await RawClient.connect(server.address)
+    await subscribe(sub, 1, "t")
+    pub = await RawClient.connect(server.address)
+    total = 100 * 100
+    for batch in range(100):  # 10 MB: more than the kernel buffers hold, so sends go partial
+        await pub.send(publish("t", [b"%05d" % (batch * 100 + i) + bytes(995) for i in range(100)]))
+    marker = await RawClient.connect(server.address)
+    await subscribe(marker, 1, "t")
+    await pub.send(publish("t", [b"last"]))
+    await collect(marker, 1)
+    got = await collect(sub, total + 1, timeout=30)
+    assert [off for _, off, _ in got] == list(range(total + 1))
+    assert [data[:5] for _, _, data in got[:total]] == [b"%05d" % i for i in range(total)]
+    assert got[-1][2] == b"last" and server.stats.dropped_messages == 0
 
 
 async def test_message_reaches_a_subscription_once(start_server: StartHub) -> None:
