@@ -1,5 +1,5 @@
 """Mesh scenarios: M1 (3 hubs, publisher on A, subscriber on C) and L2 (latency across 2 hubs),
-beside py-libp2p's GossipSub on three hosts in the same run.
+beside py-libp2p's GossipSub on three hosts (M1) and two routed nats-servers (L2) in the same run.
 
 * ``pub0sub-mesh3`` / ``pub0sub-mesh2``: a :class:`MeshCluster` server -- 3 (or 2)
   ``python -m hub`` processes meshed on 127.0.0.1, the first alone, the rest
@@ -12,6 +12,9 @@ beside py-libp2p's GossipSub on three hosts in the same run.
   host 1, a subscriber on host 3.  It publishes as fast as ``publish()`` returns
   and counts what arrives within a bounded time -- once as configured by default
   (spam protection: 10 msgs/s per topic per peer) and once with spam protection off.
+* ``nats-cluster``: a :class:`~sdk.bench.peers.NatsCluster`, two nats-servers joined by a
+  route; L2's NATS method runs L1's nats-py workers across it exactly as pub0sub's run
+  across the mesh (subscriber on server B, its interest seen by server A, publisher on A).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 import wire
 
 from .orchestrate import READY_TIMEOUT, throughput, worker
-from .peers import Server
+from .peers import Cluster, NatsCluster, Server, missing
 from .procs import HOST, LineReader, python_module, spawn, stop_process
 from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
 from .results import FigureSpec, Measurement
@@ -152,9 +155,10 @@ def hub_status(address: tuple[str, int], timeout: float = 5.0) -> dict[str, Any]
 
 register_server("pub0sub-mesh3", lambda: MeshCluster(3))
 register_server("pub0sub-mesh2", lambda: MeshCluster(2))
+register_server("nats-cluster", NatsCluster)
 
 
-def run_across(cluster: MeshCluster, sub_argv: list[str], pub_argv: list[str], sub_hub: int, *,
+def run_across(cluster: Cluster, sub_argv: list[str], pub_argv: list[str], sub_hub: int, *,
                timeout: float) -> dict[str, Any]:  # fmt: skip
     """Subscriber on hub ``sub_hub`` (ready), its interest seen by hub 0, then the publisher on hub 0."""
     sub = spawn(sub_argv)
@@ -173,7 +177,7 @@ def run_across(cluster: MeshCluster, sub_argv: list[str], pub_argv: list[str], s
         stop_process(sub)
 
 
-def _at(cluster: MeshCluster, hub: int) -> dict[str, Any]:
+def _at(cluster: Cluster, hub: int) -> dict[str, Any]:
     host, port = cluster.addresses[hub]
     return {"host": host, "port": port}
 
@@ -192,7 +196,7 @@ def _m1(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measu
 
 def _l2(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measurement]:
     def measure(server: Server | None, p: Params) -> Measurement:
-        assert isinstance(server, MeshCluster)
+        assert isinstance(server, MeshCluster | NatsCluster)
         kw = {"rate": p.rate, "seconds": p.seconds, "size": p.size}
         sub = worker(sub_role, **_at(server, 1), **kw, timeout=p.timeout)
         pub = worker(pub_role, **_at(server, 0), **kw)
@@ -358,6 +362,17 @@ register_method(
         server="pub0sub-mesh2",
         measure=_l2("lat-sub-pub0sub-raw", "lat-pub-pub0sub-raw"),
         tooling="raw paced publisher on hub A -> mesh link -> raw decoding subscriber on hub B",
+    ),
+)
+register_method(
+    "L2",
+    Method(
+        system="nats",
+        method="python",
+        server="nats-cluster",
+        unavailable=missing("nats-server"),
+        measure=_l2("lat-sub-nats", "lat-pub-nats"),
+        tooling="nats-py paced publisher on server A -> route -> nats-py callback subscriber on server B",
     ),
 )
 

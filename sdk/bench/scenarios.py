@@ -5,13 +5,13 @@ Importing this module fills :data:`sdk.bench.registry.SCENARIOS`.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from typing import Any
 
 from . import wirebench
 from .orchestrate import run_pubsub, throughput, worker
 from .peers import NatsServer, RedisServer, Server, relay_server
+from .peers import missing as _missing
 from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
 from .results import FigureSpec, Measurement
 from .wireproto import CHANNEL
@@ -22,14 +22,6 @@ T2_PROCESSES = 2
 register_server("redis", RedisServer)
 register_server("nats", NatsServer)
 register_server("relay", relay_server)
-
-
-def _missing(*binaries: str) -> Callable[[], str | None]:
-    def check() -> str | None:
-        gone = [b for b in binaries if shutil.which(b) is None]
-        return f"{', '.join(gone)} not installed" if gone else None
-
-    return check
 
 
 def _addr(server: Server | None) -> dict[str, Any]:
