@@ -139,7 +139,12 @@ class LogFollower:
         conn = self.conn
         try:
             while not sub.closed and conn.closing is None:
-                if not await self._step():
+                if await self._step():
+                    # One read per topic, then the rest of the hub gets its turn: with room in
+                    # the queue a step never waits, and a replay from earliest would otherwise
+                    # read the whole log before anyone else (even this subscriber's writer) ran.
+                    await trio.lowlevel.checkpoint()
+                else:
                     await self._lot.park()
         except trio.Cancelled:
             raise

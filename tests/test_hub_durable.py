@@ -80,6 +80,28 @@ async def test_start_positions(start_server: StartHub) -> None:
         await quiet(client)
 
 
+async def test_a_replay_lets_the_rest_of_the_hub_run(start_server: StartHub) -> None:
+    """A follower reads one step at a time: a replay from earliest with room to spare in the
+    queue must not read the whole log before anything else (here its own writer) runs."""
+    server = await start_server(max_pending_bytes=1 << 30)
+    pub = await RawClient.connect(server.address)
+    for b in range(100):  # 10 MB: about 40 follower steps of 256 KiB
+        await pub.send(publish("t", [bytes(1000)] * 100, seq=b + 1, ack=True))
+    for _ in range(100):
+        await pub.expect(wire.PublishAck)
+    client = await RawClient.connect(server.address)
+    await client.send(wire.Sub(sub_id=1, patterns=("t",), start=wire.StartPosition.EARLIEST))
+    await client.expect(wire.SubOk)
+    first = await client.expect(wire.Deliver)
+    conn = next(c for c in server.connections.values() if 1 in c.subs)
+    follower = conn.subs[1].follower
+    assert follower is not None
+    # The first batch is out while the follower is still early in the log.
+    assert follower.positions["t"] < 5_000, follower.positions
+    rest = await collect(client, 10_000 - first.batch.count)
+    assert [off for off, _, _ in first.batch.messages()] + [off for _, off, _ in rest] == list(range(10_000))
+
+
 async def test_start_at_a_timestamp(start_server: StartHub) -> None:
     now = [1_000_000]
     server = await start_server()
