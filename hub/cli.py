@@ -61,7 +61,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--mesh-write-interval",
         type=float,
-        help="seconds a mesh link waits after a small write so later frames join the next one (default 0.0005)",
+        help="least seconds between the starts of two small writes on a mesh link, so the frames queued "
+        "meanwhile leave together (default 0.0005; 0: no pacing)",
     )
     p.add_argument(
         "--mesh-window-bytes",

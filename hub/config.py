@@ -69,7 +69,8 @@ class HubConfig:
     #: meanwhile wait in its window and are resent after reconnecting (0 lost on a short
     #: break).  0 withdraws the interest as soon as the peer is declared dead.
     mesh_resume_linger: float = 30.0
-    #: Seconds a mesh link waits after a small write so the next frames leave together (0: no pacing).
+    #: Least seconds between the starts of two small writes on a mesh link, so the frames queued
+    #: meanwhile leave together (0: no pacing).
     mesh_write_interval: float = 0.0005
     #: Bytes of forwards kept in memory per peer until it acknowledges them.  Beyond it the
     #: oldest go; a hub with a data directory sends them again from its logs.

@@ -51,11 +51,12 @@ class MeshConfig:
     #: window updates, and py-libp2p polls for those every 10 ms -- a hub that falls behind (and
     #: so writes ever bigger chunks) would stall on every write.
     write_chunk: int = 64 << 10
-    #: After a write that was not a full chunk, the next write waits this long (seconds) so
-    #: the frames queued meanwhile leave together.  Every write wakes the receiving hub (and
-    #: its subscribers); unpaced small writes at 10k msgs/s swamped it (L2 p99 43-310 ms
-    #: unpaced).  0.5 ms rather than 1 ms: with the SDK, L2 p50 1.2-1.5 vs 1.8-2.1 ms and
-    #: p99 4.1-4.7 vs 5.0-5.3 ms (docs/benchmarks.md).  An idle link still writes at once.
+    #: After a write that was not a full chunk, the next one starts at least this long (seconds)
+    #: after it started, so the frames queued meanwhile leave together (session.py's _writer).
+    #: Every write wakes the receiving hub (and its subscribers); unpaced small writes at 10k
+    #: msgs/s swamped it (L2 p99 43-310 ms unpaced).  0.5 ms rather than 1 ms: with the SDK,
+    #: L2 p50 1.2-1.5 vs 1.8-2.1 ms and p99 4.1-4.7 vs 5.0-5.3 ms (docs/benchmarks.md).  An idle
+    #: link still writes at once.
     write_interval: float = 0.0005
     #: Bytes asked of the stream per read.
     read_chunk: int = 1 << 20
