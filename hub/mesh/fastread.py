@@ -34,6 +34,8 @@ from libp2p.security.noise.io import NoisePacketReadWriter, NoiseTransportReadWr
 from libp2p.security.secure_session import SecureSession
 from libp2p.stream_muxer.yamux.yamux import Yamux, YamuxStream
 
+from . import demux
+
 log = logging.getLogger("pub0sub.hub.mesh")
 
 #: Bytes asked of the socket per receive: a few Noise messages' worth (each is at most 64 KiB).
@@ -48,8 +50,8 @@ class FastStreamReader:
         self._parts = yamux_of(stream)
         if self._parts is None:
             log.debug("mesh stream is not a yamux stream: using libp2p's read path")
-        else:
-            buffer_socket_reads(self._parts[1])
+        elif buffer_socket_reads(self._parts[1]):
+            demux.install(self._parts[1])
 
     async def read(self, max_bytes: int) -> tuple[bytes, bool]:
         """(up to ``max_bytes`` bytes, whether they came the fast way); raises what ``stream.read``

@@ -19,8 +19,9 @@ LISTEN = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
 
 
 @contextlib.asynccontextmanager
-async def stream_pair() -> AsyncIterator[tuple[Any, trio.MemoryReceiveChannel[Any]]]:
-    """(the dialer's stream, a channel that yields the listener's stream)."""
+async def connected_hosts() -> AsyncIterator[tuple[Any, Any, trio.MemoryReceiveChannel[Any]]]:
+    """(the dialer host, the listener's peer id, a channel that yields each stream the listener
+    accepts on ``PROTO``), connected."""
     quiet_libp2p_logs()
     server, client = make_host(create_new_key_pair()), make_host(create_new_key_pair())
     send, receive = trio.open_memory_channel[Any](1)
@@ -35,11 +36,19 @@ async def stream_pair() -> AsyncIterator[tuple[Any, trio.MemoryReceiveChannel[An
             info = info_from_p2p_addr(server.get_addrs()[0])
             with trio.fail_after(15):
                 await client.connect(info)
-                stream = await client.new_stream(info.peer_id, [PROTO])
-            yield stream, receive
+            yield client, info.peer_id, receive
     finally:
         await client.close()
         await server.close()
+
+
+@contextlib.asynccontextmanager
+async def stream_pair() -> AsyncIterator[tuple[Any, trio.MemoryReceiveChannel[Any]]]:
+    """(the dialer's stream, a channel that yields the listener's stream)."""
+    async with connected_hosts() as (client, peer_id, receive):
+        with trio.fail_after(15):
+            stream = await client.new_stream(peer_id, [PROTO])
+        yield stream, receive
 
 
 async def connection_quiet(stream: Any) -> None:
