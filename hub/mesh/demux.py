@@ -30,6 +30,8 @@ from typing import Any
 from libp2p.io.exceptions import ConnectionClosedError
 from libp2p.stream_muxer.yamux.yamux import HEADER_SIZE, MAX_WINDOW_SIZE, TYPE_DATA, YAMUX_HEADER_FORMAT
 
+from .bytebuf import take_front
+
 _HEADER = struct.Struct(YAMUX_HEADER_FORMAT)
 
 
@@ -110,14 +112,7 @@ class MeshDemux:
         """Up to ``n`` bytes (all buffered if None), at least one, from the buffer or the next message."""
         if not self._plain:
             await self._fill()
-        plain = self._plain
-        if n is None or n >= len(plain):
-            data = bytes(plain)
-            plain.clear()
-        else:
-            data = bytes(plain[:n])
-            del plain[:n]
-        return data
+        return take_front(self._plain, n)
 
     async def _fill(self) -> None:
         msg = await self.session.conn.read_msg()

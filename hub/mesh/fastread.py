@@ -35,6 +35,7 @@ from libp2p.security.secure_session import SecureSession
 from libp2p.stream_muxer.yamux.yamux import Yamux, YamuxStream
 
 from . import demux
+from .bytebuf import take_front
 
 log = logging.getLogger("pub0sub.hub.mesh")
 
@@ -125,22 +126,12 @@ class BufferedTCPStream(TrioTCPStream):
         self._cached_remote_address = inner._cached_remote_address
         self._buffer = bytearray()
 
-    def _take(self, n: int | None) -> bytes:
-        buffer = self._buffer
-        if n is None or n >= len(buffer):
-            data = bytes(buffer)
-            buffer.clear()
-        else:
-            data = bytes(buffer[:n])
-            del buffer[:n]
-        return data
-
     async def read(self, n: int | None = None) -> bytes:
         if n == 0:
             return b""
         # With the lock free nobody is receiving, so the buffer holds the oldest bytes.
         if self._buffer and not self.read_lock.locked():
-            return self._take(n)
+            return take_front(self._buffer, n)
         async with self.read_lock:
             if not self._buffer:
                 try:
@@ -149,7 +140,7 @@ class BufferedTCPStream(TrioTCPStream):
                     raise ConnectionClosedError(f"TCP connection reset by remote peer: {exc}", transport="tcp") from exc
                 except trio.ClosedResourceError:
                     return b""
-            return self._take(n)
+            return take_front(self._buffer, n)
 
 
 def noise_over_tcp(yamux: Any) -> tuple[NoiseTransportReadWriter, RawConnection] | None:
