@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,7 +12,7 @@ import trio
 
 import wire
 from hub.config import HubConfig
-from hub.connection import ClientConnection
+from hub.connection import ClientConnection, CloseReason
 from hub.server import HubServer
 from tests.support.rawclient import RawClient
 
@@ -132,6 +133,38 @@ async def test_a_subscriber_that_reads_late_gets_every_byte_in_order(start_serve
     assert [off for _, off, _ in got] == list(range(total + 1))
     assert [data[:5] for _, _, data in got[:total]] == [b"%05d" % i for i in range(total)]
     assert got[-1][2] == b"last" and server.stats.dropped_messages == 0
+
+
+async def test_a_failed_send_costs_only_that_connection(start_server: StartHub) -> None:
+    """A send to one subscriber fails while its output is flushed from the publisher's reader
+    (here: its socket cannot send any more): that connection closes, the publisher and the
+    other subscriber go on."""
+    server = await start_server()
+    doomed = await RawClient.connect(server.address)
+    await subscribe(doomed, 1, "t")
+    keeper = await RawClient.connect(server.address)
+    await subscribe(keeper, 1, "t")
+    pub = await RawClient.connect(server.address)
+    await pub.send(publish("t", [b"before"]))
+    assert await collect(doomed, 1) == [("t", 0, b"before")]
+    assert await collect(keeper, 1) == [("t", 0, b"before")]
+    conn = _conn_of(server, doomed)
+    # Its next send fails with EPIPE; its reader sees nothing wrong, so only the send can tell.
+    conn.stream.socket.shutdown(socket.SHUT_WR)
+    await pub.send(publish("t", [b"after"]))
+    assert await collect(keeper, 1) == [("t", 1, b"after")]
+    assert conn.closing is CloseReason.WRITE_FAILED
+    with trio.fail_after(5):
+        while conn.conn_id in server.connections:
+            await trio.sleep(0.01)
+    await pub.send(publish("t", [b"later"]))
+    assert await collect(keeper, 1) == [("t", 2, b"later")]
+
+
+def _conn_of(server: HubServer, client: RawClient) -> ClientConnection:
+    """The hub's side of ``client``'s connection (matched by the client's local port)."""
+    port = client.stream.socket.getsockname()[1]
+    return next(c for c in server.connections.values() if c.peer.endswith(f":{port}"))
 
 
 async def test_message_reaches_a_subscription_once(start_server: StartHub) -> None:
