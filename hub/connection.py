@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -29,6 +28,7 @@ from wire import (
 )
 
 from .outbound import OutboundQueue, SharedBatch
+from .sockio import send_now
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -144,13 +144,10 @@ class ClientConnection:
         if not self._lot or self.closing is not None:
             self.wake_writer()
             return
-        pieces, size = out.take(self.server.config.write_chunk)
-        data = b"".join(pieces)
+        data, size = out.take(self.server.config.write_chunk)
         try:
-            sent = os.write(self.stream.socket.fileno(), data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
+            sent = send_now(self.stream, data)
+        except trio.BrokenResourceError:
             self.close(CloseReason.WRITE_FAILED)
             return
         if sent == len(data):
@@ -230,8 +227,8 @@ class ClientConnection:
                 data, size = self._unsent
                 self._unsent = None
             elif out.items:
-                pieces, size = out.take(chunk)
-                data = memoryview(b"".join(pieces))
+                taken, size = out.take(chunk)
+                data = memoryview(taken)
             elif self.closing is not None:
                 self._room_lot.unpark_all()
                 return

@@ -173,8 +173,9 @@ class OutboundQueue:
         self.pending_bytes = 0
         return gone
 
-    def take(self, limit: int) -> tuple[list[bytes], int]:
-        """Pop items worth up to ``limit`` bytes (at least one) for one socket send."""
+    def take(self, limit: int) -> tuple[bytes, int]:
+        """Pop items worth up to ``limit`` bytes (at least one): their bytes for one socket
+        send, and their queued size."""
         pieces: list[bytes] = []
         size = 0
         items = self.items
@@ -187,7 +188,7 @@ class OutboundQueue:
                 sub.queued_messages -= item.batch.count
                 sub.delivered_messages += item.batch.count
         self.pending_bytes -= size
-        return pieces, size
+        return b"".join(pieces), size
 
     @staticmethod
     def _gap_item(sub: Subscription, topic: str, first: int, count: int) -> Outgoing:

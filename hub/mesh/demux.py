@@ -121,14 +121,13 @@ class MeshDemux:
         self._plain += msg
 
 
-def install(yamux: Any) -> MeshDemux | None:
-    """Put a :class:`MeshDemux` under ``yamux`` (once); None if its session is not the expected kind."""
-    session = getattr(yamux, "secured_conn", None)
+def install(yamux: Any) -> MeshDemux:
+    """Put a :class:`MeshDemux` under ``yamux`` (once).  Only for a connection that
+    ``fastread.noise_over_tcp`` recognised: its session is py-libp2p's ``SecureSession``."""
+    session = yamux.secured_conn
     existing = getattr(session, "mesh_demux", None)
     if isinstance(existing, MeshDemux):
         return existing
-    if session is None or not hasattr(session, "_drain") or not hasattr(session, "conn"):
-        return None
     demux = MeshDemux(yamux, session)
     session.mesh_demux = demux
     session.read = demux.read

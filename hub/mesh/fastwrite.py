@@ -30,7 +30,6 @@ It is written against py-libp2p 0.8.1 (pinned in pyproject.toml);
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from typing import Any
 
@@ -43,6 +42,7 @@ from libp2p.stream_muxer.yamux.yamux import (
     YAMUX_HEADER_FORMAT,
 )
 
+from ..sockio import send_now
 from .fastread import noise_over_tcp, yamux_of
 
 log = logging.getLogger("pub0sub.hub.mesh")
@@ -83,7 +83,7 @@ class FastStreamWriter:
                 sealed = encrypt(pack(0, TYPE_DATA, 0, sid, len(chunk)) + chunk)
                 out += len(sealed).to_bytes(2, "big")
                 out += sealed
-            sent = _send_now(tcp.stream, out)
+            sent = send_now(tcp.stream, out)
             if sent < len(out):
                 # A send_all cancelled half-way leaves half a Noise message on the wire and the
                 # connection useless (the peer would wait for the rest forever), so the send is
@@ -105,17 +105,6 @@ class FastStreamWriter:
             await self.stream.write(data)
         if scope.cancelled_caught:
             _give_up(tcp)
-
-
-def _send_now(stream: trio.SocketStream, data: bytearray) -> int:
-    """Send what the socket takes right now, without a checkpoint: the byte count (0 if
-    its buffer is full).  A broken socket raises as ``send_all`` would."""
-    try:
-        return os.write(stream.socket.fileno(), data)
-    except BlockingIOError:
-        return 0
-    except OSError as exc:  # EPIPE, ECONNRESET, EBADF...: as trio's send_all reports them
-        raise trio.BrokenResourceError(f"mesh socket send failed: {exc!r}") from exc
 
 
 def _give_up(tcp: Any) -> None:

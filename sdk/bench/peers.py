@@ -11,7 +11,6 @@ and returns once it answers (with a deadline), ``stop()`` ends it by its PID.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import socket
@@ -22,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from .procs import HOST, LineReader, free_port, python_module, spawn, stop_process, wait_until
+from .procs import HOST, LineReader, free_port, free_ports, python_module, spawn, stop_process, wait_until
 from .wireproto import CHANNEL
 
 READY_TIMEOUT = 15.0
@@ -62,15 +61,6 @@ def missing(*binaries: str) -> Callable[[], str | None]:
         return f"{', '.join(gone)} not installed" if gone else None
 
     return check
-
-
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 right now (all held while picked, so none repeats)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
-        for s in socks:
-            s.bind((HOST, 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 def _probe(address: tuple[str, int], send: bytes, expect: bytes) -> bool:
@@ -208,7 +198,7 @@ class NatsCluster:
         return [n.address for n in self.nodes]
 
     def start(self) -> None:
-        ports = _free_ports(3 * self.count)
+        ports = free_ports(3 * self.count)
         clients, routes, self._monitors = (ports[k * self.count : (k + 1) * self.count] for k in range(3))
         try:
             for i in range(self.count):

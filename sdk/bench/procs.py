@@ -20,12 +20,19 @@ from collections.abc import Callable, Sequence
 HOST = "127.0.0.1"
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 right now (for servers that cannot bind port 0):
+    all are held while picked, so none repeats."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
+        for s in socks:
+            s.bind((HOST, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+
+
 def free_port() -> int:
-    """A port free on 127.0.0.1 right now (for servers that cannot bind port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port free on 127.0.0.1 right now."""
+    return free_ports(1)[0]
 
 
 def wait_until(check: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.02) -> None:
