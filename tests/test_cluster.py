@@ -9,6 +9,10 @@ STATUS with a deadline (tests/support/cluster.py); no test asserts a speed.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -443,3 +447,60 @@ async def test_seed_only_peer_gets_byte_exact_forwards(start_hub: Any) -> None:
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await host.close()
+
+
+# -- the `pub0sub cluster up` command --------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    """PIDs whose parent is ``pid`` (from /proc: the hubs a command started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_to_cluster_up_stops_its_hubs(tmp_path: Path, sigint: str) -> None:
+    # A supervisor stops `pub0sub cluster up` with SIGTERM: its hubs must go with it, not stay
+    # behind as orphans still holding their ports and data directories.  Also when it was
+    # started as a shell's background job, which ignores SIGINT.
+    argv = [sys.executable, "-c", "import sys; from sdk.commands import main; sys.exit(main())",
+            "cluster", "up", "--hubs", "2", "--data-root", str(tmp_path)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ignore_sigint if sigint == "ignored" else None)  # fmt: skip
+    hubs: list[int] = []
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(2)]
+        assert all(line.startswith("hub-") and "clients" in line for line in lines), lines
+        hubs = _children(proc.pid)
+        assert len(hubs) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert [pid for pid in hubs if _alive(pid)] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in hubs:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
