@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import time
 from typing import Any
 
 import pytest
 
 from sdk.bench.cli import main
+from sdk.bench.latency import TICK, _schedule
 from sdk.bench.relay import whole_frames_end
 from sdk.bench.results import FigureSpec, Measurement, Summary, fill_ratios
 
@@ -109,6 +111,20 @@ def test_relay_forwards_only_whole_frames() -> None:
     frame = b"\x20\x00\x00\x00\x03abc"
     assert whole_frames_end(bytearray(frame * 2 + frame[:6])) == 2 * len(frame)
     assert whole_frames_end(bytearray(frame[:4])) == 0
+
+
+def test_the_pacer_sleeps_a_tick_at_least_and_keeps_the_rate() -> None:
+    # 10k msgs/s: the next message is always due within 100 µs, yet each sleep is a whole
+    # tick, and each wake-up owes every message due since the start.
+    due, wait = _schedule(10_000.0, 1_000_000)
+    assert due() == 1
+    assert all(wait(sent) >= TICK for sent in (0, 1, 2, 50))
+    time.sleep(0.005)
+    assert due() >= 50
+    # Slow rates keep their own spacing: 10 msgs/s sleeps until the next one is due.
+    due, wait = _schedule(10.0, 100)
+    assert 0.05 < wait(1) <= 0.1
+    assert due() == 1
 
 
 def test_ratios_are_within_one_figure() -> None:

@@ -1,4 +1,4 @@
-"""``pub0sub bench SCENARIO... [--json] [--messages N] [--seconds S] [--repeat K] [--size B] [--quick]``."""
+"""``pub0sub bench SCENARIO... [--json] [--messages N] [--seconds S] [--tick S] [--repeat K] [--size B] [--quick]``."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--messages", type=int, help="messages per measurement (T1; per subscriber in T2; "
                         "records in wire)")  # fmt: skip
     parser.add_argument("--seconds", type=float, help="length of a paced L1 run (default 5)")
+    parser.add_argument("--tick", type=float, default=0.001,
+                        help="L1/L2 publishers' shortest sleep in seconds (default 0.001; 0: sleep exactly until "
+                             "the next message is due, which spins at 10k msgs/s)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=3, help="repeats per system, alternating (default 3)")
     parser.add_argument("--size", type=int, default=64, help="payload bytes (default 64)")
     parser.add_argument("--timeout", type=float, default=60.0, help="time limit of one measurement (default 60)")
@@ -42,8 +45,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub bench") -> i
         parser.error(f"unknown scenario {', '.join(unknown)} (choose from {', '.join(SCENARIOS)})")
     if args.repeat < 1 or args.size < 8 or (args.messages is not None and args.messages < 1):
         parser.error("--repeat and --messages must be >= 1 and --size >= 8 (L1 stamps 8 bytes)")
+    if not 0 <= args.tick <= 1:
+        parser.error("--tick must be between 0 and 1 second")
     params = Params(messages=args.messages, seconds=args.seconds, size=args.size, timeout=args.timeout,
-                    quick=args.quick)  # fmt: skip
+                    quick=args.quick, tick=args.tick)  # fmt: skip
 
     def progress(line: str) -> None:
         if not args.quiet:

@@ -29,7 +29,7 @@ from typing import Any
 
 import wire
 
-from .orchestrate import READY_TIMEOUT, throughput, worker
+from .orchestrate import READY_TIMEOUT, latency_measurement, throughput, worker
 from .peers import Cluster, NatsCluster, Server, missing
 from .procs import HOST, LineReader, python_module, spawn, stop_process
 from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
@@ -199,10 +199,8 @@ def _l2(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measu
         assert isinstance(server, MeshCluster | NatsCluster)
         kw = {"rate": p.rate, "seconds": p.seconds, "size": p.size}
         sub = worker(sub_role, **_at(server, 1), **kw, timeout=p.timeout)
-        pub = worker(pub_role, **_at(server, 0), **kw)
-        result = run_across(server, sub, pub, 1, timeout=(p.seconds or 0) + p.timeout)
-        figures = {name: float(result[f"{name}_us"]) for name in ("p50", "p99", "p99.9") if result[f"{name}_us"]}
-        return Measurement(figures=figures, details={"received": result["received"], "expected": result["expected"]})
+        pub = worker(pub_role, **_at(server, 0), **kw, tick=p.tick)
+        return latency_measurement(run_across(server, sub, pub, 1, timeout=(p.seconds or 0) + p.timeout))
 
     return measure
 

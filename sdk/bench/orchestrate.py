@@ -6,10 +6,13 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from .peers import Server
 from .procs import LineReader, python_module, spawn, stop_process
+from .registry import Params
+from .results import Measurement
 
 READY_TIMEOUT = 20.0
 
@@ -69,3 +72,28 @@ def throughput(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     rate = timed / seconds if seconds > 0 and timed > 0 else float("nan")
     return {"rate": rate, "received": received, "expected": expected, "seconds": seconds,
             "complete": received >= expected}  # fmt: skip
+
+
+def address_of(server: Server | None) -> dict[str, Any]:
+    """``host`` and ``port`` keyword arguments for a worker of ``server``."""
+    assert server is not None
+    host, port = server.address
+    return {"host": host, "port": port}
+
+
+def paced_latency(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measurement]:
+    """L1: a paced publisher and a subscriber on one server, publish->deliver percentiles."""
+
+    def measure(server: Server | None, p: Params) -> Measurement:
+        kw = {**address_of(server), "rate": p.rate, "seconds": p.seconds, "size": p.size}
+        [result] = run_pubsub([worker(sub_role, **kw, timeout=p.timeout)], worker(pub_role, **kw, tick=p.tick),
+                              timeout=(p.seconds or 0) + p.timeout)  # fmt: skip
+        return latency_measurement(result)
+
+    return measure
+
+
+def latency_measurement(result: dict[str, Any]) -> Measurement:
+    """A latency subscriber's report as a measurement (p50/p99/p99.9 in µs)."""
+    figures = {name: float(result[f"{name}_us"]) for name in ("p50", "p99", "p99.9") if result[f"{name}_us"]}
+    return Measurement(figures=figures, details={"received": result["received"], "expected": result["expected"]})

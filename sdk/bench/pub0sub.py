@@ -23,7 +23,8 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from .orchestrate import run_pubsub, throughput, worker
+from .orchestrate import address_of as _addr
+from .orchestrate import paced_latency, run_pubsub, throughput, worker
 from .peers import READY_TIMEOUT, AnnouncedServer, Server
 from .procs import LineReader, python_module, spawn, stop_process
 from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
@@ -64,12 +65,6 @@ register_server("pub0sub-log", lambda: Pub0subHub(data_dir=True))
 # -- measure functions -------------------------------------------------------------
 
 
-def _addr(server: Server | None) -> dict[str, Any]:
-    assert server is not None
-    host, port = server.address
-    return {"host": host, "port": port}
-
-
 def _t1(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measurement]:
     def measure(server: Server | None, p: Params) -> Measurement:
         kw = {**_addr(server), "messages": p.messages, "size": p.size}
@@ -86,17 +81,6 @@ def _t2(server: Server | None, p: Params) -> Measurement:
     subs = [worker("sub-pub0sub-raw", **kw, connections=n, timeout=p.timeout) for n in shares if n]
     t = throughput(run_pubsub(subs, worker("pub-pub0sub-raw", **kw), timeout=p.timeout))
     return Measurement(figures={"deliveries": t.pop("rate")}, details=t)
-
-
-def _l1(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measurement]:
-    def measure(server: Server | None, p: Params) -> Measurement:
-        kw = {**_addr(server), "rate": p.rate, "seconds": p.seconds, "size": p.size}
-        [result] = run_pubsub([worker(sub_role, **kw, timeout=p.timeout)], worker(pub_role, **kw),
-                              timeout=(p.seconds or 0) + p.timeout)  # fmt: skip
-        figures = {name: float(result[f"{name}_us"]) for name in ("p50", "p99", "p99.9") if result[f"{name}_us"]}
-        return Measurement(figures=figures, details={"received": result["received"], "expected": result["expected"]})
-
-    return measure
 
 
 def _run_to_end(argv: list[str], timeout: float) -> dict[str, Any]:
@@ -138,10 +122,10 @@ for _scenario, _method in (
     ("T2", Method(system="pub0sub", method="fastest", server="pub0sub", measure=_t2,
                   tooling=_RAW + "100 sockets counting DELIVER record counts, 2 processes")),
     ("L1", Method(system="pub0sub", method="python", server="pub0sub",
-                  measure=_l1("lat-sub-pub0sub", "lat-pub-pub0sub"),
+                  measure=paced_latency("lat-sub-pub0sub", "lat-pub-pub0sub"),
                   tooling="SDK paced publisher (flush per wake-up) -> hub -> SDK sub.batches()")),
     ("L1", Method(system="pub0sub", method="fastest", server="pub0sub",
-                  measure=_l1("lat-sub-pub0sub-raw", "lat-pub-pub0sub-raw"),
+                  measure=paced_latency("lat-sub-pub0sub-raw", "lat-pub-pub0sub-raw"),
                   tooling="raw paced publisher (one PUBLISH per wake-up) -> hub -> raw decoding subscriber")),
 ):  # fmt: skip
     register_method(_scenario, _method)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import wire
 
-from .latency import STAMP, _payload, _report, _schedule, collect_latencies
+from .latency import STAMP, TICK, _payload, _report, _schedule, collect_latencies
 from .wireproto import CHANNEL
 
 PUBLISH_BATCH = 1000
@@ -248,7 +248,7 @@ def lat_sub_pub0sub(*, host: str, port: int, rate: float, seconds: float, size: 
     _report(latencies, expected)
 
 
-def lat_pub_pub0sub(*, host: str, port: int, rate: float, seconds: float, size: int) -> None:
+def lat_pub_pub0sub(*, host: str, port: int, rate: float, seconds: float, size: int, tick: float = TICK) -> None:
     import trio
 
     from sdk import connect
@@ -258,7 +258,7 @@ def lat_pub_pub0sub(*, host: str, port: int, rate: float, seconds: float, size: 
 
     async def main() -> None:
         async with connect(f"{host}:{port}", name="lat-pub") as client:
-            due, wait = _schedule(rate, total)
+            due, wait = _schedule(rate, total, tick)
             sent = 0
             while sent < total:
                 for _ in range(due() - sent):
@@ -295,11 +295,12 @@ def lat_sub_pub0sub_raw(*, host: str, port: int, rate: float, seconds: float, si
     _report(latencies, expected)
 
 
-def lat_pub_pub0sub_raw(*, host: str, port: int, rate: float, seconds: float, size: int) -> None:
+def lat_pub_pub0sub_raw(*, host: str, port: int, rate: float, seconds: float, size: int,
+                        tick: float = TICK) -> None:  # fmt: skip
     """Paced raw publisher: every message due is sent at once, one PUBLISH frame per wake-up."""
     total = int(rate * seconds)
     payload = _payload(size)
-    due, wait = _schedule(rate, total)
+    due, wait = _schedule(rate, total, tick)
     topic = (CHANNEL,)
     with _connect(host, port) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -38,6 +38,8 @@ class Params:
     quick: bool = False
     subscribers: int = 100
     rate: float = 10_000.0
+    #: L1/L2 publishers' shortest sleep (sdk.bench.latency.TICK); 0 sleeps exactly until the next is due.
+    tick: float = 0.001
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

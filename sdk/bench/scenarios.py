@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import wirebench
-from .orchestrate import run_pubsub, throughput, worker
+from .orchestrate import address_of as _addr
+from .orchestrate import paced_latency, run_pubsub, throughput, worker
 from .peers import NatsServer, RedisServer, Server, relay_server
 from .peers import missing as _missing
 from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
@@ -22,12 +23,6 @@ T2_PROCESSES = 2
 register_server("redis", RedisServer)
 register_server("nats", NatsServer)
 register_server("relay", relay_server)
-
-
-def _addr(server: Server | None) -> dict[str, Any]:
-    assert server is not None
-    host, port = server.address
-    return {"host": host, "port": port}
 
 
 def _redis_benchmark(server: Server | None, messages: int, size: int) -> list[str]:
@@ -138,14 +133,7 @@ for _m in _T2_METHODS:
 
 
 def _l1(system: str) -> Callable[..., Measurement]:
-    def measure(server: Server | None, p: Params) -> Measurement:
-        kw = {**_addr(server), "rate": p.rate, "seconds": p.seconds, "size": p.size}
-        [result] = run_pubsub([worker(f"lat-sub-{system}", **kw, timeout=p.timeout)], worker(f"lat-pub-{system}", **kw),
-                              timeout=(p.seconds or 0) + p.timeout)  # fmt: skip
-        figures = {name: float(result[f"{name}_us"]) for name in ("p50", "p99", "p99.9") if result[f"{name}_us"]}
-        return Measurement(figures=figures, details={"received": result["received"], "expected": result["expected"]})
-
-    return measure
+    return paced_latency(f"lat-sub-{system}", f"lat-pub-{system}")
 
 
 L1 = register_scenario(Scenario(
