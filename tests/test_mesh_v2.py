@@ -175,3 +175,43 @@ async def test_paced_writes_follow_the_forward_that_ends_the_interval() -> None:
         await wait_until(lambda: store.messages == 6, timeout=3 * interval, what="the fallback write")
         assert store.seqs(a.hub_id) == [1, 2, 3, 4, 5, 6]
         nursery.cancel_scope.cancel()
+
+
+class _WriterSteps(trio.abc.Instrument):
+    """Counts the steps of the writer task of one peer session."""
+
+    def __init__(self, session: object) -> None:
+        self.session = session
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        frame = getattr(task.coro, "cr_frame", None)
+        if frame is not None and frame.f_code.co_name == "_writer" and frame.f_locals.get("self") is self.session:
+            self.steps += 1
+
+
+async def test_a_write_that_empties_the_queue_sets_no_timer() -> None:
+    """Forwards further apart than the fallback cost the writer one wake-up each: the timer is
+    set only while forwards are held (it used to fire after every write, waking the hub)."""
+    interval = 0.05
+    async with trio.open_nursery() as nursery:
+        a, b = await _pair(nursery, write_interval=interval, heartbeat_interval=30.0)
+        b.announce(["spaced"])
+        await wait_until(lambda: interest_of(a, b) == {"spaced"})
+        await trio.sleep(3 * interval)
+        store = b.store  # type: ignore[attr-defined]
+        one = wire.MessageSet.build(["spaced"], [(b"", MSG)])
+        counter = _WriterSteps(a.links[b.peer_id].session)
+        trio.lowlevel.add_instrument(counter)
+        try:
+            for seq in range(1, 11):
+                a.forward(seq, seq, one)
+                await wait_until(lambda n=seq: store.messages == n, timeout=2.0, what="the forward's write")
+                await trio.sleep(3 * interval)
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+        assert store.seqs(a.hub_id) == list(range(1, 11))
+        # One step per write (woken by its forward), plus a little slack; with a timer after
+        # every write it is two per write.
+        assert 10 <= counter.steps <= 13, counter.steps
+        nursery.cancel_scope.cancel()

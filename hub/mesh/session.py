@@ -78,6 +78,12 @@ class PeerSession:
         self._wake = trio.Event()
         #: When the pacing lets the next write start (see _writer).
         self._next_write = 0.0
+        #: The writer holds queued forwards until the interval ends, with the fallback timer set.
+        self._holding = False
+        #: Forwards were queued (wake()) since the writer last took a chunk.
+        self._forwards_queued = False
+        #: Something that is never held was queued (_kick()): control frames, a replay.
+        self._urgent = False
         self._pending_acks: dict[int, int] = {}
         self._ack_wake = trio.Event()
         self._control: list[bytes] = []
@@ -154,9 +160,16 @@ class PeerSession:
         return True
 
     def wake(self) -> None:
-        """Forwards are queued: wake the writer if the pacing lets it write now."""
-        if trio.current_time() >= self._next_write:
+        """Forwards are queued: wake the writer if the pacing lets it write now, or if it is
+        not holding yet (it then sets the fallback timer and holds them)."""
+        self._forwards_queued = True
+        if not self._holding or trio.current_time() >= self._next_write:
             self._wake.set()
+
+    def _kick(self) -> None:
+        """Something the pacing never holds is queued: wake the writer to write now."""
+        self._urgent = True
+        self._wake.set()
 
     # -- writer ------------------------------------------------------------------
 
@@ -166,7 +179,7 @@ class PeerSession:
     def _queue_raw(self, encoded: bytes) -> None:
         self._control.append(encoded)
         self.counters.frames_sent += 1
-        self._wake.set()
+        self._kick()
 
     def _hello_frame(self) -> wire.MeshHello:
         positions = sorted(self.owner.hello_positions().items())[:MAX_HELLO_POSITIONS]
@@ -218,24 +231,32 @@ class PeerSession:
     async def _writer(self) -> None:
         # Writes are paced: the next write starts ``write_interval`` after the last one
         # started, so a stream of small publishes leaves as batches instead of one write each.
-        # An idle link writes at once; a full chunk (the link is behind) is not paced.
+        # An idle link writes at once; a full chunk (the link is behind) is not paced; control
+        # frames are never held.
         #
         # The first forward queued once the interval is over wakes the writer (wake()), so
         # the write follows the publish that triggered it and carries it.  A timer at the end
         # of the interval would not: it fires in the same run-loop pass as that publish's
         # arrival, often before the publish is handled, and epoll rounds its wait up to whole
         # milliseconds.  The timer is only the fallback, one interval later, for the last
-        # forwards of a burst.  Timing from the start means time spent in the write, or
-        # waiting for the CPU after it, counts toward the interval instead of adding to it.
-        # The fast write does not yield, so this loop yields once per write, in the wait.
+        # forwards of a burst, and it is set only while forwards are held: a timer after every
+        # write woke the hub once more per write whenever the next publish came later than
+        # that -- every write, with publishers that wake once a millisecond.  Timing from the
+        # start means time spent in the write, or waiting for the CPU after it, counts toward
+        # the interval instead of adding to it.  The fast write does not yield, so this loop
+        # yields once per write, in the wait (twice when it holds forwards).
         interval = self.config.write_interval
         while True:
+            self._urgent = False
             chunk = self._take_chunk()
             if chunk is None:
                 # No await between taking the chunk and this: no wake-up can be lost.
                 self._wake = trio.Event()
                 await self._wake.wait()
+                if not self._urgent and trio.current_time() < self._next_write:
+                    await self._hold(interval)
                 continue
+            self._forwards_queued = False
             started = trio.current_time()
             try:
                 fast = await self._out.write(chunk)
@@ -251,9 +272,20 @@ class PeerSession:
                 await trio.lowlevel.checkpoint()
                 continue
             self._next_write = started + interval
-            self._wake = trio.Event()
+            if self._forwards_queued and not self._urgent:
+                # Queued while a slow write yielded: they wait for the interval like any other.
+                await self._hold(interval)
+
+    async def _hold(self, interval: float) -> None:
+        """Keep queued forwards until the first forward after the interval (wake()), something
+        urgent (_kick()), or the fallback one interval later."""
+        self._holding = True
+        self._wake = trio.Event()
+        try:
             with trio.move_on_at(self._next_write + interval):
                 await self._wake.wait()
+        finally:
+            self._holding = False
 
     # -- reader ------------------------------------------------------------------
 
@@ -393,7 +425,7 @@ class PeerSession:
             self._replay_after = position
             self._replay_due_at = trio.current_time() + self.config.subscribe_ack_timeout
         self._hello_done = True
-        self._wake.set()
+        self._kick()
 
     def _start_replay(self) -> None:
         after = self._replay_after
@@ -403,7 +435,7 @@ class PeerSession:
         # peer has now; forwards published from here on queue behind the replay.
         self.link.window.clear()
         self._replay = self.owner.open_replay(self.link, after, None)
-        self._wake.set()
+        self._kick()
 
     # -- timers ------------------------------------------------------------------
 
