@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import time
 from typing import Any
@@ -17,8 +18,11 @@ import pytest
 
 from sdk.bench.cli import main
 from sdk.bench.latency import TICK, _schedule
+from sdk.bench.peers import AnnouncedServer, Server
+from sdk.bench.registry import SCENARIOS, Method, Params, Scenario
 from sdk.bench.relay import whole_frames_end
 from sdk.bench.results import FigureSpec, Measurement, Summary, fill_ratios
+from sdk.bench.runner import run
 
 HAVE_REDIS = shutil.which("redis-server") is not None and shutil.which("redis-benchmark") is not None
 HAVE_NATS = shutil.which("nats-server") is not None
@@ -125,6 +129,35 @@ def test_the_pacer_sleeps_a_tick_at_least_and_keeps_the_rate() -> None:
     due, wait = _schedule(10.0, 100)
     assert 0.05 < wait(1) <= 0.1
     assert due() == 1
+
+
+def test_a_scenarios_servers_stop_before_the_next_scenario(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Idle servers still take CPU (a meshed cluster's heartbeats and discovery): a scenario
+    # must not be measured beside the servers of the scenarios before it.
+    pids: list[int] = []
+
+    def measure(server: Server | None, p: Params) -> Measurement:
+        assert isinstance(server, AnnouncedServer) and server._proc is not None
+        pids.append(server._proc.pid)
+        return Measurement(figures={"alive before": float(sum(_running(pid) for pid in pids[:-1]))})
+
+    spec = FigureSpec(name="alive before", unit="servers")
+    for sid in ("TEST-A", "TEST-B"):
+        method = Method(system="relay", method="raw", tooling="", server="relay", measure=measure)
+        monkeypatch.setitem(SCENARIOS, sid, Scenario(id=sid, title=sid, figures=(spec,), defaults=lambda p: p,
+                                                     methods=[method]))  # fmt: skip
+    summaries = run(["TEST-A", "TEST-B"], Params(quick=True), repeat=1)
+    assert len(set(pids)) == 2  # a fresh relay for each scenario
+    assert [s.samples[0].figures["alive before"] for s in summaries] == [0.0, 0.0]
+    assert not any(_running(pid) for pid in pids)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_ratios_are_within_one_figure() -> None:

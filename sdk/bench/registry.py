@@ -14,7 +14,8 @@ factory and one :class:`Method` per scenario, e.g.::
 ``measure(server, params)`` returns a :class:`~sdk.bench.results.Measurement`
 whose ``figures`` hold the scenario's figure names (``delivered`` for T1,
 ``deliveries`` for T2, ``p50``/``p99``/``p99.9`` for L1).  The runner starts
-the server once, alternates it with the peers K times, and fills the ratios.
+the server once per scenario (stopping it when the scenario ends), alternates it with
+the peers K times, and fills the ratios.
 """
 
 from __future__ import annotations
