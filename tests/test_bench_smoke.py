@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import time
 from typing import Any
@@ -23,6 +22,7 @@ from sdk.bench.registry import SCENARIOS, Method, Params, Scenario
 from sdk.bench.relay import whole_frames_end
 from sdk.bench.results import FigureSpec, Measurement, Summary, fill_ratios
 from sdk.bench.runner import run
+from tests.support.procstat import running
 
 HAVE_REDIS = shutil.which("redis-server") is not None and shutil.which("redis-benchmark") is not None
 HAVE_NATS = shutil.which("nats-server") is not None
@@ -139,7 +139,7 @@ def test_a_scenarios_servers_stop_before_the_next_scenario(monkeypatch: pytest.M
     def measure(server: Server | None, p: Params) -> Measurement:
         assert isinstance(server, AnnouncedServer) and server._proc is not None
         pids.append(server._proc.pid)
-        return Measurement(figures={"alive before": float(sum(_running(pid) for pid in pids[:-1]))})
+        return Measurement(figures={"alive before": float(sum(running(pid) for pid in pids[:-1]))})
 
     spec = FigureSpec(name="alive before", unit="servers")
     for sid in ("TEST-A", "TEST-B"):
@@ -149,15 +149,7 @@ def test_a_scenarios_servers_stop_before_the_next_scenario(monkeypatch: pytest.M
     summaries = run(["TEST-A", "TEST-B"], Params(quick=True), repeat=1)
     assert len(set(pids)) == 2  # a fresh relay for each scenario
     assert [s.samples[0].figures["alive before"] for s in summaries] == [0.0, 0.0]
-    assert not any(_running(pid) for pid in pids)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    assert not any(running(pid) for pid in pids)
 
 
 def test_ratios_are_within_one_figure() -> None:

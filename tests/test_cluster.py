@@ -23,6 +23,7 @@ import trio
 
 import sdk
 from tests.support.cluster import Cluster, Hub, await_for, collect, wait_for
+from tests.support.procstat import children, running
 from tests.support.tcpproxy import TcpProxy
 
 #: Mesh heartbeats for these tests: a dead link is declared after 0.5 s x 3 = 1.5 s.
@@ -452,28 +453,6 @@ async def test_seed_only_peer_gets_byte_exact_forwards(start_hub: Any) -> None:
 # -- the `pub0sub cluster up` command --------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    """PIDs whose parent is ``pid`` (from /proc: the hubs a command started)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -492,15 +471,15 @@ def test_sigterm_to_cluster_up_stops_its_hubs(tmp_path: Path, sigint: str) -> No
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(2)]
         assert all(line.startswith("hub-") and "clients" in line for line in lines), lines
-        hubs = _children(proc.pid)
+        hubs = children(proc.pid)
         assert len(hubs) == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-        assert [pid for pid in hubs if _alive(pid)] == []
+        assert [pid for pid in hubs if running(pid)] == []
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         for pid in hubs:
-            if _alive(pid):
+            if running(pid):
                 os.kill(pid, signal.SIGKILL)

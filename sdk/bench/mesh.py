@@ -29,8 +29,8 @@ from typing import Any
 
 import wire
 
-from .orchestrate import READY_TIMEOUT, latency_measurement, throughput, worker
-from .peers import Cluster, NatsCluster, Server, missing
+from .orchestrate import READY_TIMEOUT, latency_measurement, latency_workers, throughput, worker
+from .peers import Cluster, FirstAddress, NatsCluster, Server, missing
 from .procs import HOST, LineReader, python_module, spawn, stop_process
 from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
 from .results import FigureSpec, Measurement
@@ -70,7 +70,7 @@ class _Hub:
         self.peer_id = self.multiaddr.rsplit("/p2p/", 1)[1]
 
 
-class MeshCluster:
+class MeshCluster(FirstAddress):
     """``hubs`` hub processes in one mesh; ``address`` is the first (publisher) hub's,
     ``addresses`` all of them in start order."""
 
@@ -78,12 +78,6 @@ class MeshCluster:
         self.name = f"pub0sub-mesh{hubs}"
         self.count = hubs
         self.hubs: list[_Hub] = []
-
-    @property
-    def address(self) -> tuple[str, int]:
-        if not self.hubs:
-            raise RuntimeError(f"{self.name} is not started")
-        return self.hubs[0].address
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
@@ -197,9 +191,7 @@ def _m1(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measu
 def _l2(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measurement]:
     def measure(server: Server | None, p: Params) -> Measurement:
         assert isinstance(server, MeshCluster | NatsCluster)
-        kw = {"rate": p.rate, "seconds": p.seconds, "size": p.size}
-        sub = worker(sub_role, **_at(server, 1), **kw, timeout=p.timeout)
-        pub = worker(pub_role, **_at(server, 0), **kw, tick=p.tick)
+        sub, pub = latency_workers(sub_role, pub_role, p, sub_at=_at(server, 1), pub_at=_at(server, 0))
         return latency_measurement(run_across(server, sub, pub, 1, timeout=(p.seconds or 0) + p.timeout))
 
     return measure

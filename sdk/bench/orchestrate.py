@@ -81,13 +81,20 @@ def address_of(server: Server | None) -> dict[str, Any]:
     return {"host": host, "port": port}
 
 
+def latency_workers(sub_role: str, pub_role: str, p: Params, *, sub_at: dict[str, Any],
+                    pub_at: dict[str, Any]) -> tuple[list[str], list[str]]:  # fmt: skip
+    """argv of a latency subscriber and of its paced publisher (which alone takes the tick)."""
+    kw = {"rate": p.rate, "seconds": p.seconds, "size": p.size}
+    return worker(sub_role, **sub_at, **kw, timeout=p.timeout), worker(pub_role, **pub_at, **kw, tick=p.tick)
+
+
 def paced_latency(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measurement]:
     """L1: a paced publisher and a subscriber on one server, publish->deliver percentiles."""
 
     def measure(server: Server | None, p: Params) -> Measurement:
-        kw = {**address_of(server), "rate": p.rate, "seconds": p.seconds, "size": p.size}
-        [result] = run_pubsub([worker(sub_role, **kw, timeout=p.timeout)], worker(pub_role, **kw, tick=p.tick),
-                              timeout=(p.seconds or 0) + p.timeout)  # fmt: skip
+        at = address_of(server)
+        sub, pub = latency_workers(sub_role, pub_role, p, sub_at=at, pub_at=at)
+        [result] = run_pubsub([sub], pub, timeout=(p.seconds or 0) + p.timeout)
         return latency_measurement(result)
 
     return measure

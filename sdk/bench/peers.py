@@ -53,6 +53,23 @@ class Cluster(Server, Protocol):
     def wait_interest(self, at: int, of: int) -> None: ...
 
 
+class FirstAddress:
+    """A :class:`Cluster`'s ``address``: its first server's, once started."""
+
+    name: str
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        raise NotImplementedError
+
+    @property
+    def address(self) -> tuple[str, int]:
+        addresses = self.addresses
+        if not addresses:
+            raise RuntimeError(f"{self.name} is not started")
+        return addresses[0]
+
+
 def missing(*binaries: str) -> Callable[[], str | None]:
     """A :class:`~sdk.bench.registry.Method`'s ``unavailable``: the binaries not on PATH, if any."""
 
@@ -171,7 +188,7 @@ class NatsServer(_ProcessServer):
         self._launch([self.binary, "-c", str(conf)], port, b"", b"INFO ")
 
 
-class NatsCluster:
+class NatsCluster(FirstAddress):
     """``count`` nats-servers (2 by default) joined by routes: NATS' analogue of pub0sub's mesh link.
 
     Each node routes to every other (nats-server drops the duplicate route), serves
@@ -186,12 +203,6 @@ class NatsCluster:
         self.nodes: list[NatsServer] = []
         self._monitors: list[int] = []
         self._ids: list[str] = []
-
-    @property
-    def address(self) -> tuple[str, int]:
-        if not self.nodes:
-            raise RuntimeError(f"{self.name} is not started")
-        return self.nodes[0].address
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
