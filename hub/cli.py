@@ -13,7 +13,9 @@ from pathlib import Path
 import trio
 
 from .config import load_config
+from .ports import PortInUseError
 from .server import HubServer
+from .storage.store import DataDirInUseError
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -89,7 +91,8 @@ async def run_hub(server: HubServer) -> None:
                 for addr in server.mesh.listen_addrs:
                     print(f"mesh listening on {addr}", flush=True)
             async for signum in signals:
-                logging.getLogger("pub0sub.hub").warning("signal %d: shutting down", signum)
+                # A stop asked for is the normal end of a hub: INFO, not a warning.
+                logging.getLogger("pub0sub.hub").info("%s: shutting down", signal.Signals(signum).name)
                 break
             await server.aclose()
             nursery.cancel_scope.cancel()
@@ -133,15 +136,33 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     try:
-        server = HubServer(config)  # opens and recovers the data directory
+        server = HubServer(config)  # locks, opens and recovers the data directory
+    except DataDirInUseError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"{prog}: cannot open the data directory {config.data_dir}: {exc}", file=sys.stderr)
         return 1
     try:
         trio.run(run_hub, server)
-    except OSError as exc:
-        print(f"{prog}: cannot listen on {config.listen}: {exc.strerror or exc}", file=sys.stderr)
+    except BaseException as exc:
+        # Start-up failures (and a Ctrl-C before the signal receiver is in place) reach here
+        # wrapped in the nurseries' exception groups.
+        error = _unwrap(exc)
+        if isinstance(error, KeyboardInterrupt):
+            return 0
+        if not isinstance(error, OSError):
+            raise
+        if isinstance(error, PortInUseError):
+            print(f"{prog}: {error}", file=sys.stderr)
+        else:
+            print(f"{prog}: cannot listen on {config.listen}: {error.strerror or error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        pass
     return 0
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member exception groups (``exc`` itself otherwise)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
