@@ -18,6 +18,7 @@ from .client import Client, connect
 from .errors import (
     ConnectionLostError,
     HubError,
+    NotAHubError,
     ProtocolError,
     Pub0subError,
     PublishTimeoutError,
@@ -35,6 +36,7 @@ __all__ = [
     "Gap",
     "HubError",
     "Message",
+    "NotAHubError",
     "ProtocolError",
     "Pub0subError",
     "PublishAck",
