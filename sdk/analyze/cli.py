@@ -1,27 +1,29 @@
 """``pub0sub analyze DATA_DIR... [--master URL] [--out DIR]``: the log analytics job.
 
-Exit status: 0 when the report (or, with ``--check``, a clean verification) is done, 1 when
-``--check`` finds problems or the data has no segment at all, 2 on usage errors.  Corrupted
-batches do not fail a report run: they are findings, listed in the report.
+Exit status: 0 when the report (or, with ``--check``, a clean verification) is done, or when
+stopped by Ctrl-C or SIGTERM; 1 when ``--check`` finds problems or the data has no segment at
+all; 2 on usage errors and unreadable inputs (checked before Spark starts).  Corrupted batches
+do not fail a report run: they are findings, listed in the report.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .inputs import UsageError, find_hub_dirs, list_segments
+from ..stopping import reclaim_sigint, run_until_stopped, stop_requested
+from .inputs import Segments, UnreadableInput, UsageError, find_hub_dirs, list_segments
 from .progress import Progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from .inputs import Segments
 
 #: What the job needs beyond the base install: the ``spark`` extra.
 NEEDS = ("pyspark", "pyarrow", "numpy", "pandas", "matplotlib")
@@ -75,43 +77,83 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub analyze") ->
         print(f"{prog}: error: needs {', '.join(missing)}: pip install 'pub0sub[spark]'", file=sys.stderr)
         return 2
     progress = Progress(quiet=args.quiet)
+    # Every input is checked here, before Spark starts: a bad one is a line, not a JVM stack trace.
     try:
         conf = _parse_conf(args.conf)
         hubs = find_hub_dirs(args.data_dirs)
         out: Path | None = None if args.check else args.out.expanduser().resolve()
-        if out is not None and out.exists() and not out.is_dir():
-            raise UsageError(f"--out {args.out} exists and is not a directory")
+        if out is not None:
+            _check_out(out, args.out)
+        segments = list_segments(hubs)
+    except UnreadableInput as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     except UsageError as exc:
         parser.print_usage(sys.stderr)
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
 
-    segments = list_segments(hubs)
     progress.step(f"found {len(segments.files):,} segment files ({segments.bytes / 1e6:,.1f} MB) "
                   f"in {len(hubs)} hub data director{'y' if len(hubs) == 1 else 'ies'}")
     if not segments.files:
         progress.warn("no log segments (*.log under topics/) to analyze")
         return 1
+    outcome = run_until_stopped(lambda: _run_job(args.master, conf, segments, out, progress))
+    if outcome.stopped:
+        written = out is not None and (out / "report.md").exists()
+        print(f"{prog}: stopped on {outcome.signal}"
+              + ("" if out is None else f"; {'' if written else 'no '}report in {out}"), file=sys.stderr)  # fmt: skip
+        return 0
+    return outcome.value or 0
 
+
+def _check_out(out: Path, given: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {given} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --out {given}: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"cannot write to --out {given}: permission denied")
+
+
+def _run_job(master: str, conf: dict[str, str], segments: Segments, out: Path | None, progress: Progress) -> int:
     started = time.perf_counter()
-    with progress.status(f"starting Spark ({args.master})"):
+    with progress.status(f"starting Spark ({master})"):
         from pyspark.sql import SparkSession
 
         from sdk.spark.session import build_session, is_local
 
         # A session that already exists (a notebook, a test) is reused and left running.
         owned = SparkSession.getActiveSession() is None
-        if is_local(args.master):
+        if is_local(master):
             # In local mode the tasks run in the driver JVM: whole segment files and Arrow batches
             # of two or more tasks at once do not fit Spark's 1 GiB default (measured: OOM on 64 MiB segments).
             conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
-        spark = build_session(args.master, app_name="pub0sub analyze", conf=conf)
+        spark = build_session(master, app_name="pub0sub analyze", conf=conf)
     session_seconds = time.perf_counter() - started
+    # The SparkContext put in its own SIGINT handler, which raises on every Ctrl-C (a second one
+    # breaks spark.stop()) and first cancels the jobs through py4j from inside the handler, on the
+    # thread's busy connection.  Ours raises once; spark.stop() below cancels the jobs.
+    reclaim_sigint()
+    for name in _PY4J_LOGGERS:
+        logging.getLogger(name).addFilter(_quiet_py4j_after_stop)
     try:
         return _analyze(spark, segments, out, progress, started, session_seconds)
     finally:
         if owned:
             spark.stop()
+
+
+#: Where py4j logs (the root logger too: it reports an interrupted call with ``logging.exception``).
+_PY4J_LOGGERS = ("", "py4j", "py4j.java_gateway", "py4j.clientserver", "py4j.protocol")
+
+
+def _quiet_py4j_after_stop(record: logging.LogRecord) -> bool:
+    """Once a stop is under way, py4j's reports of the call it interrupted and of the connection
+    it then shut (tracebacks at ERROR) are its doing; :func:`main` reports the stop, once."""
+    return not (stop_requested() and f"{os.sep}py4j{os.sep}" in record.pathname)
 
 
 def _analyze(spark: SparkSession, segments: Segments, out: Path | None, progress: Progress, started: float,
