@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sub": ("sdk.cli_sub", "subscribe and print messages"),
     "status": ("sdk.cli_status", "show a hub's status"),
     "bench": ("sdk.bench.cli", "run benchmark scenarios beside Redis and NATS"),
-    "cluster": ("sdk.cluster", "run N meshed hubs on loopback (pub0sub cluster up --hubs 3)"),
+    "cluster": ("sdk.cluster_cli", "N meshed hubs on loopback: pub0sub cluster up|status|down"),
     "demo": ("sdk.demo", "start a local demo with traffic you can watch"),
     "analyze": ("sdk.analyze.cli", "Spark job: per-topic counts, rates and latency from hub data directories"),
 }
