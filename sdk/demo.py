@@ -211,5 +211,5 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub demo") -> in
         console.print(f"{prog}: {exc}")
         return 1
     # The summary, also (above all) after Ctrl-C or SIGTERM: what the demo did.
-    console.print(plain_line(state) + (f" (stopped by {outcome.signal})" if outcome.stopped else ""))
+    console.print(plain_line(state) + (f" (stopped on {outcome.signal})" if outcome.stopped else ""))
     return 0

@@ -75,7 +75,6 @@ class _StopHandler:
         self.stopped_main = False
         #: true while the main runs: only then does a signal raise
         self.armed = True
-        self.on_first: Callable[[], object] | None = None
 
     def note(self, signum: int) -> bool:
         """Record a stop signal; true for the first one while the main runs (it must stop)."""
@@ -87,8 +86,6 @@ class _StopHandler:
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         if self.note(signum):
-            if self.on_first is not None:
-                self.on_first()
             raise KeyboardInterrupt
 
 
@@ -163,17 +160,15 @@ def stop_requested() -> bool:
     return _active is not None and _active.stopped_main
 
 
-def reclaim_sigint(on_first: Callable[[], object] | None = None) -> None:
-    """Take SIGINT back for the running main after a library installed its own handler.
+def reclaim_sigint() -> None:
+    """Take SIGINT back for the running main after a library put in its own handler.
 
-    pyspark's ``SparkContext`` does: its handler cancels the Spark jobs and raises
-    ``KeyboardInterrupt`` on *every* Ctrl-C, so a second one would break ``spark.stop()``.
-    ``on_first`` (e.g. ``sparkContext.cancelAllJobs``) runs on the first stop signal, before
-    the interrupt.
+    pyspark's ``SparkContext`` does: its handler raises ``KeyboardInterrupt`` on *every*
+    Ctrl-C (a second one breaks ``spark.stop()``), after cancelling the Spark jobs through
+    py4j from inside the handler, on the connection the interrupted call is using.
     """
     if _active is None or threading.current_thread() is not threading.main_thread():
         return
-    _active.on_first = on_first
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _active)
 

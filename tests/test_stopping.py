@@ -47,7 +47,7 @@ def test_demo_prints_its_summary_and_stops_its_hubs(command: StartCommand, tmp_p
     code, out, err = demo.finish()
     assert code == 0, (out, err)
     summary = out[out.rindex("published="):]  # the last plain line (wrapped at 80 columns off a terminal)
-    assert summary.rstrip().endswith(f"(stopped by {name})"), out
+    assert summary.rstrip().endswith(f"(stopped on {name})"), out
     no_traceback(err)
     assert [pid for pid in hubs if running(pid)] == []
 
