@@ -29,6 +29,7 @@ when the command started (``nohup``, a shell's background job) stay ignored.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -75,6 +76,9 @@ class _StopHandler:
         self.stopped_main = False
         #: true while the main runs: only then does a signal raise
         self.armed = True
+        #: set by :func:`stop_softly`: what the first signal does instead of raising, and where
+        self.soft: Callable[[], object] | None = None
+        self.soft_inside = ""
 
     def note(self, signum: int) -> bool:
         """Record a stop signal; true for the first one while the main runs (it must stop)."""
@@ -86,7 +90,20 @@ class _StopHandler:
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         if self.note(signum):
+            if self.soft is not None and _runs_in(frame, self.soft_inside):
+                self.soft()
+                return
             raise KeyboardInterrupt
+
+
+def _runs_in(frame: FrameType | None, package: str) -> bool:
+    """The interrupted main thread is inside code of ``package`` (a directory name in its path)."""
+    part = f"{os.sep}{package}{os.sep}"
+    while frame is not None:
+        if part in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 #: The handler of the main running now (signal handlers are process-wide, so is this).
@@ -160,17 +177,23 @@ def stop_requested() -> bool:
     return _active is not None and _active.stopped_main
 
 
-def reclaim_sigint() -> None:
-    """Take SIGINT back for the running main after a library put in its own handler.
+def stop_softly(cancel: Callable[[], object], *, inside: str) -> None:
+    """While the main thread runs code of the package ``inside``, the first stop signal calls
+    ``cancel`` instead of raising ``KeyboardInterrupt`` (elsewhere it raises as always).
 
-    pyspark's ``SparkContext`` does: its handler raises ``KeyboardInterrupt`` on *every*
-    Ctrl-C (a second one breaks ``spark.stop()``), after cancelling the Spark jobs through
-    py4j from inside the handler, on the connection the interrupted call is using.
+    For calls an interrupt would break: a ``KeyboardInterrupt`` inside a py4j call leaves a dead
+    connection behind (py4j logs tracebacks about it, and the JVM aborts the job with stack
+    traces of its own).  ``cancel`` must return at once (start a thread); what it cancels makes
+    the waiting call fail, and the main raises at its next :func:`check_stop` at the latest.
     """
-    if _active is None or threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, _active)
+    if _active is not None:
+        _active.soft, _active.soft_inside = cancel, inside
+
+
+def check_stop() -> None:
+    """A safe point of a main under :func:`stop_softly`: ``KeyboardInterrupt`` if a stop was asked for."""
+    if stop_requested():
+        raise KeyboardInterrupt
 
 
 def run_trio(async_fn: Callable[..., Awaitable[T]], *args: Any) -> T | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import logging
 import os
 import sys
 import time
@@ -18,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..stopping import reclaim_sigint, run_until_stopped, stop_requested
+from ..stopping import run_until_stopped, stop_softly
 from .inputs import Segments, UnreadableInput, UsageError, find_hub_dirs, list_segments
 from .progress import Progress
 
@@ -98,9 +97,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub analyze") ->
     if not segments.files:
         progress.warn("no log segments (*.log under topics/) to analyze")
         return 1
+    began = time.time()
     outcome = run_until_stopped(lambda: _run_job(args.master, conf, segments, out, progress))
     if outcome.stopped:
-        written = out is not None and (out / "report.md").exists()
+        report = None if out is None else out / "report.md"
+        written = report is not None and report.exists() and report.stat().st_mtime >= began  # not an old run's
         print(f"{prog}: stopped on {outcome.signal}"
               + ("" if out is None else f"; {'' if written else 'no '}report in {out}"), file=sys.stderr)  # fmt: skip
         return 0
@@ -119,41 +120,26 @@ def _check_out(out: Path, given: Path) -> None:
 
 
 def _run_job(master: str, conf: dict[str, str], segments: Segments, out: Path | None, progress: Progress) -> int:
+    from sdk.spark.session import is_local
+
+    from .session import JobSession
+
     started = time.perf_counter()
-    with progress.status(f"starting Spark ({master})"):
-        from pyspark.sql import SparkSession
-
-        from sdk.spark.session import build_session, is_local
-
-        # A session that already exists (a notebook, a test) is reused and left running.
-        owned = SparkSession.getActiveSession() is None
-        if is_local(master):
-            # In local mode the tasks run in the driver JVM: whole segment files and Arrow batches
-            # of two or more tasks at once do not fit Spark's 1 GiB default (measured: OOM on 64 MiB segments).
-            conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
-        spark = build_session(master, app_name="pub0sub analyze", conf=conf)
-    session_seconds = time.perf_counter() - started
-    # The SparkContext put in its own SIGINT handler, which raises on every Ctrl-C (a second one
-    # breaks spark.stop()) and first cancels the jobs through py4j from inside the handler, on the
-    # thread's busy connection.  Ours raises once; spark.stop() below cancels the jobs.
-    reclaim_sigint()
-    for name in _PY4J_LOGGERS:
-        logging.getLogger(name).addFilter(_quiet_py4j_after_stop)
+    if is_local(master):
+        # In local mode the tasks run in the driver JVM: whole segment files and Arrow batches
+        # of two or more tasks at once do not fit Spark's 1 GiB default (measured: OOM on 64 MiB segments).
+        conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
+    session = JobSession(master, conf)
     try:
+        with progress.status(f"starting Spark ({master})"):
+            spark = session.start()
+        session_seconds = time.perf_counter() - started
+        # A Ctrl-C that finds the main thread waiting in py4j (a Spark job) cancels the jobs
+        # instead; the job then stops at its next progress line.
+        stop_softly(session.cancel, inside="py4j")
         return _analyze(spark, segments, out, progress, started, session_seconds)
     finally:
-        if owned:
-            spark.stop()
-
-
-#: Where py4j logs (the root logger too: it reports an interrupted call with ``logging.exception``).
-_PY4J_LOGGERS = ("", "py4j", "py4j.java_gateway", "py4j.clientserver", "py4j.protocol")
-
-
-def _quiet_py4j_after_stop(record: logging.LogRecord) -> bool:
-    """Once a stop is under way, py4j's reports of the call it interrupted and of the connection
-    it then shut (tracebacks at ERROR) are its doing; :func:`main` reports the stop, once."""
-    return not (stop_requested() and f"{os.sep}py4j{os.sep}" in record.pathname)
+        session.close()
 
 
 def _analyze(spark: SparkSession, segments: Segments, out: Path | None, progress: Progress, started: float,
