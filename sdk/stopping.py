@@ -15,8 +15,10 @@ closed, Spark stopped), prints its summary and exits 0.  Three things stand in t
 first raises ``KeyboardInterrupt`` once, later ones are only noted, and ``KeyboardInterrupt``,
 bare or inside exception groups, ends the main as a stop, not an error.  :func:`run_trio` runs
 a trio main inside it: there a stop signal cancels the main, so its own cleanup (SDK clients
-closing) runs under trio's shields instead of being interrupted.  Signals that were ignored
-when the command started (``nohup``, a shell's background job) stay ignored.
+closing) runs under trio's shields instead of being interrupted.  :func:`stop_softly` does the
+same for calls an interrupt would break (py4j's, in ``analyze``): the signal cancels what they
+wait for instead.  Signals that were ignored when the command started (``nohup``, a shell's
+background job) stay ignored.
 
 >>> def watch() -> int:                                         # doctest: +SKIP
 ...     cluster.start()
