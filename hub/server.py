@@ -72,6 +72,8 @@ class HubStats:
     discarded_on_close: int = 0
     duplicate_batches: int = 0
     protocol_errors: int = 0
+    #: ACKs refused because they named offsets not delivered (or a subscription without acks)
+    acks_refused: int = 0
     connections_total: int = 0
     connections_refused: int = 0
     heartbeat_timeouts: int = 0

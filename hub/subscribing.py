@@ -289,15 +289,36 @@ class Subscriptions:
         sub = conn.subs.get(frame.sub_id)
         if sub is None:
             return  # a race with the subscription's end: nothing left to acknowledge
+        # The whole frame is checked before any of it is applied: a refused ACK changes nothing.
+        refusal = self._ack_refusal(sub, frame)
+        if refusal is not None:
+            self.server.stats.acks_refused += 1
+            conn.fail(ErrorCode.INVALID_ACK, f"subscription {sub.sub_id}: {refusal}", ref=sub.sub_id)
+            return
         if sub.group is not None:
             for r in frame.ranges:
                 sub.group.ack(r.topic, r.first_offset, r.last_offset)
-        elif sub.consumer is not None and sub.ack_mode is AckMode.EXPLICIT:
+        elif sub.consumer is not None:
             for r in frame.ranges:
                 tracker = sub.consumer.positions.get(r.topic)
                 if tracker is not None:
                     tracker.ack(r.first_offset, r.last_offset)
             self.server.consumers_changed()
+
+    @staticmethod
+    def _ack_refusal(sub: Subscription, frame: Ack) -> str | None:
+        """Why ``frame`` must be refused: an ACK settles only offsets delivered to ``sub`` and pending."""
+        if sub.group is not None:
+            check = sub.group.ack_refusal
+        elif sub.consumer is not None and sub.follower is not None and sub.ack_mode is AckMode.EXPLICIT:
+            check = sub.follower.ack_refusal
+        else:
+            return "it takes no acks (only durable subscriptions and groups with ack_mode EXPLICIT do)"
+        for r in frame.ranges:
+            refusal = check(r.topic, r.first_offset, r.last_offset)
+            if refusal is not None:
+                return refusal
+        return None
 
     def on_credit(self, conn: ClientConnection, frame: Credit) -> None:
         sub = conn.subs.get(frame.sub_id)

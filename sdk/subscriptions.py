@@ -173,6 +173,14 @@ class SubState:
         self.acks_sent: dict[str, list[list[int]]] = {}
         #: queued in the protocol's list of subscriptions with unwritten acks
         self.ack_dirty = False
+        #: per topic, the offset after the last message the hub delivered on the current
+        #: connection (duplicates dropped here included).  The hub refuses an ACK for offsets
+        #: it has not delivered on that connection (ERROR INVALID_ACK), so acks at or past it --
+        #: made for messages received before a reconnect -- wait in ``acks`` until the
+        #: redelivery passes them.  Reset by every new connection.
+        self.delivered_end: dict[str, int] = {}
+        #: ``acks`` holds ranges waiting for ``delivered_end`` to pass them
+        self.acks_waiting = False
         self.max_pending_bytes = max_pending_bytes
         #: items not yet taken by the application: RecordBatch or Gap
         self.items: deque[wire.RecordBatch | Gap] = deque()
@@ -244,6 +252,9 @@ class SubState:
     def deliver(self, batch: wire.RecordBatch) -> bool:
         """Buffer a delivered batch; false when the client-side limit forces the cancel policy."""
         topic = batch.topic
+        end = batch.base_offset + batch.count
+        if end > self.delivered_end.get(topic, -1):
+            self.delivered_end[topic] = end
         if self.dedup:
             seen = self.next_offsets.get(topic)
             if seen is not None and batch.base_offset < seen:
