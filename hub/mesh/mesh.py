@@ -28,6 +28,7 @@ from .host import make_host, quiet_libp2p_logs
 from .identity import load_or_create_identity
 from .inbound import ForwardHandler, InboundForwards
 from .interest import InterestTable, LocalInterest, valid_pattern
+from .known_peers import KnownPeers
 from .peers import PeerLink
 from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
 from .replay import Replay, ReplaySource
@@ -80,6 +81,8 @@ class Mesh:
         self.inbound = InboundForwards(on_forward, self.local)
         self._resume_positions = resume_positions or dict
         self.replay = replay
+        #: Peers linked before, and where this hub's origin stood when they first linked.
+        self.known_peers = KnownPeers(config.data_dir)
         self._key_pair = key_pair
         self.links: dict[ID, PeerLink] = {}
         self.discovery: Discovery | None = None
@@ -387,6 +390,26 @@ class Mesh:
     def hello_positions(self) -> dict[int, int]:
         self.inbound.merge_positions(self._resume_positions())
         return self.inbound.positions()
+
+    def replay_after(self, link: PeerLink, hub_id: int, position: int) -> int | None:
+        """Where a replay from the log starts for a peer whose MESH_HELLO gave ``position``.
+
+        None: no replay (no logs here, or the peer never linked before -- a new hub gets live
+        forwards, not this hub's history; it is recorded now).  A known peer gets everything
+        after ``max(position, since)``: position 0 is then a peer that was interested but
+        stored nothing of ours yet (it was paused or cut off while its forwards were lost),
+        and ``since`` keeps a low position from reaching history older than the peer's link.
+        """
+        source = self.replay
+        if source is None:
+            return None
+        peer_key = str(link.peer_id)
+        known = self.known_peers.get(peer_key)
+        if known is None:
+            self.known_peers.add(peer_key, since=source.next_origin_seq() - 1, hub_id=hub_id)
+            log.info("mesh peer %s linked for the first time: live forwards from here on", link.short_id)
+            return None
+        return max(position, known.since)
 
     def open_replay(self, link: PeerLink, after: int, before: int | None) -> Replay | None:
         """This hub's sets in ``(after, before)`` the peer wants, from the logs (None: nothing to send).

@@ -417,12 +417,13 @@ class PeerSession:
         position = next((p.seq for p in frame.positions if p.origin == self.owner.hub_id), 0)
         # Resume right after what the peer already stored: nothing lost, nothing twice.
         self.link.window.resume(position)
-        if self.owner.replay is not None and position > 0:
+        after = self.owner.replay_after(self.link, frame.hub_id, position)
+        if after is not None:
             # The window may not hold everything after ``position`` (the peer was away past
             # resume_linger, the window overflowed, this hub restarted): replay it from the
-            # log once the peer's interest is known.  Position 0 is a peer that never stored
-            # anything of ours -- a new hub gets live forwards, not this hub's history.
-            self._replay_after = position
+            # log once the peer's interest is known.  A peer this hub never linked with gets
+            # live forwards only (Mesh.replay_after).
+            self._replay_after = after
             self._replay_due_at = trio.current_time() + self.config.subscribe_ack_timeout
         self._hello_done = True
         self._kick()
