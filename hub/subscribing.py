@@ -133,7 +133,22 @@ class Subscriptions:
         if sub.group is None:
             for pattern in patterns:
                 server.router.add(pattern, router_entry)
+        if not self._durable_state_saved(conn, sub):
+            return
         conn.send_control(SubOk(sub_id=sub_id, offsets=self._offsets(sub, patterns)).encode())
+
+    def _durable_state_saved(self, conn: ClientConnection, sub: Subscription) -> bool:
+        """A new durable name or group (or new topics for one) is on disk before SUB_OK confirms it."""
+        consumers = self.server.consumers
+        if consumers is None:
+            return True
+        try:
+            consumers.save_if_urgent()
+        except OSError as exc:
+            log.error("cannot save durable subscriptions: %s", exc)
+            self.end(conn, sub, ErrorCode.STORAGE_ERROR, f"cannot record the durable subscription: {exc}")
+            return False
+        return True
 
     def _start_follower(self, conn: ClientConnection, sub: Subscription, frame: Sub) -> None:
         server = self.server
@@ -147,9 +162,10 @@ class Subscriptions:
                 server.consumers.add(consumer)
             else:
                 self._take_over(consumer)
-                consumer.patterns = list(sub.patterns)
-                consumer.ack_mode = frame.ack_mode
-                server.consumers.patterns_changed(consumer)
+                if consumer.patterns != sub.patterns or consumer.ack_mode is not frame.ack_mode:
+                    consumer.patterns = list(sub.patterns)
+                    consumer.ack_mode = frame.ack_mode
+                    server.consumers.patterns_changed(consumer)
             consumer.attached += 1
             sub.consumer = consumer
         follower = LogFollower(
@@ -225,7 +241,8 @@ class Subscriptions:
             conn.topic_count += len(added)
             if sub.follower is not None:
                 sub.follower.patterns_changed()
-            conn.send_control(SubOk(sub_id=sub.sub_id, offsets=self._offsets(sub, added)).encode())
+            if self._durable_patterns_saved(conn, sub):
+                conn.send_control(SubOk(sub_id=sub.sub_id, offsets=self._offsets(sub, added)).encode())
         else:
             for pattern in frame.patterns:
                 if pattern in sub.patterns:
@@ -234,10 +251,15 @@ class Subscriptions:
                     conn.topic_count -= 1
             if sub.follower is not None:
                 sub.follower.patterns_changed()
-            conn.send_control(SubOk(sub_id=sub.sub_id).encode())
+            if self._durable_patterns_saved(conn, sub):
+                conn.send_control(SubOk(sub_id=sub.sub_id).encode())
+
+    def _durable_patterns_saved(self, conn: ClientConnection, sub: Subscription) -> bool:
+        """A durable subscription's new topics are on disk before SUB_OK confirms them."""
         if sub.consumer is not None and self.server.consumers is not None:
             sub.consumer.patterns = list(sub.patterns)
             self.server.consumers.patterns_changed(sub.consumer)
+        return self._durable_state_saved(conn, sub)
 
     def on_unsub(self, conn: ClientConnection, frame: Unsub) -> None:
         sub = conn.subs.get(frame.sub_id)

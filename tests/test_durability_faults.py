@@ -723,6 +723,29 @@ def receive_offsets(client: SyncClient, until: int, within: float = 10.0) -> lis
     return got
 
 
+def test_a_confirmed_durable_name_or_group_survives_an_immediate_kill(start_hub: StartHub, tmp_path: Path) -> None:
+    """SUB_OK confirms a durable name (and a group): it is on disk before that, not up to 0.2 s later.
+
+    Forgotten in a crash, it would take its standing interest with it: in a mesh, nothing published
+    while the hub was down would be forwarded to it (found by tests/support/faultplan.py)."""
+    data_dir = tmp_path / "data"
+    hub = start_hub("--data-dir", str(data_dir))
+    with SyncClient.connect(hub.address) as client:
+        client.send(durable_sub("keep", "kept.topic"))
+        client.expect(wire.SubOk)
+        client.send(wire.Sub(sub_id=4, patterns=("jobs",), group="workers"))
+        client.expect(wire.SubOk)
+        kill9(hub)  # at once: well inside the 0.2 s between periodic saves
+    saved = json.loads((data_dir / "consumers.json").read_text())["consumers"]
+    assert {(c["kind"], c["name"], tuple(c["patterns"])) for c in saved} == {
+        ("durable", "keep", ("kept.topic",)), ("group", "workers", ("jobs",))
+    }
+    hub = start_hub("--data-dir", str(data_dir))
+    with SyncClient.connect(hub.address) as client:
+        status = client.status()
+    assert [d["name"] for d in status["durables"]] == ["keep"]
+
+
 def test_durable_subscription_resumes_at_first_unacked_after_sigkill(start_hub: StartHub, tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     hub = start_hub("--data-dir", str(data_dir))
