@@ -16,6 +16,7 @@ import pytest
 
 import sdk
 from tests.support.cluster import Cluster, Hub
+from tests.support.faultplan import HARNESS_ORDER, all_plans, run_plan
 from tests.support.history import History, check
 from tests.support.publisher import Publisher, wait_progress
 from tests.support.syncclient import read_all
@@ -94,3 +95,28 @@ def test_paused_subscriber_hub_gets_what_a_killed_publisher_hub_acknowledged(tmp
         durable = drain_durable(h3, topics, "d3", acked)
         result = check(history, durable)
         assert result.lost == 0 and result.duplicated == 0 and result.reordered == 0, result.summary()
+
+
+#: A fixed sample of tests/support/faultplan.py's search (the whole search is a command:
+#: ``python -m tests.support.faultplan --all``): the order the independent harness found, and one
+#: order for each other pairing of fault kinds.
+SAMPLE = [
+    HARNESS_ORDER,
+    ("cut h2-h3", "kill h2", "restart h2", "heal h2-h3"),
+    ("kill h3", "pause h1", "restart h3", "resume h1"),
+    ("pause h1", "cut h1-h3", "resume h1", "heal h1-h3"),
+]
+
+
+def test_the_sample_comes_from_the_systematic_search() -> None:
+    plans = set(all_plans())
+    assert len(plans) == 225  # 9 faults alone, 36 pairs x 6 interleavings
+    assert all(plan in plans for plan in SAMPLE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plan", SAMPLE, ids=[" | ".join(p) for p in SAMPLE])
+def test_acknowledged_messages_survive_the_fault_plan(plan: tuple[str, ...], tmp_path: Path) -> None:
+    result = run_plan(plan, tmp_path)
+    assert result.acknowledged > 0
+    assert result.ok, result.row()

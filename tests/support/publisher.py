@@ -32,6 +32,7 @@ class Publisher(threading.Thread):
         window: int = 4,
         ack_timeout: float = 3.0,
         max_seconds: float = 60.0,
+        interval: float = 0.0,
     ) -> None:
         super().__init__(daemon=True, name=f"publisher-{producer}")
         self.history = history
@@ -42,6 +43,8 @@ class Publisher(threading.Thread):
         self.window = window
         self.ack_timeout = ack_timeout
         self.max_seconds = max_seconds
+        #: Pause before each new batch (0: as fast as acks come back), to bound a run's volume.
+        self.interval = interval
         self.stopping = threading.Event()
         self.process = f"p{producer}"
         self.acked_batches = 0
@@ -81,6 +84,8 @@ class Publisher(threading.Thread):
                         unacked[s] = (topic, values, op)
                         client.send(publish_frame(topic, values, producer=self.producer, seq=s))
                 while not self.stopping.is_set() and len(unacked) < self.window:
+                    if self.interval:
+                        time.sleep(self.interval)
                     seq += 1
                     topic = self.topics[seq % len(self.topics)]
                     values = [f"{self.process}-{counter + j}".encode() for j in range(self.per_batch)]
