@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .blocking import connect_blocking
-from .cli_support import add_hub_option, run
+from .cli_support import add_hub_option, run, topic_usage_error
 from .messages import Gap, Message
 
 
@@ -75,6 +75,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub sub") -> int
         start = parse_start(args.start)
     except ValueError as exc:
         parser.error(str(exc))
+    if status := topic_usage_error(prog, args.topic, pattern=True):
+        return status
 
     def body() -> int:
         out = sys.stdout
