@@ -192,7 +192,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub demo") -> in
         parser.error("--rate must be positive")
     console = Console()
     console.print(f"starting {HUBS} meshed hubs on 127.0.0.1 ...")
-    cluster = LocalCluster(HUBS, args.data_dir)
+    # WARNING: the hubs share this terminal, and their INFO lines would tear through the live table.
+    cluster = LocalCluster(HUBS, args.data_dir, extra_args=["--log-level", "WARNING"])
     state = DemoState(addresses=[], data_dir=str(args.data_dir))
     try:
         cluster.start()
