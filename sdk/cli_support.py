@@ -23,6 +23,12 @@ def add_hub_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def usage_error(prog: str, message: str) -> int:
+    """A usage error found after parsing: one line on stderr, exit status 2."""
+    print(f"{prog}: {message}", file=sys.stderr)
+    return 2
+
+
 def topic_usage_error(prog: str, names: Iterable[str], *, pattern: bool = False) -> int:
     """Check names against the topic rule before connecting: 2 after a one-line message, else 0.
 
@@ -32,8 +38,7 @@ def topic_usage_error(prog: str, names: Iterable[str], *, pattern: bool = False)
         for name in names:
             InvalidTopicError.check(name, pattern=pattern)
     except InvalidTopicError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
+        return usage_error(prog, str(exc))
     return 0
 
 
