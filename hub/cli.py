@@ -47,14 +47,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "file, then PUB0SUB_HUB_<SETTING> environment variables, then these options.",
     )
 
-    def option(flag: str, help: str, *, setting: str | None = None, default: str | None = None, **kw: object) -> None:
-        name = setting or flag.removeprefix("--").replace("-", "_")
-        shown = default if default is not None else _shown(getattr(_DEFAULTS, name), kw.get("metavar"))  # type: ignore[arg-type]
+    def option(flag: str, help: str, *, shown: str | None = None, **kw: object) -> None:
+        # argparse's own default stays None: a flag not given must not hide the file or environment.
+        if shown is None:
+            name = flag.removeprefix("--").replace("-", "_")
+            shown = _shown(getattr(_DEFAULTS, name), kw.get("metavar"))  # type: ignore[arg-type]
         p.add_argument(flag, help=f"{help} (default: {shown})", **kw)  # type: ignore[arg-type]
 
     option("--listen", "client listener; port 0 picks a free port", metavar="HOST:PORT")
-    option("--config", "TOML file with hub settings ([hub] table)", metavar="FILE", type=Path, default="none")
-    option("--name", "hub name shown to clients, in status and in analyze reports", metavar="NAME")
+    option("--config", "TOML file with hub settings ([hub] table)", metavar="FILE", type=Path, shown="none")
+    option("--name", "hub name shown to clients, in status and at the start of each log line", metavar="NAME")
     option("--data-dir", "directory for topic logs, durable positions and the mesh identity; without one the "
            "hub keeps nothing and serves live subscriptions only", metavar="DIR", type=Path)  # fmt: skip
     option("--max-body", "largest client frame body in bytes", metavar="BYTES", type=int)
@@ -83,8 +85,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            metavar="MULTIADDR", action="append")  # fmt: skip
     option("--cluster", "cluster name: hubs find each other under it in the DHT", metavar="NAME")
     option("--max-peers", "full mesh up to this many peers", metavar="N", type=int)
-    option("--no-discovery", "link only to --bootstrap hubs, no DHT discovery", setting="discovery",
-           default="discovery on", action="store_true")  # fmt: skip
+    option("--no-discovery", "link only to --bootstrap hubs, no DHT discovery", shown="discovery on",
+           action="store_true")  # fmt: skip
     option("--mesh-heartbeat-interval", "seconds between mesh heartbeats", metavar="SECONDS", type=float)
     option("--mesh-heartbeat-misses", "missed mesh heartbeats before a peer is dead", metavar="N", type=int)
     option("--mesh-resume-linger", "seconds a dead peer's interest is kept so a healed link loses nothing; "

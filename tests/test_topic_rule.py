@@ -140,6 +140,7 @@ async def test_the_hub_refuses_publishes_with_error_and_the_message(hub_address:
         client = await RawClient.connect(hub_address)
         await client.send(publish_frame(name))
         error = await client.expect(wire.Error)
+        assert isinstance(error, wire.Error)
         assert (error.code, error.ref, error.reason) == (wire.ErrorCode.INVALID_TOPIC, 7, message(name))
         assert await client.recv() is None  # ERROR is fatal
         await client.aclose()
@@ -150,12 +151,13 @@ async def test_the_hub_refuses_subscriptions_with_sub_end_and_the_message(hub_ad
     for sub_id, name in enumerate(BAD_PATTERNS, 1):
         await client.send(wire.Sub(sub_id=sub_id, patterns=("fine", name)))
         end = await client.expect(wire.SubEnd)
+        assert isinstance(end, wire.SubEnd)
         assert (end.sub_id, end.code, end.reason) == (sub_id, wire.ErrorCode.INVALID_TOPIC, message(name, pattern=True))
     await client.send(wire.Sub(sub_id=99, patterns=("fine",)))
     await client.expect(wire.SubOk)  # the connection survives every refusal
     await client.send(wire.SubUpdate(sub_id=99, op=wire.UpdateOp.ADD, patterns=("a b",)))
     end = await client.expect(wire.SubEnd)
-    assert end.code is wire.ErrorCode.INVALID_TOPIC
+    assert isinstance(end, wire.SubEnd) and end.code is wire.ErrorCode.INVALID_TOPIC
     await client.aclose()
 
 
