@@ -44,7 +44,7 @@ from .routing import RoutingTable
 from .storage.store import LogStore
 from .storage.topic_log import LogSettings
 from .subscribing import Subscriptions
-from .subscription import Subscription
+from .subscription import SUBSCRIPTION_KINDS, Subscription
 
 if TYPE_CHECKING:
     from .mesh.mesh import Mesh
@@ -405,6 +405,7 @@ class HubServer:
             "uptime_s": round(time.monotonic() - self.started, 1),
             "connections": len(self.connections),
             "subscriptions": len(subs),
+            "subscriptions_by_kind": _count_kinds(subs),
             "topics": len(topics),
             "rates": dict(self._rates),
             "counters": {**asdict(self.stats), "deliveries": self._deliveries(), "dropped_messages_live": live_dropped},
@@ -451,3 +452,11 @@ class HubServer:
                 if s.kind == "durable"
             ]
         return doc
+
+
+def _count_kinds(subs: list[Subscription]) -> dict[str, int]:
+    """Open subscriptions per kind (live, follower, durable, group), every kind present."""
+    counts = dict.fromkeys(SUBSCRIPTION_KINDS, 0)
+    for sub in subs:
+        counts[sub.kind] += 1
+    return counts

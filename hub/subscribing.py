@@ -34,11 +34,11 @@ from wire import (
     Unsub,
     UpdateOp,
 )
+from wire.topics import InvalidTopicError, check_topic, is_pattern
 
 from .consumers import ConsumerState
 from .follower import LogFollower
 from .groups import ConsumerGroup
-from .routing import InvalidTopicError, check_pattern, is_pattern
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class Subscriptions:
     def _check_patterns(self, conn: ClientConnection, sub_id: int, patterns: tuple[str, ...]) -> bool:
         for pattern in patterns:
             try:
-                check_pattern(pattern)
+                check_topic(pattern, pattern=True)
             except InvalidTopicError as exc:
                 self._refuse(conn, sub_id, ErrorCode.INVALID_TOPIC, str(exc))
                 return False

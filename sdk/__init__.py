@@ -18,6 +18,7 @@ from .client import Client, connect
 from .errors import (
     ConnectionLostError,
     HubError,
+    InvalidTopicError,
     ProtocolError,
     Pub0subError,
     PublishTimeoutError,
@@ -34,6 +35,7 @@ __all__ = [
     "ConnectionLostError",
     "Gap",
     "HubError",
+    "InvalidTopicError",
     "Message",
     "ProtocolError",
     "Pub0subError",

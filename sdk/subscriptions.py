@@ -12,12 +12,14 @@ import datetime as _dt
 import logging
 import struct
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import wire
 from wire import SlowConsumerPolicy, StartPosition
 
 from .batching import Ticket
+from .errors import InvalidTopicError
 from .messages import Gap, Message
 
 log = logging.getLogger("pub0sub.sdk")
@@ -111,8 +113,17 @@ def parse_start(start: Any) -> tuple[StartPosition, int, dict[str, int]]:
     )
 
 
-def is_pattern(topic: str) -> bool:
-    return any(token in ("*", ">") for token in topic.split("."))
+def check_patterns(names: Iterable[str]) -> None:
+    """Refuse (:class:`InvalidTopicError`) any name the topic rule does not allow in a subscription."""
+    for name in names:
+        InvalidTopicError.check(name, pattern=True)
+
+
+def checked_names(topics: str | Iterable[str]) -> list[str]:
+    """``topics`` (one name or several) as a list, each checked by :func:`check_patterns`."""
+    names = [topics] if isinstance(topics, str) else list(topics)
+    check_patterns(names)
+    return names
 
 
 class _Op:
@@ -210,9 +221,10 @@ class SubState:
 
     def sub_frame(self, *, resume: bool) -> wire.Sub:
         """The SUB that opens (or, after a reconnect, re-opens) this subscription."""
+        check_patterns(self.patterns)
         start, value, offsets = self.start, self.start_value, self.offsets
         if start == StartPosition.OFFSET and not offsets:
-            offsets = {p: value for p in self.patterns if not is_pattern(p)}
+            offsets = {p: value for p in self.patterns if not wire.is_pattern(p)}
         # A durable name makes the hub start at its acknowledged floor where it has one (the SDK
         # drops what it already received).  For topics without one (nothing delivered before the
         # loss) a durable "latest" must not become "latest at the reconnect": it resumes at the

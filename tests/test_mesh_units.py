@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from libp2p.peer.id import ID
 
 import wire
 from hub.mesh.config import MeshConfig
-from hub.mesh.interest import InterestTable, LocalInterest
+from hub.mesh.interest import InterestTable, LocalInterest, valid_pattern
 from hub.mesh.known_peers import KnownPeer, KnownPeers
 from hub.mesh.mesh import Mesh
 from hub.mesh.peers import PeerLink
@@ -95,12 +94,19 @@ def test_interest_table_is_a_set_with_patterns() -> None:
     assert t.peers() == ["b"]
 
 
-def test_local_interest_and_invalid_patterns() -> None:
+def test_local_interest() -> None:
     local = LocalInterest()
     local.add(["topic_1"])
     assert local.wants(["x", "topic_1"]) and not local.wants(["topic_2"])
-    with pytest.raises(ValueError):
-        local.add(["a..b"])
+
+
+def test_peer_interest_follows_the_seed_rule_not_the_client_rule() -> None:
+    """A seed peer may announce any 1..255-byte name; it is kept and matches literally."""
+    assert all(valid_pattern(name) for name in ("a..b", "has space", "a.>.b", "x" * 255))
+    assert not valid_pattern("") and not valid_pattern("x" * 256)
+    table: InterestTable[str] = InterestTable()
+    assert table.add("seed", ["a..b", "has space", "a.>.b"]) == ["a..b", "has space", "a.>.b"]
+    assert table.peers_for(["has space"]) == {"seed"} and table.peers_for(["a.x.b"]) == set()
 
 
 def test_subscribe_chunks_hold_at_most_255_topics() -> None:

@@ -341,9 +341,14 @@ class Mesh:
         link.down_since = None
         if old is not None and old.alive:
             old.close(CloseReason.REPLACED)
-        log.info("mesh session with %s up (%s, %s)", link.short_id, version.label, "out" if outbound else "in")
+        # INFO with the full peer id and the address: what tells an operator that --bootstrap or
+        # discovery worked, and which hub went away.
+        where = f"{'outbound link to' if outbound else 'inbound link from'} {_remote_address(stream)}"
+        log.info("mesh peer %s linked: %s, protocol %s", link.peer_id, where, version.label)
         self._notify()
         reason = await session.run()
+        if not self._closing and reason is not CloseReason.REPLACED:  # replaced: a newer link said "linked"
+            log.info("mesh peer %s left: %s ended (%s)", link.peer_id, where, reason.value)
         link.last_close = reason
         if link.session is session:
             link.session = None
@@ -365,7 +370,8 @@ class Mesh:
         """The peer stayed unreachable: withdraw its interest and forget it."""
         if link.live:
             return
-        log.info("mesh peer %s is gone", link.short_id)
+        log.info("mesh peer %s is gone: unreachable at %s, its interest withdrawn", link.peer_id,
+                 ", ".join(map(str, link.addrs or link.static_addrs)) or "no known address")  # fmt: skip
         self.interest.drop_peer(link.peer_id)
         if self.links.get(link.peer_id) is link:
             del self.links[link.peer_id]
@@ -444,3 +450,12 @@ class Mesh:
 
     def peer_unsubscribed(self, link: PeerLink, topics: list[str]) -> None:
         self.interest.remove(link.peer_id, topics)
+
+
+def _remote_address(stream: Any) -> str:
+    """``host:port`` at the other end of a libp2p stream (for logs), or ``?`` if libp2p cannot say."""
+    try:
+        remote = stream.get_remote_address()
+    except Exception:  # a transport without the method: logging must not break a session
+        remote = None
+    return f"{remote[0]}:{remote[1]}" if remote else "?"
