@@ -84,7 +84,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--bootstrap", "multiaddr of a hub to join through, ending in /p2p/<peer id> (repeatable)",
            metavar="MULTIADDR", action="append")  # fmt: skip
     option("--cluster", "cluster name: hubs find each other under it in the DHT", metavar="NAME")
-    option("--max-peers", "full mesh up to this many peers", metavar="N", type=int)
+    option("--max-peers", "full mesh up to this many peers; bounds inbound links too", metavar="N", type=int)
     option("--no-discovery", "link only to --bootstrap hubs, no DHT discovery", shown="discovery on",
            action="store_true")  # fmt: skip
     option("--mesh-heartbeat-interval", "seconds between mesh heartbeats", metavar="SECONDS", type=float)

@@ -7,6 +7,12 @@ interested while this hub published, but stored nothing of it yet" -- it was
 paused, or cut off, while the forwards were lost with a crashed window.  The
 second must get everything it missed, or acknowledged messages never reach it.
 
+It also pins each peer's hub id (its origin id, from MESH_HELLO) to its peer
+id, the key Noise authenticated.  A hub id derived from the peer id
+(``identity.hub_id_for``) proves itself; a random one from an older data dir
+cannot, and is trusted on first contact: another peer claiming it later is
+refused (``Mesh.hello_refusal``).
+
 So the hub records, the first time a peer links, where its own origin stood
 then (``since``).  A known peer is replayed everything after
 ``max(position, since)`` that it wants; a peer never seen is recorded and gets
@@ -73,6 +79,9 @@ class KnownPeers:
         return self._by_hub_id.get(hub_id)
 
     def add(self, peer_id: str, *, since: int, hub_id: int) -> KnownPeer:
+        old = self._peers.get(peer_id)
+        if old is not None and self._by_hub_id.get(old.hub_id) == peer_id:
+            del self._by_hub_id[old.hub_id]
         peer = KnownPeer(since=since, hub_id=hub_id)
         self._remember(peer_id, peer)
         self._save()

@@ -25,7 +25,7 @@ import wire
 from .config import MeshConfig
 from .discovery import Discovery
 from .host import make_host, quiet_libp2p_logs
-from .identity import load_or_create_identity
+from .identity import hub_id_for, load_or_create_identity
 from .inbound import ForwardHandler, InboundForwards
 from .interest import InterestTable, LocalInterest, valid_pattern
 from .known_peers import KnownPeers
@@ -90,6 +90,8 @@ class Mesh:
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self._changed = trio.Event()
+        #: Inbound links refused because this hub already had ``max_peers`` links.
+        self.refused_inbound = 0
 
     # -- running -------------------------------------------------------------------
 
@@ -257,6 +259,10 @@ class Mesh:
         while not link.live:
             await self.wait_changed()
 
+    def _linked_count(self) -> int:
+        """Links with a session up or starting, inbound and outbound."""
+        return sum(1 for link in self.links.values() if link.live or link.starting)
+
     def _link_for(self, peer_id: ID) -> PeerLink:
         link = self.links.get(peer_id)
         if link is None:
@@ -278,12 +284,20 @@ class Mesh:
         if self._closing or self._nursery is None:
             await stream.reset()
             return
+        known = self.links.get(peer_id)
+        if (known is None or not known.live) and self._linked_count() >= self.config.max_peers:
+            # --max-peers bounds every link, inbound ones too: a hub at its bound takes no more.
+            self.refused_inbound += 1
+            log.info("mesh peer %s refused: this hub has max_peers=%d links", peer_id, self.config.max_peers)
+            await stream.reset()
+            return
         link = self._link_for(peer_id)
         if link.live and link.session is not None and link.session.outbound and self._we_dial_first(peer_id):
             # Our own stream to this peer is the canonical one; the peer will adopt it.
             await stream.reset()
             return
         version = MeshVersion.from_protocol(stream.get_protocol())
+        link.starting = True
         self._nursery.start_soon(self._run_session, link, stream, version, False)
 
     async def _dial(self, link: PeerLink) -> None:
@@ -335,6 +349,7 @@ class Mesh:
 
     async def _run_session(self, link: PeerLink, stream: Any, version: MeshVersion, outbound: bool) -> None:
         session = PeerSession(self, link, stream, version, outbound=outbound)
+        link.starting = False
         old = link.session
         link.session = session
         link.version = version
@@ -397,6 +412,23 @@ class Mesh:
         self.inbound.merge_positions(self._resume_positions())
         return self.inbound.positions()
 
+    def hello_refusal(self, link: PeerLink, hub_id: int) -> str | None:
+        """Why a peer's MESH_HELLO must be refused (None: it may speak for ``hub_id``).
+
+        A hub id derived from the peer's own key (Noise authenticated it) is proof enough.
+        An older, random one is trusted on first contact and pinned to the peer then: a
+        peer claiming a hub id pinned to another is refused, and so is one claiming ours.
+        """
+        peer_key = str(link.peer_id)
+        if hub_id == self.hub_id:
+            return f"it claims this hub's own hub id {hub_id:016x}"
+        if hub_id == hub_id_for(link.peer_id):
+            return None
+        owner = self.known_peers.peer_with_hub_id(hub_id)
+        if owner is not None and owner != peer_key:
+            return f"hub id {hub_id:016x} belongs to peer {owner}"
+        return None
+
     def replay_after(self, link: PeerLink, hub_id: int, position: int) -> int | None:
         """Where a replay from the log starts for a peer whose MESH_HELLO gave ``position``.
 
@@ -407,13 +439,18 @@ class Mesh:
         and ``since`` keeps a low position from reaching history older than the peer's link.
         """
         source = self.replay
-        if source is None:
-            return None
         peer_key = str(link.peer_id)
         known = self.known_peers.get(peer_key)
         if known is None:
-            self.known_peers.add(peer_key, since=source.next_origin_seq() - 1, hub_id=hub_id)
-            log.info("mesh peer %s linked for the first time: live forwards from here on", link.short_id)
+            since = source.next_origin_seq() - 1 if source is not None else 0
+            self.known_peers.add(peer_key, since=since, hub_id=hub_id)
+            log.info("mesh peer %s is new to this hub: it gets forwards after origin sequence %d, no history",
+                     link.peer_id, since)
+            return None
+        if known.hub_id != hub_id:
+            # Its hub-id file was lost and a new id chosen (hello_refusal allowed it): pin the new one.
+            self.known_peers.add(peer_key, since=known.since, hub_id=hub_id)
+        if source is None:
             return None
         return max(position, known.since)
 
