@@ -1,4 +1,10 @@
-"""Acknowledgement bookkeeping: which offsets of a topic are acknowledged."""
+"""Acknowledgement bookkeeping: which offsets of a topic are acknowledged, and which may be.
+
+An ACK is client input like any other: it may only settle offsets that were
+delivered and are still pending (see :func:`ack_refusal`).  Anything else would
+move a durable floor past messages nobody has seen -- they would then never be
+delivered -- or past what a later SUB_OK can encode.
+"""
 
 from __future__ import annotations
 
@@ -57,3 +63,29 @@ class AckTracker:
         if cursor <= last:
             runs.append((cursor, last))
         return runs
+
+
+def ack_refusal(topic: str, first: int, last: int, *, floor: int | None, delivered_end: int | None) -> str | None:
+    """Why acknowledging ``first..last`` of ``topic`` must be refused, or None if it may be applied.
+
+    ``floor`` is the first offset not yet acknowledged (None: no position is kept for
+    the topic); ``delivered_end`` is the offset after the last one delivered (None:
+    nothing of the topic was delivered).  Offsets below the floor are acknowledged
+    already: acknowledging them again changes nothing, so a resent ACK is accepted.
+
+    >>> ack_refusal("t", 0, 4, floor=0, delivered_end=5) is None
+    True
+    >>> ack_refusal("t", 0, 999, floor=0, delivered_end=5)
+    "offsets 5..999 of 't' were never delivered to this subscription (delivered: up to 4)"
+    """
+    if first > last:
+        return f"ack range {first}..{last} of {topic!r} is empty (first > last)"
+    if floor is not None and last < floor:
+        return None
+    if delivered_end is None or last >= delivered_end:
+        delivered = "nothing" if not delivered_end else f"up to {delivered_end - 1}"
+        return (
+            f"offsets {max(first, delivered_end or 0)}..{last} of {topic!r} were never delivered "
+            f"to this subscription (delivered: {delivered})"
+        )
+    return None

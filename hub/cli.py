@@ -12,66 +12,93 @@ from pathlib import Path
 
 import trio
 
-from .config import load_config
-from .ports import PortInUseError
+from .config import HubConfig, load_config
+from .ports import PortInUseError, check_port_free
 from .server import HubServer
 from .storage.store import DataDirInUseError
 
+#: The built-in settings, shown as each option's default.
+_DEFAULTS = HubConfig()
+#: What the hub logs unless told otherwise: INFO shows start-up, mesh peers linking and
+#: leaving, and refused clients -- what an operator needs to see that the hub works.
+DEFAULT_LOG_LEVEL = "INFO"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _shown(value: object, metavar: str | None) -> str:
+    """A default as a person reads it: sizes in binary units too, long durations in days or hours."""
+    if value is None or value == "" or value == ():
+        return "none"
+    if isinstance(value, float):
+        value = int(value) if value.is_integer() else value
+    if metavar == "BYTES" and isinstance(value, int) and value >= 1 << 10:
+        for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+            if value % (1 << shift) == 0:
+                return f"{value} = {value >> shift} {unit}"
+    if metavar == "SECONDS" and isinstance(value, int) and value >= 3600:
+        for unit, size in (("days", 86400), ("hours", 3600)):
+            if value % size == 0:
+                return f"{value} = {value // size} {unit}"
+    return str(value)
+
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run a pub0sub hub.")
-    p.add_argument("--listen", help="client listener HOST:PORT (port 0: any free port; default 127.0.0.1:7420)")
-    p.add_argument("--config", type=Path, help="TOML file with hub settings ([hub] table)")
-    p.add_argument("--name", help="hub name shown to clients and in status")
-    p.add_argument("--data-dir", type=Path, help="directory for topic logs")
-    p.add_argument("--max-body", type=int, help="largest client frame body in bytes")
-    p.add_argument("--max-connections", type=int)
-    p.add_argument("--max-subscriptions", type=int, help="open subscriptions per connection")
-    p.add_argument("--max-topics-per-connection", type=int)
-    p.add_argument(
-        "--max-pending-bytes",
-        type=int,
-        help="outbound bytes queued per connection before the slow-consumer policy applies",
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a pub0sub hub. Settings come from the built-in defaults (shown below), then a --config "
+        "file, then PUB0SUB_HUB_<SETTING> environment variables, then these options.",
     )
-    p.add_argument("--heartbeat-interval", type=float, help="seconds between heartbeats on idle connections")
-    p.add_argument("--heartbeat-misses", type=int, help="silent intervals before a client is declared dead")
-    p.add_argument(
-        "--durability", choices=("received", "fsync"), help="when a publish is acknowledged (default received)"
-    )
-    p.add_argument("--segment-bytes", type=int, help="roll log segments past this size")
-    p.add_argument("--retention-bytes", type=int, help="per-topic retention by size (0: unlimited)")
-    p.add_argument("--retention-seconds", type=float, help="per-topic retention by age (0: unlimited)")
-    p.add_argument("--retention-check-seconds", type=float, help="seconds between retention checks")
-    p.add_argument("--consumer-expiry-seconds", type=float, help="forget idle durable subscriptions and groups")
-    p.add_argument("--ack-wait-seconds", type=float, help="default group redelivery timeout")
-    p.add_argument("--mesh-listen", help="libp2p multiaddr for the mesh, e.g. /ip4/127.0.0.1/tcp/0 (default: no mesh)")
-    p.add_argument(
-        "--bootstrap", action="append", help="multiaddr of a hub to join through, ending in /p2p/<id> (repeatable)"
-    )
-    p.add_argument("--cluster", help="cluster name: hubs find each other under it in the DHT (default 'default')")
-    p.add_argument("--max-peers", type=int, help="full mesh up to this many peers")
-    p.add_argument(
-        "--no-discovery", action="store_true", default=None, help="link only to --bootstrap hubs (no DHT discovery)"
-    )
-    p.add_argument("--mesh-heartbeat-interval", type=float, help="seconds between mesh heartbeats")
-    p.add_argument("--mesh-heartbeat-misses", type=int, help="missed mesh heartbeats before a peer is dead")
-    p.add_argument(
-        "--mesh-resume-linger",
-        type=float,
-        help="seconds a dead peer's interest is kept so a healed link loses nothing (0: withdraw at once)",
-    )
-    p.add_argument(
-        "--mesh-write-interval",
-        type=float,
-        help="least seconds between the starts of two small writes on a mesh link, so the frames queued "
-        "meanwhile leave together (default 0.0005; 0: no pacing)",
-    )
-    p.add_argument(
-        "--mesh-window-bytes",
-        type=int,
-        help="bytes of unacknowledged forwards kept per peer (default 256 MiB; beyond: replayed from the log)",
-    )
-    p.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
+
+    def option(flag: str, help: str, *, shown: str | None = None, **kw: object) -> None:
+        # argparse's own default stays None: a flag not given must not hide the file or environment.
+        if shown is None:
+            name = flag.removeprefix("--").replace("-", "_")
+            shown = _shown(getattr(_DEFAULTS, name), kw.get("metavar"))  # type: ignore[arg-type]
+        p.add_argument(flag, help=f"{help} (default: {shown})", **kw)  # type: ignore[arg-type]
+
+    option("--listen", "client listener; port 0 picks a free port", metavar="HOST:PORT")
+    option("--config", "TOML file with hub settings ([hub] table)", metavar="FILE", type=Path, shown="none")
+    option("--name", "hub name shown to clients, in status and at the start of each log line", metavar="NAME")
+    option("--data-dir", "directory for topic logs, durable positions and the mesh identity; without one the "
+           "hub keeps nothing and serves live subscriptions only", metavar="DIR", type=Path)  # fmt: skip
+    option("--max-body", "largest client frame body in bytes", metavar="BYTES", type=int)
+    option("--max-connections", "client connections beyond this are refused", metavar="N", type=int)
+    option("--max-subscriptions", "open subscriptions per connection", metavar="N", type=int)
+    option("--max-topics-per-connection", "topics and patterns across one connection's subscriptions",
+           metavar="N", type=int)  # fmt: skip
+    option("--max-pending-bytes", "outbound bytes queued per connection before the slow-consumer policy applies",
+           metavar="BYTES", type=int)  # fmt: skip
+    option("--heartbeat-interval", "seconds between heartbeats on idle client connections", metavar="SECONDS",
+           type=float)  # fmt: skip
+    option("--heartbeat-misses", "silent intervals before a client is declared dead", metavar="N", type=int)
+    option("--durability", "when a publish is acknowledged: once written to the OS, or once fsync'ed",
+           choices=("received", "fsync"))  # fmt: skip
+    option("--segment-bytes", "roll a topic's log segment past this size", metavar="BYTES", type=int)
+    option("--retention-bytes", "per-topic retention by size; 0: unlimited", metavar="BYTES", type=int)
+    option("--retention-seconds", "per-topic retention by age; 0: unlimited", metavar="SECONDS", type=float)
+    option("--retention-check-seconds", "seconds between retention checks", metavar="SECONDS", type=float)
+    option("--consumer-expiry-seconds", "forget durable subscriptions and groups idle this long",
+           metavar="SECONDS", type=float)  # fmt: skip
+    option("--ack-wait-seconds", "seconds a group waits for an ack before delivering again", metavar="SECONDS",
+           type=float)  # fmt: skip
+    option("--mesh-listen", "libp2p multiaddr for the mesh, e.g. /ip4/127.0.0.1/tcp/0; none: no mesh",
+           metavar="MULTIADDR")  # fmt: skip
+    option("--bootstrap", "multiaddr of a hub to join through, ending in /p2p/<peer id> (repeatable)",
+           metavar="MULTIADDR", action="append")  # fmt: skip
+    option("--cluster", "cluster name: hubs find each other under it in the DHT", metavar="NAME")
+    option("--max-peers", "full mesh up to this many peers; bounds inbound links too", metavar="N", type=int)
+    option("--no-discovery", "link only to --bootstrap hubs, no DHT discovery", shown="discovery on",
+           action="store_true")  # fmt: skip
+    option("--mesh-heartbeat-interval", "seconds between mesh heartbeats", metavar="SECONDS", type=float)
+    option("--mesh-heartbeat-misses", "missed mesh heartbeats before a peer is dead", metavar="N", type=int)
+    option("--mesh-resume-linger", "seconds a dead peer's interest is kept so a healed link loses nothing; "
+           "0: withdraw at once", metavar="SECONDS", type=float)  # fmt: skip
+    option("--mesh-write-interval", "least seconds between the starts of two small writes on a mesh link, so "
+           "the frames queued meanwhile leave together; 0: no pacing", metavar="SECONDS", type=float)  # fmt: skip
+    option("--mesh-window-bytes", "bytes of unacknowledged forwards kept per peer; beyond: replayed from the log",
+           metavar="BYTES", type=int)  # fmt: skip
+    p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
+                   help=f"one of {', '.join(LOG_LEVELS)} (default: {DEFAULT_LOG_LEVEL})")  # fmt: skip
     return p
 
 
@@ -100,7 +127,6 @@ async def run_hub(server: HubServer) -> None:
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int:
     args = build_parser(prog).parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {
         "listen": args.listen,
         "name": args.name,
@@ -135,6 +161,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
     except (OSError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+    # The hub's name leads each line: several hubs often share one terminal (pub0sub cluster up).
+    who = f"{config.name} " if config.name else ""
+    logging.basicConfig(level=args.log_level, format=f"%(asctime)s {who}%(levelname)s %(name)s: %(message)s")
+    try:
+        # Before the data directory: a refused hub says one line and opens (and recovers) nothing.
+        # serve() and the mesh check again when they bind, for a port taken in between.
+        check_ports_free(config)
+    except PortInUseError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
     try:
         server = HubServer(config)  # locks, opens and recovers the data directory
     except DataDirInUseError as exc:
@@ -159,6 +195,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
             print(f"{prog}: cannot listen on {config.listen}: {error.strerror or error}", file=sys.stderr)
         return 1
     return 0
+
+
+def check_ports_free(config: HubConfig) -> None:
+    """:class:`PortInUseError` if the client or the mesh port has a listener already."""
+    host, port = config.host_port
+    check_port_free(host, port)
+    if config.mesh_listen:
+        from .mesh.host import check_mesh_port_free  # imports libp2p: only for a hub with a mesh
+
+        check_mesh_port_free(config.mesh_listen)
 
 
 def _unwrap(exc: BaseException) -> BaseException:

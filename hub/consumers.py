@@ -1,10 +1,15 @@
 """Named consumer state that outlives connections: durable subscriptions and groups.
 
 Kept in ``<data-dir>/consumers.json``, rewritten atomically (write, fsync,
-rename) at most every ``SAVE_INTERVAL`` seconds when something changed.  A
+rename) at most every ``SAVE_INTERVAL`` seconds when positions moved.  A
 hub crash can therefore lose up to that much acknowledgement progress: those
 messages are delivered again (at-least-once); the SDK drops offsets it has
 already delivered, so an application sees no duplicate within a process.
+
+A new durable name or group, or new topics for one, is different: it is on
+disk before the hub confirms it (:meth:`ConsumerRegistry.save_if_urgent`, before
+SUB_OK).  Forgetting it in a crash would forget its standing interest, and in a
+mesh nothing published meanwhile would be forwarded here at all.
 """
 
 from __future__ import annotations
@@ -93,6 +98,8 @@ class ConsumerRegistry:
         self.expiry_seconds = expiry_seconds
         self.states: dict[str, ConsumerState] = {}
         self._dirty = False
+        #: a name was created or its topics changed: saved before the hub confirms it
+        self._urgent = False
         self.saves = 0
         #: called when a consumer's topics are set or changed, and when it is forgotten
         self.on_patterns: Callable[[ConsumerState], None] | None = None
@@ -121,7 +128,13 @@ class ConsumerRegistry:
     def patterns_changed(self, state: ConsumerState) -> None:
         if self.on_patterns is not None:
             self.on_patterns(state)
+        self._urgent = True
         self.touch()
+
+    def save_if_urgent(self) -> None:
+        """Save now if a name was created or its topics changed (raises OSError)."""
+        if self._urgent:
+            self.save()
 
     def touch(self) -> None:
         self._dirty = True
@@ -140,7 +153,7 @@ class ConsumerRegistry:
             os.fsync(fd)
         finally:
             os.close(fd)
-        self._dirty = False
+        self._dirty = self._urgent = False
         self.saves += 1
 
     def expire(self, now: float) -> list[ConsumerState]:

@@ -19,7 +19,7 @@ import trio
 
 from wire import AckMode, StartPosition
 
-from .acks import AckTracker
+from .acks import AckTracker, ack_refusal
 from .routing import pattern_matches
 from .storage.topic_log import Hole, StoredBatch, TopicLog
 
@@ -125,6 +125,20 @@ class LogFollower:
         if self.start is StartPosition.TIMESTAMP:
             return topic_log.offset_for_timestamp(self.start_value)
         return self._latest_at.get(topic, 0)
+
+    def ack_refusal(self, topic: str, first: int, last: int) -> str | None:
+        """Why the subscriber may not acknowledge ``first..last`` of ``topic`` (None: it may).
+
+        This attachment delivered, per topic, everything from the durable floor it started
+        at up to its position: only those offsets can be pending.
+        """
+        consumer = self.consumer
+        tracker = None if consumer is None else consumer.positions.get(topic)
+        return ack_refusal(
+            topic, first, last,
+            floor=None if tracker is None else tracker.floor,
+            delivered_end=self.positions.get(topic),
+        )
 
     def position_of(self, topic: str) -> int:
         topic_log = self.store.logs.get(topic)

@@ -21,7 +21,7 @@ import trio
 
 from wire import StartPosition
 
-from .acks import AckTracker
+from .acks import AckTracker, ack_refusal
 from .follower import READ_BYTES, TopicSelection, first_matching
 from .storage.topic_log import Hole
 
@@ -103,7 +103,24 @@ class ConsumerGroup:
 
     # -- acknowledgements --------------------------------------------------------------
 
+    def ack_refusal(self, topic: str, first: int, last: int) -> str | None:
+        """Why a member may not acknowledge ``first..last`` of ``topic`` (None: it may).
+
+        Everything the group handed out lies below its cursor, and what is not
+        acknowledged there is pending: with a member, or waiting to be delivered again.
+        A member may settle any of it -- also a range its old connection received before
+        it came back (the SDK acks those after a reconnect), as Redis's XACK and NATS
+        JetStream allow -- but nothing the group never delivered.
+        """
+        tracker = self.state.positions.get(topic)
+        return ack_refusal(
+            topic, first, last,
+            floor=None if tracker is None else tracker.floor,
+            delivered_end=self.cursor.get(topic),
+        )
+
     def ack(self, topic: str, first: int, last: int) -> None:
+        """Settle ``first..last`` of ``topic`` (checked with :meth:`ack_refusal` first)."""
         tracker = self.state.positions.get(topic)
         if tracker is None:
             return
@@ -196,6 +213,15 @@ class ConsumerGroup:
             self.redeliver.popleft()
             topic_log = store.logs.get(topic)
             if topic_log is None:
+                continue
+            # A late ack (the member acknowledged after its ack_wait) may have settled part
+            # of the range since it was queued again: send only what is still owed.
+            runs = self.state.positions[topic].unacked_runs(first, last)
+            if not runs:
+                continue
+            if runs[0] != (first, last):
+                for run in reversed(runs):
+                    self.redeliver.appendleft((topic, run[0], run[1], deliveries, avoid))
                 continue
             for item in topic_log.read(first, READ_BYTES):
                 if isinstance(item, Hole):

@@ -41,7 +41,7 @@ REPLAY_READ_BYTES = 256 << 10
 
 
 class MeshBridge:
-    def __init__(self, server: HubServer, config: MeshConfig) -> None:
+    def __init__(self, server: HubServer, config: MeshConfig, *, key_pair: Any = None) -> None:
         self.server = server
         self.mesh = Mesh(
             config,
@@ -49,6 +49,7 @@ class MeshBridge:
             on_forward=self.on_forward,
             resume_positions=self.positions,
             replay=self if server.store is not None else None,
+            key_pair=key_pair,
         )
         self.forwarded_messages_in = 0
         server.router.on_change = self._interest_changed
@@ -145,6 +146,8 @@ class MeshBridge:
             "local_interest": sorted(mesh.local.patterns),
             "forwarded_messages_in": self.forwarded_messages_in,
             "backlog": mesh.backlog(),
+            "max_peers": mesh.config.max_peers,
+            "refused_inbound": mesh.refused_inbound,
             "peers": mesh.peers_status(),
         }
 

@@ -13,9 +13,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from wire import AckStatus, ErrorCode, OffsetRange, Publish, PublishAck
+from wire.topics import InvalidTopicError, check_topic
 
 from .outbound import SharedBatch
-from .routing import InvalidTopicError, check_publish_topic
 from .topics import MemoryTopic
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class Publisher:
         for topic in topics:
             if topic not in valid:
                 try:
-                    check_publish_topic(topic)
+                    check_topic(topic)
                 except InvalidTopicError as exc:
                     return str(exc)
                 if len(valid) >= MAX_VALID_TOPICS:

@@ -6,7 +6,10 @@ clears.  Publishes vastly outnumber (un)subscribes, so a match is usually one
 dict lookup.
 
 Topics are ``.``-separated tokens.  In a pattern ``*`` matches exactly one
-token and ``>`` (last token only) matches one or more tokens.
+token and ``>`` (last token only) matches one or more tokens.  The table does
+not judge names (``wire.topics`` holds the rule, applied where clients come
+in): a name that is not a valid wildcard pattern -- anything a seed peer may
+announce -- is a literal name that matches only itself.
 """
 
 from __future__ import annotations
@@ -14,50 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from wire.topics import pattern_matches, pattern_tokens
+
 S = TypeVar("S", bound=Hashable)
 
-SINGLE = "*"
-REST = ">"
 #: Cached topics before the cache is dropped wholesale: bounds memory when a
 #: publisher sprays unique topic names.
 MAX_CACHED_TOPICS = 65536
-
-
-class InvalidTopicError(ValueError):
-    """A topic or pattern that breaks the naming rules."""
-
-
-def check_pattern(pattern: str) -> tuple[str, ...]:
-    """Validate a subscription pattern; return its tokens."""
-    tokens = tuple(pattern.split("."))
-    for i, token in enumerate(tokens):
-        if not token:
-            raise InvalidTopicError(f"empty token in {pattern!r}")
-        if token == REST and i != len(tokens) - 1:
-            raise InvalidTopicError(f"'>' must be the last token in {pattern!r}")
-    return tokens
-
-
-def check_publish_topic(topic: str) -> None:
-    """A published topic may not contain wildcard tokens."""
-    for token in topic.split("."):
-        if token in (SINGLE, REST):
-            raise InvalidTopicError(f"wildcard token {token!r} in published topic {topic!r}")
-
-
-def is_pattern(pattern: str) -> bool:
-    return any(t in (SINGLE, REST) for t in pattern.split("."))
-
-
-def pattern_matches(tokens: tuple[str, ...], topic_tokens: list[str]) -> bool:
-    for i, token in enumerate(tokens):
-        if token == REST:
-            return len(topic_tokens) > i
-        if i >= len(topic_tokens):
-            return False
-        if token != SINGLE and token != topic_tokens[i]:
-            return False
-    return len(tokens) == len(topic_tokens)
 
 
 class RoutingTable(Generic[S]):
@@ -73,9 +39,9 @@ class RoutingTable(Generic[S]):
 
     def add(self, pattern: str, sub: S) -> None:
         """Register ``sub`` for ``pattern`` (counted: adding twice needs two removes)."""
-        tokens = check_pattern(pattern)
+        tokens = pattern_tokens(pattern)
         new = pattern not in self._wild and pattern not in self._exact
-        if is_pattern(pattern):
+        if tokens is not None:
             entry = self._wild.setdefault(pattern, (tokens, {}))
             entry[1][sub] = entry[1].get(sub, 0) + 1
         else:
@@ -87,7 +53,8 @@ class RoutingTable(Generic[S]):
 
     def remove(self, pattern: str, sub: S) -> bool:
         """Unregister one registration of ``sub`` for ``pattern``; False if absent."""
-        if is_pattern(pattern):
+        wild = pattern in self._wild
+        if wild:
             entry = self._wild.get(pattern)
             table = entry[1] if entry else None
         else:
@@ -98,7 +65,7 @@ class RoutingTable(Generic[S]):
         if table[sub] == 0:
             del table[sub]
             if not table:
-                if is_pattern(pattern):
+                if wild:
                     del self._wild[pattern]
                 else:
                     del self._exact[pattern]

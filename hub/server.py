@@ -46,7 +46,7 @@ from .routing import RoutingTable
 from .storage.store import LogStore
 from .storage.topic_log import LogSettings
 from .subscribing import Subscriptions
-from .subscription import Subscription
+from .subscription import SUBSCRIPTION_KINDS, Subscription
 
 if TYPE_CHECKING:
     from .mesh.mesh import Mesh
@@ -74,6 +74,8 @@ class HubStats:
     discarded_on_close: int = 0
     duplicate_batches: int = 0
     protocol_errors: int = 0
+    #: ACKs refused because they named offsets not delivered (or a subscription without acks)
+    acks_refused: int = 0
     connections_total: int = 0
     connections_refused: int = 0
     heartbeat_timeouts: int = 0
@@ -98,10 +100,24 @@ class HubServer:
         self.started = time.monotonic()
         self.store: LogStore | None = None
         self.consumers: ConsumerRegistry | None = None
-        self.hub_id = int.from_bytes(secrets.token_bytes(8), "big") or 1
+        # With a mesh, the hub id is derived from the mesh identity, so peers can check that a
+        # hub speaks only for its own origin (hub.mesh.identity.hub_id_for).
+        self._mesh_key: Any = None
+        derived_id: int | None = None
+        if config.mesh_listen:
+            from .mesh.identity import hub_id_for, load_or_create_identity, peer_id_of
+
+            self._mesh_key = load_or_create_identity(config.data_dir)
+            derived_id = hub_id_for(peer_id_of(self._mesh_key))
+        self.hub_id = derived_id or int.from_bytes(secrets.token_bytes(8), "big") or 1
         self._origin_seq = 1
         if config.data_dir is not None:
-            self._open_storage()
+            self._open_storage(derived_id)
+            if derived_id is not None and self.hub_id != derived_id:
+                log.warning(
+                    "hub id %016x comes from a data dir older than derived hub ids: peers cannot verify it "
+                    "from this hub's mesh identity and pin it on first contact instead", self.hub_id,
+                )
         self.publisher = Publisher(self)
         self.subscriptions = Subscriptions(self)
         self.mesh_bridge: MeshBridge | None = None
@@ -127,7 +143,7 @@ class HubServer:
             Hello: self._on_hello,
         }
 
-    def _open_storage(self) -> None:
+    def _open_storage(self, new_hub_id: int | None) -> None:
         config = self.config
         assert config.data_dir is not None
         config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -139,7 +155,7 @@ class HubServer:
         store = LogStore(config.data_dir, settings, durability=config.durability)
         store.open()
         self.store = store
-        self.hub_id = store.hub_id()
+        self.hub_id = store.hub_id(new_hub_id)
         # Our own origin sequence continues after the highest one stored.
         stored = [lg.origins.get(self.hub_id, 0) for lg in store.logs.values()]
         self._origin_seq = max(stored, default=0) + 1
@@ -209,7 +225,7 @@ class HubServer:
             write_interval=config.mesh_write_interval,
             window_max_bytes=config.mesh_window_bytes,
         )
-        self.mesh_bridge = MeshBridge(self, mesh_config)
+        self.mesh_bridge = MeshBridge(self, mesh_config, key_pair=self._mesh_key)
         self.mesh = self.mesh_bridge.mesh
 
     def next_origin_seq(self, count: int) -> int:
@@ -420,6 +436,7 @@ class HubServer:
             "uptime_s": round(time.monotonic() - self.started, 1),
             "connections": len(self.connections),
             "subscriptions": len(subs),
+            "subscriptions_by_kind": _count_kinds(subs),
             "topics": len(topics),
             "rates": dict(self._rates),
             "counters": {**asdict(self.stats), "deliveries": self._deliveries(), "dropped_messages_live": live_dropped},
@@ -466,3 +483,11 @@ class HubServer:
                 if s.kind == "durable"
             ]
         return doc
+
+
+def _count_kinds(subs: list[Subscription]) -> dict[str, int]:
+    """Open subscriptions per kind (live, follower, durable, group), every kind present."""
+    counts = dict.fromkeys(SUBSCRIPTION_KINDS, 0)
+    for sub in subs:
+        counts[sub.kind] += 1
+    return counts

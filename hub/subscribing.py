@@ -34,11 +34,11 @@ from wire import (
     Unsub,
     UpdateOp,
 )
+from wire.topics import InvalidTopicError, check_topic, is_pattern
 
 from .consumers import ConsumerState
 from .follower import LogFollower
 from .groups import ConsumerGroup
-from .routing import InvalidTopicError, check_pattern, is_pattern
 from .subscription import Subscription
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class Subscriptions:
     def _check_patterns(self, conn: ClientConnection, sub_id: int, patterns: tuple[str, ...]) -> bool:
         for pattern in patterns:
             try:
-                check_pattern(pattern)
+                check_topic(pattern, pattern=True)
             except InvalidTopicError as exc:
                 self._refuse(conn, sub_id, ErrorCode.INVALID_TOPIC, str(exc))
                 return False
@@ -133,7 +133,22 @@ class Subscriptions:
         if sub.group is None:
             for pattern in patterns:
                 server.router.add(pattern, router_entry)
+        if not self._durable_state_saved(conn, sub):
+            return
         conn.send_control(SubOk(sub_id=sub_id, offsets=self._offsets(sub, patterns)).encode())
+
+    def _durable_state_saved(self, conn: ClientConnection, sub: Subscription) -> bool:
+        """A new durable name or group (or new topics for one) is on disk before SUB_OK confirms it."""
+        consumers = self.server.consumers
+        if consumers is None:
+            return True
+        try:
+            consumers.save_if_urgent()
+        except OSError as exc:
+            log.error("cannot save durable subscriptions: %s", exc)
+            self.end(conn, sub, ErrorCode.STORAGE_ERROR, f"cannot record the durable subscription: {exc}")
+            return False
+        return True
 
     def _start_follower(self, conn: ClientConnection, sub: Subscription, frame: Sub) -> None:
         server = self.server
@@ -147,9 +162,10 @@ class Subscriptions:
                 server.consumers.add(consumer)
             else:
                 self._take_over(consumer)
-                consumer.patterns = list(sub.patterns)
-                consumer.ack_mode = frame.ack_mode
-                server.consumers.patterns_changed(consumer)
+                if consumer.patterns != sub.patterns or consumer.ack_mode is not frame.ack_mode:
+                    consumer.patterns = list(sub.patterns)
+                    consumer.ack_mode = frame.ack_mode
+                    server.consumers.patterns_changed(consumer)
             consumer.attached += 1
             sub.consumer = consumer
         follower = LogFollower(
@@ -225,7 +241,8 @@ class Subscriptions:
             conn.topic_count += len(added)
             if sub.follower is not None:
                 sub.follower.patterns_changed()
-            conn.send_control(SubOk(sub_id=sub.sub_id, offsets=self._offsets(sub, added)).encode())
+            if self._durable_patterns_saved(conn, sub):
+                conn.send_control(SubOk(sub_id=sub.sub_id, offsets=self._offsets(sub, added)).encode())
         else:
             for pattern in frame.patterns:
                 if pattern in sub.patterns:
@@ -234,10 +251,15 @@ class Subscriptions:
                     conn.topic_count -= 1
             if sub.follower is not None:
                 sub.follower.patterns_changed()
-            conn.send_control(SubOk(sub_id=sub.sub_id).encode())
+            if self._durable_patterns_saved(conn, sub):
+                conn.send_control(SubOk(sub_id=sub.sub_id).encode())
+
+    def _durable_patterns_saved(self, conn: ClientConnection, sub: Subscription) -> bool:
+        """A durable subscription's new topics are on disk before SUB_OK confirms them."""
         if sub.consumer is not None and self.server.consumers is not None:
             sub.consumer.patterns = list(sub.patterns)
             self.server.consumers.patterns_changed(sub.consumer)
+        return self._durable_state_saved(conn, sub)
 
     def on_unsub(self, conn: ClientConnection, frame: Unsub) -> None:
         sub = conn.subs.get(frame.sub_id)
@@ -289,15 +311,36 @@ class Subscriptions:
         sub = conn.subs.get(frame.sub_id)
         if sub is None:
             return  # a race with the subscription's end: nothing left to acknowledge
+        # The whole frame is checked before any of it is applied: a refused ACK changes nothing.
+        refusal = self._ack_refusal(sub, frame)
+        if refusal is not None:
+            self.server.stats.acks_refused += 1
+            conn.fail(ErrorCode.INVALID_ACK, f"subscription {sub.sub_id}: {refusal}", ref=sub.sub_id)
+            return
         if sub.group is not None:
             for r in frame.ranges:
                 sub.group.ack(r.topic, r.first_offset, r.last_offset)
-        elif sub.consumer is not None and sub.ack_mode is AckMode.EXPLICIT:
+        elif sub.consumer is not None:
             for r in frame.ranges:
                 tracker = sub.consumer.positions.get(r.topic)
                 if tracker is not None:
                     tracker.ack(r.first_offset, r.last_offset)
             self.server.consumers_changed()
+
+    @staticmethod
+    def _ack_refusal(sub: Subscription, frame: Ack) -> str | None:
+        """Why ``frame`` must be refused: an ACK settles only offsets delivered to ``sub`` and pending."""
+        if sub.group is not None:
+            check = sub.group.ack_refusal
+        elif sub.consumer is not None and sub.follower is not None and sub.ack_mode is AckMode.EXPLICIT:
+            check = sub.follower.ack_refusal
+        else:
+            return "it takes no acks (only durable subscriptions and groups with ack_mode EXPLICIT do)"
+        for r in frame.ranges:
+            refusal = check(r.topic, r.first_offset, r.last_offset)
+            if refusal is not None:
+                return refusal
+        return None
 
     def on_credit(self, conn: ClientConnection, frame: Credit) -> None:
         sub = conn.subs.get(frame.sub_id)

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from .groups import ConsumerGroup
     from .outbound import SharedBatch
 
+#: How a subscription is served: ``live`` (router -> queue), ``follower`` (reads the logs),
+#: ``durable`` (a named follower whose position the hub keeps), ``group`` (a group member).
+SUBSCRIPTION_KINDS = ("live", "follower", "durable", "group")
+
 
 @dataclass(eq=False, kw_only=True)
 class Subscription:
@@ -47,10 +51,14 @@ class Subscription:
         if self.follower is not None:
             self.follower.wake()
 
+    @property
+    def kind(self) -> str:
+        """One of :data:`SUBSCRIPTION_KINDS`: how the hub delivers to it (see hub/subscribing.py)."""
+        return "group" if self.group else "durable" if self.consumer else "follower" if self.follower else "live"
+
     def status(self) -> dict[str, object]:
-        kind = "group" if self.group else "durable" if self.consumer else "follower" if self.follower else "live"
         return {
-            "kind": kind,
+            "kind": self.kind,
             "group": self.group.name if self.group else None,
             "durable": self.consumer.name if self.consumer else None,
             "sub_id": self.sub_id,

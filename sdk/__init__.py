@@ -18,6 +18,7 @@ from .client import Client, connect
 from .errors import (
     ConnectionLostError,
     HubError,
+    InvalidTopicError,
     NotAHubError,
     ProtocolError,
     Pub0subError,
@@ -35,6 +36,7 @@ __all__ = [
     "ConnectionLostError",
     "Gap",
     "HubError",
+    "InvalidTopicError",
     "Message",
     "NotAHubError",
     "ProtocolError",

@@ -20,7 +20,7 @@ from typing import Any
 import wire
 from wire.limits import DEFAULT_MAX_CLIENT_BODY, MAX_KEY_BYTES
 
-from .errors import Pub0subError
+from .errors import InvalidTopicError, Pub0subError
 from .messages import PublishAck
 
 _pack_record_header = struct.Struct(">HI").pack
@@ -115,12 +115,14 @@ def normalize_topics(topics: str | Any) -> tuple[str, ...]:
 
 
 def check_publish_topics(topics: tuple[str, ...]) -> bytes:
-    """Validate a publish topic list; return its encoded form (topic count + topics)."""
+    """Validate a publish topic list; return its encoded form (topic count + topics).
+
+    Raises :class:`InvalidTopicError` for a name the topic rule refuses (``wire.topics``).
+    """
     for topic in topics:
         if not isinstance(topic, str):
             raise TypeError(f"topics must be str, got {type(topic).__name__}")
-        if any(token in ("*", ">") for token in topic.split(".")):
-            raise ValueError(f"cannot publish to the pattern {topic!r}: '*' and '>' are for subscriptions")
+        InvalidTopicError.check(topic)
     try:
         wire.records.check_topics(topics)
     except wire.ProtocolError as exc:

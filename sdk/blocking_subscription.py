@@ -13,7 +13,7 @@ import wire
 from .errors import Pub0subError
 from .messages import Gap, Message
 from .protocol import State
-from .subscriptions import SubscriptionView, SubState
+from .subscriptions import SubscriptionView, SubState, checked_names
 
 if TYPE_CHECKING:
     from .blocking import BlockingClient
@@ -134,7 +134,7 @@ class BlockingSubscription(SubscriptionView):
 
     def add(self, topics: str | Iterable[str], *, timeout: float | None = 30.0) -> dict[str, int]:
         """Add topics/patterns; returns the start offsets of the added exact topics."""
-        ticket = self._client._proto.update(self._s, wire.UpdateOp.ADD, topics)
+        ticket = self._client._proto.update(self._s, wire.UpdateOp.ADD, checked_names(topics))
         self._client._send()
         result: dict[str, int] = self._client._await_ticket(ticket, timeout, "SUB_OK")
         return result

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from .blocking import BlockingClient, connect_blocking
-from .cli_support import add_hub_option, run
+from .cli_support import add_hub_option, run, topic_usage_error
 
 _CHUNK = 64 * 1024
 
@@ -48,6 +48,8 @@ def stdin_chunks() -> Iterator[list[bytes]]:
 def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub pub") -> int:
     args = build_parser(prog).parse_args(argv)
     topics = tuple(args.topic)
+    if status := topic_usage_error(prog, topics):
+        return status
     key = args.key.encode("utf-8") if args.key is not None else None
 
     def publish(client: BlockingClient, batch: list[bytes]) -> None:

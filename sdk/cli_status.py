@@ -1,11 +1,13 @@
-"""``pub0sub status``: show a hub's status document.
+"""``pub0sub status``: show a hub's status.
 
-    pub0sub status --hub 127.0.0.1:7420
-    pub0sub status --json | jq .counters
+    pub0sub status --hub 127.0.0.1:7420        # one screen: the numbers an operator looks at first
+    pub0sub status --wide                      # every key of the document, lists as tables
+    pub0sub status --json | jq .counters       # the document itself
 
-The document is whatever the hub's STATUS_REPLY holds; this command prints
-scalars as ``key: value`` lines and lists of objects as tables, so new keys
-show up without a change here.
+The document is whatever the hub's STATUS_REPLY holds.  The default view picks
+the essentials in human units (like ``nats server info`` or ``redis-cli INFO``);
+``--wide`` prints scalars as ``key value`` lines and lists of objects as tables,
+so new keys show up there without a change here.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from .cli_support import add_hub_option, run
 def build_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Show a pub0sub hub's status.")
     add_hub_option(p)
-    p.add_argument("--json", action="store_true", help="print the status document as JSON")
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--wide", action="store_true", help="every key of the status document, lists as tables")
+    view.add_argument("--json", action="store_true", help="print the status document as JSON")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the reply (default 10)")
     return p
 
@@ -90,6 +94,135 @@ def render(doc: dict[str, Any], indent: str = "") -> list[str]:
     return lines
 
 
+# -- the compact view ------------------------------------------------------------------
+
+
+def human_count(n: float) -> str:
+    """``1,234`` below 100 000, then ``123k``, ``4.56M``, ``7.89G`` (three significant digits)."""
+    if abs(n) < 100_000:
+        return f"{n:,.0f}"
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            value = n / size
+            return f"{value:.3g}{unit}" if value < 1000 else f"{value:,.0f}{unit}"
+    return f"{n:,.0f}"
+
+
+def human_bytes(n: float) -> str:
+    """``512 B``, ``1.5 KiB``, ``64.0 MiB``, ``2.00 GiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}" if n / size < 100 else f"{n / size:,.0f} {unit}"
+    return f"{n:.0f} B"
+
+
+def human_duration(seconds: float) -> str:
+    """``45.2s``, ``12m 03s``, ``5h 07m``, ``3d 04h``: the two largest units."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    s = int(seconds)
+    for big, big_size, small, small_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
+        if s >= big_size:
+            return f"{s // big_size}{big} {(s % big_size) // small_size:02d}{small}"
+    return f"{s}s"
+
+
+def human_rate(per_second: float) -> str:
+    return f"{per_second:.1f}/s" if per_second < 10 else f"{human_count(per_second)}/s"
+
+
+def address_of(multiaddr: str | None) -> str:
+    """``/ip4/127.0.0.1/tcp/7421/p2p/12D3...`` -> ``127.0.0.1:7421`` (as typed for --listen)."""
+    if not multiaddr:
+        return "-"
+    parts = multiaddr.strip("/").split("/")
+    fields = dict(zip(parts[::2], parts[1::2], strict=False))
+    host = fields.get("ip4") or fields.get("dns4") or fields.get("dns") or fields.get("ip6")
+    port = fields.get("tcp") or fields.get("udp")
+    if host is None or port is None:
+        return multiaddr.split("/p2p/")[0]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _peer_state(peer: dict[str, Any]) -> str:
+    version = (peer.get("protocol") or "").rsplit("/", 1)[-1].split(".")[0]
+    if peer.get("connected"):
+        return ", ".join(x for x in ("linked", f"v{version}" if version else "", peer.get("direction") or "") if x)
+    return f"down ({peer['last_close']})" if peer.get("last_close") else "down"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{human_count(n)} {word}{'' if n == 1 else 's'}"
+
+
+def compact(doc: dict[str, Any]) -> list[str]:
+    """One screen: who the hub is, its load and its peers, in human units (``--wide`` has the rest)."""
+    counters: dict[str, Any] = doc.get("counters", {})
+    rates: dict[str, Any] = doc.get("rates", {})
+    rows: list[tuple[str, str]] = [
+        ("hub", f"{doc.get('name') or '(no --name)'}  id {doc.get('hub_id', '?')}  pid {doc.get('pid', '?')}"),
+        ("address", str(doc.get("listen", "?"))),
+        ("uptime", human_duration(float(doc.get("uptime_s", 0)))),
+    ]
+    storage = doc.get("storage")
+    if storage:
+        data = f"{storage.get('data_dir')} (durability {storage.get('durability')})"
+        if repaired := len(storage.get("recovery") or []):
+            data += f", {_plural(repaired, 'segment')} repaired at start"
+        rows.append(("data", data))
+        if storage.get("storage_error"):
+            rows.append(("STORAGE ERROR", str(storage["storage_error"])))
+    else:
+        rows.append(("data", "none: memory only, live subscriptions only"))
+    connections = (
+        f"{human_count(doc.get('connections', 0))} now, {human_count(counters.get('connections_total', 0))} since "
+        f"start, {human_count(counters.get('connections_refused', 0))} refused"
+    )
+    rows.append(("connections", connections))
+    kinds = ", ".join(f"{human_count(n)} {kind}" for kind, n in (doc.get("subscriptions_by_kind") or {}).items())
+    rows.append(("subscriptions", human_count(doc.get("subscriptions", 0)) + (f": {kinds}" if kinds else "")))
+    named = []
+    if durables := doc.get("durables"):
+        named.append(f"{_plural(len(durables), 'durable')} ({sum(1 for d in durables if d.get('attached'))} attached)")
+    if groups := doc.get("groups"):
+        named.append(_plural(len(groups), "group"))
+    if named:
+        rows.append(("consumers", ", ".join(named)))
+    rows.append(("topics", human_count(doc.get("topics", 0))))
+    stored = f"{human_count(counters.get('messages_in', 0))} ({human_bytes(counters.get('bytes_in', 0))})"
+    rows.append(("messages in", f"{stored}, now {human_rate(rates.get('messages_in_per_s', 0))}"))
+    delivered = f"{human_count(counters.get('deliveries', 0))} deliveries"
+    rows.append(("messages out", f"{delivered}, now {human_rate(rates.get('deliveries_per_s', 0))}"))
+    cancelled = _plural(counters.get("cancelled_subscriptions", 0), "slow subscription")
+    rows.append(("dropped", f"{_plural(counters.get('dropped_messages', 0), 'message')}, {cancelled} cancelled"))
+    mesh = doc.get("mesh")
+    peers: list[dict[str, Any]] = (mesh.get("peers") or []) if mesh else []
+    if mesh:
+        linked = sum(1 for p in peers if p.get("connected"))
+        from_peers = human_count(mesh.get("forwarded_messages_in", 0))
+        rows.append(("mesh", f"cluster {mesh.get('cluster')}, {linked} of {_plural(len(peers), 'peer')} linked, "
+                             f"{from_peers} messages in from peers"))  # fmt: skip
+        rows.append(("peer id", str(mesh.get("peer_id"))))
+        rows.extend(("mesh address", addr.split("/p2p/")[0]) for addr in mesh.get("listen_addrs") or [])
+    else:
+        rows.append(("mesh", "off (no --mesh-listen)"))
+    width = max(len(label) for label, _ in rows)
+    lines = [f"{label.ljust(width)}  {value}" for label, value in rows]
+    if peers:
+        peer_rows = [
+            {
+                "hub id": p.get("hub_id") or "?",
+                "address": address_of(p.get("multiaddr")),
+                "state": _peer_state(p),
+                "sent": human_count(p.get("messages_sent", 0)),
+                "received": human_count(p.get("messages_received", 0)),
+            }
+            for p in peers
+        ]
+        lines += ["", *table(peer_rows, indent="")]
+    return lines
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub status") -> int:
     args = build_parser(prog).parse_args(argv)
 
@@ -98,8 +231,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub status") -> 
             doc = client.status(timeout=args.timeout)
         if args.json:
             print(json.dumps(doc, indent=2, sort_keys=False))
-        else:
+        elif args.wide:
             print("\n".join(render(doc)))
+        else:
+            print("\n".join(compact(doc)))
         return 0
 
     return run(prog, body)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from .errors import ConnectionLostError, Pub0subError
+from .errors import ConnectionLostError, InvalidTopicError, Pub0subError
 from .stopping import run_until_stopped
 
 #: Environment variable giving the default ``--hub``.
@@ -22,6 +22,25 @@ def add_hub_option(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help=f"hub client address (default: ${HUB_ENV} or {DEFAULT_HUB})",
     )
+
+
+def usage_error(prog: str, message: str) -> int:
+    """A usage error found after parsing: one line on stderr, exit status 2."""
+    print(f"{prog}: {message}", file=sys.stderr)
+    return 2
+
+
+def topic_usage_error(prog: str, names: Iterable[str], *, pattern: bool = False) -> int:
+    """Check names against the topic rule before connecting: 2 after a one-line message, else 0.
+
+    The message is the one the SDK raises and the hub sends (``wire.topics``).
+    """
+    try:
+        for name in names:
+            InvalidTopicError.check(name, pattern=pattern)
+    except InvalidTopicError as exc:
+        return usage_error(prog, str(exc))
+    return 0
 
 
 def run(prog: str, body: Callable[[], int], *, summary: Callable[[], str] | None = None) -> int:

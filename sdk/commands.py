@@ -8,6 +8,7 @@ never imports the hub (``pub0sub hub`` is looked up by name).
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
@@ -28,10 +29,18 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def usage() -> str:
-    lines = ["usage: pub0sub COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: pub0sub COMMAND [ARGS...]", "       pub0sub --version", "", "commands:"]
     lines += [f"  {name:<8} {text}" for name, (_, text) in SUBCOMMANDS.items()]
     lines += ["", "pub0sub COMMAND --help for the options of one command."]
     return "\n".join(lines)
+
+
+def version() -> str:
+    """The installed distribution's version (what pip and ``pyproject.toml`` say)."""
+    try:
+        return importlib.metadata.version("pub0sub")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _stop_on_sigterm_as_on_ctrl_c() -> None:
@@ -50,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        print(f"pub0sub {version()}")
+        return 0
     name, rest = args[0], args[1:]
     if name not in SUBCOMMANDS:
         print(f"pub0sub: unknown command {name!r}\n\n{usage()}", file=sys.stderr)

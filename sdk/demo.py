@@ -191,8 +191,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub demo") -> in
     args = parser.parse_args(argv)
     if args.rate <= 0:
         parser.error("--rate must be positive")
-    console = Console()
+    # soft_wrap: off a terminal rich assumes 80 columns and would break multiaddrs and peer ids
+    # across lines; a line is only ever broken by the terminal showing it.
+    console = Console(soft_wrap=True)
     console.print(f"starting {HUBS} meshed hubs on 127.0.0.1 ...")
+    # The hubs' output goes to DATA_DIR/hub-<i>.log (sdk/cluster.py), not through the live table.
     cluster = LocalCluster(HUBS, args.data_dir)
     state = DemoState(addresses=[], data_dir=str(args.data_dir))
 

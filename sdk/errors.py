@@ -112,6 +112,24 @@ class SlowConsumerError(SubscriptionClosedError):
         super().__init__(sub_id, ErrorCode.OUT_OF_CAPACITY, reason, topics=topics)
 
 
+class InvalidTopicError(Pub0subError, wire.InvalidTopicError):
+    """A topic or pattern breaks the topic rule; raised before anything is sent to the hub.
+
+    ``name`` is the refused name, ``problem`` what is wrong with it, ``pattern``
+    whether it was read as a subscription pattern, ``code`` is ``INVALID_TOPIC``
+    (what the hub would have answered).  The message is the one the hub and the
+    command line tools give for the same name.  A :class:`ValueError` too.
+    """
+
+    @classmethod
+    def check(cls, name: object, *, pattern: bool = False) -> None:
+        """:func:`wire.check_topic`, raising this class."""
+        try:
+            wire.check_topic(name, pattern=pattern)
+        except wire.InvalidTopicError as exc:
+            raise cls(exc.name, exc.problem, pattern=exc.pattern) from None
+
+
 class PublishTimeoutError(Pub0subError, TimeoutError):
     """No PUBLISH_ACK arrived in time; the outcome of the publish is unknown (it may be stored)."""
 

@@ -39,8 +39,8 @@ _PONG = wire.PONG.encode()
 HEARTBEAT_MISSES = 3
 #: Default client-side cap on bytes buffered for one subscription before its policy applies.
 DEFAULT_MAX_PENDING_BYTES = 64 << 20
-#: Error codes after which reconnecting cannot help.
-FATAL_CODES = frozenset({ErrorCode.NOT_AUTHORIZED, ErrorCode.UNSUPPORTED_VERSION})
+#: Error codes after which reconnecting cannot help (an ACK the hub refused would be resent).
+FATAL_CODES = frozenset({ErrorCode.NOT_AUTHORIZED, ErrorCode.UNSUPPORTED_VERSION, ErrorCode.INVALID_ACK})
 
 
 class State(enum.Enum):
@@ -327,9 +327,10 @@ class ClientProtocol:
         dirty, self._ack_dirty = self._ack_dirty, []
         for state in dirty:
             state.ack_dirty = False
-            acks, state.acks = state.acks, {}
             if self.subs.get(state.sub_id) is not state:
+                state.acks = {}
                 continue  # ended by the hub: it has forgotten the sub_id and would ignore the ACK
+            acks = _take_delivered(state)
             ranges: list[wire.AckRange] = []
             for topic, spans in acks.items():
                 ranges += [wire.AckRange(topic=topic, first_offset=a, last_offset=b) for a, b in spans]
@@ -374,6 +375,10 @@ class ClientProtocol:
                         self.received_batches += 1
                         if not state.deliver(frame.batch):
                             self._cancel_slow(state)
+                        elif state.acks_waiting and not state.ack_dirty:
+                            # The delivery may have passed acks made before a reconnect.
+                            state.ack_dirty = True
+                            self._ack_dirty.append(state)
                 else:
                     self._dispatch(frame)
         except wire.ProtocolError as exc:
@@ -429,13 +434,15 @@ class ClientProtocol:
         """After WELCOME: re-open subscriptions, resend acked batches not yet acknowledged."""
         control: list[tuple[bytes, PendingBatch | None, bool]] = []
         for state in self.subs.values():
+            state.delivered_end = {}  # nothing is delivered on this connection yet
             resume = state.confirmed
             tickets = [t for op in state.ops for t in op.tickets]
             state.ops = deque([_Op("resume" if resume else "sub", tickets)])
             state.since_grant = 0
             control.append((state.sub_frame(resume=resume).encode(), None, False))
         for state in self.subs.values():
-            # Everything acknowledged before goes again, after the SUBs (an ACK needs its sub_id open).
+            # Everything acknowledged before goes again, once the hub has delivered it again on
+            # this connection (an ACK needs its sub_id open and the offsets delivered).
             for topic, spans in state.acks_sent.items():
                 for a, b in spans:
                     self.ack_range(state, topic, a, b)
@@ -517,3 +524,32 @@ class ClientProtocol:
             self._out.append((_PING, None, False))
             idle = 0.0
         return max(0.0, min(interval - idle, limit - silent))
+
+
+def _take_delivered(state: SubState) -> dict[str, list[list[int]]]:
+    """Take the acks of ``state`` that the hub delivered on this connection; keep the rest waiting.
+
+    Normally every ack follows its delivery and all go.  After a reconnect, acks for
+    messages the old connection received wait until the hub delivers those offsets again
+    (a durable subscription restarts at its acknowledged floor; the SDK drops what it
+    already had, but still counts it as delivered here).
+    """
+    ready: dict[str, list[list[int]]] = {}
+    waiting: dict[str, list[list[int]]] = {}
+    delivered = state.delivered_end
+    for topic, spans in state.acks.items():
+        end = delivered.get(topic, 0)
+        if spans[-1][1] < end:
+            ready[topic] = spans
+            continue
+        for a, b in spans:
+            if b < end:
+                ready.setdefault(topic, []).append([a, b])
+            elif a < end:
+                ready.setdefault(topic, []).append([a, end - 1])
+                waiting.setdefault(topic, []).append([end, b])
+            else:
+                waiting.setdefault(topic, []).append([a, b])
+    state.acks = waiting
+    state.acks_waiting = bool(waiting)
+    return ready

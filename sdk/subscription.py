@@ -10,7 +10,7 @@ import anyio
 import wire
 
 from .messages import Gap, Message
-from .subscriptions import SubscriptionView, SubState
+from .subscriptions import SubscriptionView, SubState, checked_names
 
 if TYPE_CHECKING:
     from .client import Client
@@ -197,7 +197,7 @@ class Subscription(SubscriptionView):
 
     async def add(self, topics: str | Iterable[str]) -> dict[str, int]:
         """Add topics/patterns (SUB_UPDATE); returns the start offsets of the added exact topics."""
-        return await self._update(wire.UpdateOp.ADD, topics)
+        return await self._update(wire.UpdateOp.ADD, checked_names(topics))
 
     async def remove(self, topics: str | Iterable[str]) -> None:
         """Remove topics/patterns (SUB_UPDATE).  Removing all leaves the subscription open and silent."""

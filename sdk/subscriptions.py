@@ -12,12 +12,14 @@ import datetime as _dt
 import logging
 import struct
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import wire
 from wire import SlowConsumerPolicy, StartPosition
 
 from .batching import Ticket
+from .errors import InvalidTopicError
 from .messages import Gap, Message
 
 log = logging.getLogger("pub0sub.sdk")
@@ -111,8 +113,17 @@ def parse_start(start: Any) -> tuple[StartPosition, int, dict[str, int]]:
     )
 
 
-def is_pattern(topic: str) -> bool:
-    return any(token in ("*", ">") for token in topic.split("."))
+def check_patterns(names: Iterable[str]) -> None:
+    """Refuse (:class:`InvalidTopicError`) any name the topic rule does not allow in a subscription."""
+    for name in names:
+        InvalidTopicError.check(name, pattern=True)
+
+
+def checked_names(topics: str | Iterable[str]) -> list[str]:
+    """``topics`` (one name or several) as a list, each checked by :func:`check_patterns`."""
+    names = [topics] if isinstance(topics, str) else list(topics)
+    check_patterns(names)
+    return names
 
 
 class _Op:
@@ -173,6 +184,14 @@ class SubState:
         self.acks_sent: dict[str, list[list[int]]] = {}
         #: queued in the protocol's list of subscriptions with unwritten acks
         self.ack_dirty = False
+        #: per topic, the offset after the last message the hub delivered on the current
+        #: connection (duplicates dropped here included).  The hub refuses an ACK for offsets
+        #: it has not delivered on that connection (ERROR INVALID_ACK), so acks at or past it --
+        #: made for messages received before a reconnect -- wait in ``acks`` until the
+        #: redelivery passes them.  Reset by every new connection.
+        self.delivered_end: dict[str, int] = {}
+        #: ``acks`` holds ranges waiting for ``delivered_end`` to pass them
+        self.acks_waiting = False
         self.max_pending_bytes = max_pending_bytes
         #: items not yet taken by the application: RecordBatch or Gap
         self.items: deque[wire.RecordBatch | Gap] = deque()
@@ -202,9 +221,10 @@ class SubState:
 
     def sub_frame(self, *, resume: bool) -> wire.Sub:
         """The SUB that opens (or, after a reconnect, re-opens) this subscription."""
+        check_patterns(self.patterns)
         start, value, offsets = self.start, self.start_value, self.offsets
         if start == StartPosition.OFFSET and not offsets:
-            offsets = {p: value for p in self.patterns if not is_pattern(p)}
+            offsets = {p: value for p in self.patterns if not wire.is_pattern(p)}
         # A durable name makes the hub start at its acknowledged floor where it has one (the SDK
         # drops what it already received).  For topics without one (nothing delivered before the
         # loss) a durable "latest" must not become "latest at the reconnect": it resumes at the
@@ -244,6 +264,9 @@ class SubState:
     def deliver(self, batch: wire.RecordBatch) -> bool:
         """Buffer a delivered batch; false when the client-side limit forces the cancel policy."""
         topic = batch.topic
+        end = batch.base_offset + batch.count
+        if end > self.delivered_end.get(topic, -1):
+            self.delivered_end[topic] = end
         if self.dedup:
             seen = self.next_offsets.get(topic)
             if seen is not None and batch.base_offset < seen:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,10 +24,12 @@ class HubProcess:
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.args = ["--listen", "127.0.0.1:0", *args]
+        # stderr to a file: the hub logs at INFO, and a pipe nobody reads would block it once full.
+        self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the hub stops; GC closes it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hub", *self.args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self._stderr,
             text=True,
             cwd=ROOT,
             env={**os.environ, **(env or {})},
@@ -41,8 +44,8 @@ class HubProcess:
         if not line.startswith("listening on "):
             if self.proc.poll() is None:
                 self.proc.kill()
-            _, err = self.proc.communicate(timeout=10)  # read stderr before the pipes close
-            raise RuntimeError(f"hub did not start: {line!r}\n{err}")
+            self.proc.wait(timeout=10)
+            raise RuntimeError(f"hub did not start: {line!r}\n{self.stderr_text()}")
         self.address = line.split()[-1]
         self.host, port = self.address.rsplit(":", 1)
         self.port = int(port)
@@ -52,9 +55,9 @@ class HubProcess:
         return self.proc.pid
 
     def stderr_text(self) -> str:
-        if self.proc.poll() is None or self.proc.stderr is None:
-            return ""
-        return self.proc.stderr.read()
+        """What the hub wrote to stderr so far (its log)."""
+        self._stderr.seek(0)
+        return self._stderr.read()
 
     def stop(self, timeout: float = 5.0) -> int:
         if self.proc.poll() is None:
@@ -64,9 +67,8 @@ class HubProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout)
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         return self.proc.returncode
 
 

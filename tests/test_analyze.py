@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -280,13 +281,15 @@ def test_analyze_rates(analyzed: tuple[Path, Expected, int]) -> None:
 
 
 def test_analyze_latency_percentiles(analyzed: tuple[Path, Expected, int]) -> None:
+    """Only forwarded copies are timed: hub A's own copies are left out although the generator
+    gave them latencies (a real hub appends them with their own timestamp: 0 µs)."""
     out, expected, _ = analyzed
     latency = read_table(out / "latency")
     groups: dict[tuple[str | None, str | None], list[int]] = {}
-    for (hub, topic), written in expected.written.items():
-        for key in ((topic, hub), (topic, None), (None, None)):
-            groups.setdefault(key, []).extend(written.latencies)
-    assert len(latency) == len(groups) == 8  # 4 (topic, hub) + 3 topics + overall
+    forwarded = expected.written[(HUB_B_HEX, "orders")]  # the one (hub, topic) whose origin is another hub
+    for key in (("orders", HUB_B_HEX), ("orders", None), (None, None)):
+        groups[key] = forwarded.latencies
+    assert len(latency) == len(groups) == 3  # (orders, hub B) + orders + overall
     for row in latency.itertuples():
         key = (None if row.topic is None else row.topic, None if row.hub_id is None else row.hub_id)
         values = groups[key]
@@ -296,9 +299,13 @@ def test_analyze_latency_percentiles(analyzed: tuple[Path, Expected, int]) -> No
         for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999)):
             assert getattr(row, name) == pytest.approx(percentile(values, q)), (key, name)
     overall = latency[latency.topic.isna() & latency.hub_id.isna()].iloc[0]
-    assert (overall.p50, overall.p90, overall.p99) == pytest.approx((400, 2_640, 7_000))
+    assert (overall.p50, overall.p90, overall.p99) == pytest.approx((2_200, 3_000, 7_000))
     histogram = read_table(out / "latency_histogram")
-    assert histogram["count"].sum() == expected.total
+    assert histogram["count"].sum() == forwarded.count == 1_500
+    topics = read_table(out / "topics").set_index(["hub_id", "topic"])
+    assert topics.loc[(HUB_B_HEX, "orders"), "mean_latency_us"] == pytest.approx(np.mean(forwarded.latencies))
+    assert topics.loc[(HUB_A_HEX, "orders"), "mean_latency_us"] is None or np.isnan(
+        topics.loc[(HUB_A_HEX, "orders"), "mean_latency_us"])
 
 
 def test_analyze_reports_problems_and_writes_report(analyzed: tuple[Path, Expected, int]) -> None:
@@ -325,3 +332,79 @@ def test_check_mode(analyzed: tuple[Path, Expected, int], capsys: pytest.Capture
     shutil.copytree(root / "hub-a", clean, ignore=shutil.ignore_patterns("clicks-*"))
     assert cli.main([str(clean), "--check", "-q"]) == 0
     assert "ok: 1,500 records in 1 files" in capsys.readouterr().out
+
+
+# -- the report's plots and tables ----------------------------------------------------------------
+
+def _tables(out: Path) -> dict:
+    return {name: read_table(out / name) for name in ("topics", "rates", "latency", "latency_histogram")}
+
+
+def _hub_names(cluster: tuple[Path, Expected]) -> dict[str, str]:
+    from sdk.analyze.report import hub_names
+
+    root, _ = cluster
+    return hub_names(find_hub_dirs([root / "hub-a", root / "hub-b"]))
+
+
+def _check_layout(fig) -> None:  # type: ignore[no-untyped-def]
+    """Every legend right of its plot area, and no two tick labels of one axis touching."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        assert legend is not None
+        assert legend.get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1
+        for axis in (ax.xaxis, ax.yaxis):
+            boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+            for i, a in enumerate(boxes):
+                assert not any(a.overlaps(b) for b in boxes[i + 1:]), [t.get_text() for t in axis.get_ticklabels()]
+
+
+def test_plots_name_hubs_and_keep_legends_outside(analyzed: tuple[Path, Expected, int],
+                                                  cluster: tuple[Path, Expected]) -> None:
+    from sdk.analyze.report import bytes_figure, latency_figure, rates_figure
+
+    out, _, _ = analyzed
+    tables, names = _tables(out), _hub_names(cluster)
+    assert names == {HUB_A_HEX: "hub-a", HUB_B_HEX: "hub-b"}
+    rates = rates_figure(tables["rates"], names)
+    by_bytes = bytes_figure(tables["topics"], names)
+    latency = latency_figure(tables["latency"], tables["latency_histogram"])
+    labels = [[t.get_text() for t in ax.get_legend().get_texts()] for fig in (rates, by_bytes, latency)
+              for ax in fig.axes]  # fmt: skip
+    assert labels == [
+        ["clicks @ hub-a", "orders @ hub-a", "metrics.eu @ hub-b", "orders @ hub-b"],
+        ["hub-a", "hub-b"],
+        ["orders"],  # the only topic with forwarded copies: hub A's own copies are not timed
+        ["p50", "p90", "p99", "p99.9"],
+    ]
+    for fig in (rates, by_bytes, latency):
+        _check_layout(fig)
+
+
+def test_latency_axis_labels_stay_apart_over_many_decades() -> None:
+    import pandas as pd
+
+    from sdk.analyze.job import BINS_PER_DECADE
+    from sdk.analyze.report import latency_figure
+
+    # 1 µs to ~5 ms, as a mesh on one machine gives it: 1-2-5 labels over that range used to collide.
+    bins = range(0, int(3.7 * BINS_PER_DECADE))
+    histogram = pd.DataFrame({"topic": ["t"] * len(bins), "bin": list(bins), "count": [10] * len(bins)})
+    row = {"count": 370, "min": 1, "mean": 800, "p50": 300, "p90": 2_000, "p99": 4_000, "p999": 5_000, "max": 5_000}
+    latency = pd.DataFrame([{"topic": "t", "hub_id": None, **row}, {"topic": None, "hub_id": None, **row}])
+    fig = latency_figure(latency, histogram)
+    _check_layout(fig)
+    shown = [t.get_text() for t in fig.axes[0].xaxis.get_ticklabels() if t.get_text()]
+    assert {"1 µs", "1 ms"} <= set(shown)
+
+
+def test_report_tables_use_hub_names(analyzed: tuple[Path, Expected, int]) -> None:
+    out, _, _ = analyzed
+    report = (out / "report.md").read_text()
+    assert "hub-a (`" in report and f"id {HUB_A_HEX})" in report
+    assert "| hub-a | clicks |" in report and "| hub-b | metrics.eu |" in report
+    assert "| orders | hub-b | 1,500 |" in report  # latency: forwarded copies only
+    assert "| orders | hub-a |" not in report.split("## Latency")[1].split("## Segment files")[0]
+    assert not re.search(r"hub [0-9a-f]{6}\b", report)

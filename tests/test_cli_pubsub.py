@@ -141,11 +141,6 @@ def test_usage_errors_are_exit_2(hub_address: str) -> None:
     assert bad_address.returncode == 2 and "HOST:PORT" in bad_address.stderr
 
 
-def test_sub_refused_pattern_is_exit_1(hub_address: str) -> None:
-    result = cli("sub", "--hub", hub_address, "--topic", "a.>.b", "--timeout", "1")
-    assert result.returncode == 1 and "INVALID_TOPIC" in result.stderr and "Traceback" not in result.stderr
-
-
 # -- a port that is not a hub -----------------------------------------------------------------
 
 

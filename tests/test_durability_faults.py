@@ -22,9 +22,7 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,9 +31,10 @@ import trio
 
 import wire
 from tests.conftest import ROOT, HubProcess
-from tests.support.history import FAIL, OK, UNKNOWN, History, Op, check
+from tests.support.history import FAIL, OK, UNKNOWN, History, check
+from tests.support.publisher import Publisher, assert_acked_offsets_hold, wait_progress
 from tests.support.rawclient import RawClient
-from tests.support.syncclient import ConnectionLost, SyncClient, publish_frame, read_all, topic_ends
+from tests.support.syncclient import SyncClient, publish_frame, read_all, topic_ends
 from wire.frames import HEADER, HEADER_SIZE
 
 StartHub = Callable[..., HubProcess]
@@ -157,135 +156,6 @@ def publish_batches(
 
 def recovery_entries(status: dict) -> list[dict]:
     return status["storage"]["recovery"]
-
-
-class Publisher(threading.Thread):
-    """An idempotent producer that survives hub crashes.
-
-    Publishes batches of unique values (round robin over ``topics``) with
-    ``window`` batches in flight, logs every attempt in ``history``; when the
-    connection breaks, every batch in flight is *unknown* and is retried after
-    reconnecting, in order, with the same producer id and sequence.
-    """
-
-    def __init__(
-        self,
-        history: History,
-        address: Callable[[], str],
-        topics: list[str],
-        *,
-        producer: int,
-        per_batch: int = 20,
-        window: int = 4,
-        ack_timeout: float = 3.0,
-        max_seconds: float = 60.0,
-    ) -> None:
-        super().__init__(daemon=True, name=f"publisher-{producer}")
-        self.history = history
-        self.address = address
-        self.topics = topics
-        self.producer = producer
-        self.per_batch = per_batch
-        self.window = window
-        self.ack_timeout = ack_timeout
-        self.max_seconds = max_seconds
-        self.stopping = threading.Event()
-        self.process = f"p{producer}"
-        self.acked_batches = 0
-        self.reconnects = 0
-        #: value -> (topic, offset) from STORED acks
-        self.ack_offsets: dict[bytes, tuple[str, int]] = {}
-        self.duplicate_acks = 0
-        self.errors: list[str] = []
-        self.finished_cleanly = False
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except Exception as exc:  # surfaced by the test
-            self.errors.append(f"publisher crashed: {exc!r}")
-
-    def _run(self) -> None:
-        deadline = time.monotonic() + self.max_seconds
-        seq = 0
-        counter = 0
-        unacked: OrderedDict[int, tuple[str, list[bytes], Op]] = OrderedDict()
-        client: SyncClient | None = None
-        while time.monotonic() < deadline:
-            if self.stopping.is_set() and not unacked:
-                self.finished_cleanly = True
-                break
-            try:
-                if client is None:
-                    try:
-                        client = SyncClient.connect(self.address(), timeout=1.0, name=self.process)
-                    except (OSError, ConnectionLost):
-                        time.sleep(0.05)
-                        continue
-                    self.reconnects += 1
-                    for s, (topic, values, _op) in list(unacked.items()):
-                        op = self.history.invoke(self.process, topic, values)
-                        unacked[s] = (topic, values, op)
-                        client.send(publish_frame(topic, values, producer=self.producer, seq=s))
-                while not self.stopping.is_set() and len(unacked) < self.window:
-                    seq += 1
-                    topic = self.topics[seq % len(self.topics)]
-                    values = [f"{self.process}-{counter + j}".encode() for j in range(self.per_batch)]
-                    counter += self.per_batch
-                    op = self.history.invoke(self.process, topic, values)
-                    unacked[seq] = (topic, values, op)
-                    client.send(publish_frame(topic, values, producer=self.producer, seq=seq))
-                if not unacked:
-                    continue
-                ack = client.expect(wire.PublishAck, self.ack_timeout)
-            except (TimeoutError, OSError, ConnectionLost) as exc:
-                # A timeout or a broken connection: the outcome is unknown, never "failed".
-                for _s, (_t, _v, op) in unacked.items():
-                    self.history.complete(op, UNKNOWN, note=repr(exc))
-                if client is not None:
-                    client.close()
-                client = None
-                continue
-            head = next(iter(unacked))
-            if ack.sequence != head:
-                self.errors.append(f"ack for sequence {ack.sequence}, expected {head} (acks must come in order)")
-            if ack.sequence not in unacked:
-                continue
-            topic, values, op = unacked.pop(ack.sequence)
-            self.history.complete(op, OK, note=ack.status.name)
-            self.acked_batches += 1
-            if ack.status is wire.AckStatus.DUPLICATE:
-                self.duplicate_acks += 1
-            else:
-                ranges = {(r.topic, r.first_offset, r.num) for r in ack.ranges}
-                assert len(ranges) == 1, ranges
-                ((r_topic, first, num),) = ranges
-                if r_topic != topic or num != len(values):
-                    self.errors.append(f"ack range {ranges} does not match batch ({topic}, {len(values)})")
-                for i, v in enumerate(values):
-                    self.ack_offsets[v] = (r_topic, first + i)
-        if client is not None:
-            client.close()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self.stopping.set()
-        self.join(timeout)
-        assert not self.is_alive(), "publisher did not finish its retries in time"
-
-
-def wait_progress(pub: Publisher, more_than: int, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while pub.acked_batches <= more_than:
-        assert time.monotonic() < deadline, f"no publish acknowledged within {within}s ({pub.errors})"
-        assert pub.is_alive(), f"publisher died: {pub.errors}"
-        time.sleep(0.02)
-
-
-def assert_acked_offsets_hold(pub: Publisher, reads: dict[str, list[tuple[int, bytes]]]) -> None:
-    """Every STORED ack named the offset where the value is read now."""
-    where = {v: (t, o) for t, items in reads.items() for o, v in items}
-    wrong = [(v, pos, where.get(v)) for v, pos in pub.ack_offsets.items() if where.get(v) != pos]
-    assert not wrong, f"{len(wrong)} acknowledged offsets changed, e.g. {wrong[:5]}"
 
 
 # -- the checker itself --------------------------------------------------------------------
@@ -851,6 +721,29 @@ def receive_offsets(client: SyncClient, until: int, within: float = 10.0) -> lis
         else:
             raise AssertionError(f"unexpected {frame!r}")
     return got
+
+
+def test_a_confirmed_durable_name_or_group_survives_an_immediate_kill(start_hub: StartHub, tmp_path: Path) -> None:
+    """SUB_OK confirms a durable name (and a group): it is on disk before that, not up to 0.2 s later.
+
+    Forgotten in a crash, it would take its standing interest with it: in a mesh, nothing published
+    while the hub was down would be forwarded to it (found by tests/support/faultplan.py)."""
+    data_dir = tmp_path / "data"
+    hub = start_hub("--data-dir", str(data_dir))
+    with SyncClient.connect(hub.address) as client:
+        client.send(durable_sub("keep", "kept.topic"))
+        client.expect(wire.SubOk)
+        client.send(wire.Sub(sub_id=4, patterns=("jobs",), group="workers"))
+        client.expect(wire.SubOk)
+        kill9(hub)  # at once: well inside the 0.2 s between periodic saves
+    saved = json.loads((data_dir / "consumers.json").read_text())["consumers"]
+    assert {(c["kind"], c["name"], tuple(c["patterns"])) for c in saved} == {
+        ("durable", "keep", ("kept.topic",)), ("group", "workers", ("jobs",))
+    }
+    hub = start_hub("--data-dir", str(data_dir))
+    with SyncClient.connect(hub.address) as client:
+        status = client.status()
+    assert [d["name"] for d in status["durables"]] == ["keep"]
 
 
 def test_durable_subscription_resumes_at_first_unacked_after_sigkill(start_hub: StartHub, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import trio
+from libp2p.crypto.keys import KeyPair
 
 import wire
 from hub.mesh import Mesh, MeshConfig
@@ -97,8 +98,10 @@ async def start_mesh(
     *,
     hub_id: int | None = None,
     replay: OwnLog | None = None,
+    key_pair: KeyPair | None = None,
     **overrides: Any,
 ) -> Mesh:
+    """A mesh on a fresh identity, or on ``key_pair`` (a restarted hub keeps its peer id)."""
     store = store or Store()
     mesh = Mesh(
         replace(FAST, **overrides),
@@ -106,6 +109,7 @@ async def start_mesh(
         on_forward=store.on_forward,
         resume_positions=lambda: dict(store.positions),
         replay=replay,
+        key_pair=key_pair,
     )
     mesh.store = store  # type: ignore[attr-defined]
     await nursery.start(mesh.run)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
 
 import sdk
 import wire
@@ -69,12 +70,13 @@ async def test_hub_back_after_its_interest_was_withdrawn_gets_the_gap_from_the_l
     own = OwnLog()
     b_store = Store()
     b_id = new_hub_id()
+    b_key = create_new_key_pair()  # b restarts as the same hub: same identity, same stored positions
     async with trio.open_nursery() as nursery:
         # resume_linger 0: a broken link withdraws the peer's interest at once, so nothing
         # published while it is away is queued for it -- only the log has it.
         a = await start_mesh(nursery, replay=own, resume_linger=0.0)
         async with trio.open_nursery() as b_nursery:
-            b = await start_mesh(b_nursery, b_store, hub_id=b_id)
+            b = await start_mesh(b_nursery, b_store, hub_id=b_id, key_pair=b_key)
             await b.connect(a.listen_addrs[0])
             b.announce(["r", "s"])
             await wait_until(lambda: interest_of(a, b) == {"r", "s"})
@@ -87,7 +89,7 @@ async def test_hub_back_after_its_interest_was_withdrawn_gets_the_gap_from_the_l
         for i in range(500):
             own.publish(a, one(("r", "s", "x")[i % 3]))
         own.publish(a, wire.MessageSet.build(["r", "s"], [(b"", MSG)] * 2))
-        back = await start_mesh(nursery, b_store, hub_id=b_id)  # same hub, same stored positions
+        back = await start_mesh(nursery, b_store, hub_id=b_id, key_pair=b_key)
         back.announce(["r", "s"])
         await back.connect(a.listen_addrs[0])
         await wait_until(lambda: interest_of(a, back) == {"r", "s"}, what="b back")

@@ -123,3 +123,21 @@ async def test_silent_peer_is_declared_dead_within_the_heartbeat_bound() -> None
         pings = [b for b in peer.received(1, stream=0) if b == b"ping"]
         assert 2 <= len(pings) <= 4
         nursery.cancel_scope.cancel()
+
+
+async def test_a_seed_peer_may_name_any_topic_the_seed_allows() -> None:
+    """The seed's rule on the mesh wire is 1..255 bytes: names clients may not use are still interest."""
+    names = ("has space", "a..b", "a.>.b")
+    async with trio.open_nursery() as nursery:
+        peer = SeedPeer(subscribe=names)
+        mesh = await _linked(nursery, peer)
+        link = mesh.links[peer.host.get_id()]
+        await wait_until(lambda: peer.received(3), what="SUBSCRIBE_ACK to the seed peer")
+        assert peer.received(3) == [b"\x01"]
+        assert mesh.interest.patterns_of(link.peer_id) == set(names)
+        mesh.forward(1, 0, wire.MessageSet.build(["has space"], [(b"", b"literal")]))
+        mesh.forward(2, 0, wire.MessageSet.build(["a.x.b"], [(b"", b"not a pattern")]))
+        await wait_until(lambda: peer.received(6), what="FORWARD")
+        assert peer.received(6) == [bytes([1]) + seed_topics("has space") + (7).to_bytes(4, "big") + b"literal"]
+        assert status_of_peer(mesh, link.peer_id)["messages_skipped_no_interest"] == 1
+        nursery.cancel_scope.cancel()

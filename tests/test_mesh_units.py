@@ -1,11 +1,18 @@
-"""Pure parts of the mesh: encoders, the v2 window, the interest table."""
+"""Pure parts of the mesh: encoders, the v2 window, the interest table, the known-peers record."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Iterator
+from pathlib import Path
+
+from libp2p.peer.id import ID
 
 import wire
-from hub.mesh.interest import InterestTable, LocalInterest
+from hub.mesh.config import MeshConfig
+from hub.mesh.interest import InterestTable, LocalInterest, valid_pattern
+from hub.mesh.known_peers import KnownPeer, KnownPeers
+from hub.mesh.mesh import Mesh
+from hub.mesh.peers import PeerLink
 from hub.mesh.protocols import encode_forward_batch, encode_forward_set, encode_stored_set, encode_v1_forwards
 from hub.mesh.session import topic_chunks
 from hub.mesh.window import ForwardWindow, WindowEntry
@@ -87,14 +94,63 @@ def test_interest_table_is_a_set_with_patterns() -> None:
     assert t.peers() == ["b"]
 
 
-def test_local_interest_and_invalid_patterns() -> None:
+def test_local_interest() -> None:
     local = LocalInterest()
     local.add(["topic_1"])
     assert local.wants(["x", "topic_1"]) and not local.wants(["topic_2"])
-    with pytest.raises(ValueError):
-        local.add(["a..b"])
+
+
+def test_peer_interest_follows_the_seed_rule_not_the_client_rule() -> None:
+    """A seed peer may announce any 1..255-byte name; it is kept and matches literally."""
+    assert all(valid_pattern(name) for name in ("a..b", "has space", "a.>.b", "x" * 255))
+    assert not valid_pattern("") and not valid_pattern("x" * 256)
+    table: InterestTable[str] = InterestTable()
+    assert table.add("seed", ["a..b", "has space", "a.>.b"]) == ["a..b", "has space", "a.>.b"]
+    assert table.peers_for(["has space"]) == {"seed"} and table.peers_for(["a.x.b"]) == set()
 
 
 def test_subscribe_chunks_hold_at_most_255_topics() -> None:
     chunks = topic_chunks([f"t{i}" for i in range(600)])
     assert [len(c) for c in chunks] == [255, 255, 90]
+
+
+def test_known_peers_persist_and_a_damaged_record_means_every_peer_is_new(tmp_path: Path) -> None:
+    peers = KnownPeers(tmp_path)
+    assert peers.get("12D3KooWpeer") is None
+    peers.add("12D3KooWpeer", since=41, hub_id=0xABCDEF)
+    again = KnownPeers(tmp_path)  # a restart reads the record back
+    assert again.get("12D3KooWpeer") == KnownPeer(since=41, hub_id=0xABCDEF)
+    assert again.peer_with_hub_id(0xABCDEF) == "12D3KooWpeer"
+    (tmp_path / "mesh_peers.json").write_text("{not json")
+    assert len(KnownPeers(tmp_path)) == 0
+    assert len(KnownPeers(None)) == 0  # no data dir: kept in memory only
+
+
+class _Source:
+    """A ReplaySource whose next origin sequence is set by the test."""
+
+    def __init__(self, next_seq: int) -> None:
+        self.next_seq = next_seq
+
+    def next_origin_seq(self) -> int:
+        return self.next_seq
+
+    def own_sets(self, wants: object, after: int, before: int, on_hole: object) -> Iterator[WindowEntry]:
+        return iter(())
+
+
+def test_replay_starts_after_what_a_known_peer_stored_or_after_its_first_link(tmp_path: Path) -> None:
+    """Position 0 from a known peer means "interested, stored nothing yet": it is replayed from when
+    it first linked.  A peer never seen before gets live forwards only, whatever position it claims."""
+    source = _Source(next_seq=101)
+    mesh = Mesh(MeshConfig(data_dir=tmp_path, discovery=False), hub_id=7, on_forward=lambda *a: None, replay=source)
+    link = PeerLink(ID(b"\x00\x01peer-b"), mesh.config)
+    assert mesh.replay_after(link, 9, position=1) is None  # first link: recorded at 100, no history
+    assert mesh.replay_after(link, 9, position=0) == 100  # known, stored nothing: everything after 100
+    source.next_seq = 500
+    assert mesh.replay_after(link, 9, position=250) == 250  # known, stored up to 250
+    assert mesh.replay_after(link, 9, position=3) == 100  # a low claim does not reach older history
+    restarted = Mesh(MeshConfig(data_dir=tmp_path, discovery=False), hub_id=7, on_forward=lambda *a: None,
+                     replay=source)
+    assert restarted.replay_after(link, 9, position=0) == 100  # the record survives a restart
+    assert Mesh(MeshConfig(discovery=False), hub_id=7, on_forward=lambda *a: None).replay_after(link, 9, 0) is None

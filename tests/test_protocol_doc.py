@@ -116,3 +116,19 @@ def test_body_bounds_table_matches_decoder() -> None:
     for op, (low, high) in BODY_BOUNDS.items():
         shown_high = "limit" if high is None else f"{high:,}".replace(",", " ")
         assert re.search(rf"\| {op.name} \| {low} \| {shown_high} \|", text), f"bounds row for {op.name} is wrong"
+
+
+def test_the_page_is_its_template_rendered() -> None:
+    """docs/protocol.md is generated: ``python docs/tools/protocol_examples.py --render`` fills
+    docs/tools/protocol.md.tmpl with real encoder output.  An edit made to one file only fails here."""
+    import subprocess
+    import sys
+
+    rendered = subprocess.run(
+        [sys.executable, str(DOC.parent / "tools" / "protocol_examples.py"), "--render"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert rendered == DOC.read_text(encoding="utf-8"), (
+        "docs/protocol.md differs from its template: edit docs/tools/protocol.md.tmpl, then "
+        "python docs/tools/protocol_examples.py --render > docs/protocol.md"
+    )

@@ -130,18 +130,40 @@ def test_durable_resume_drops_redelivered_offsets_and_resends_acks() -> None:
     proto.ack(state, first[2:])  # recorded while the connection dies: must not be lost either
 
     frames = reconnect(proto)
-    # re-SUB with the same name, from the offset after the last one received; then every ack again
+    # re-SUB with the same name, from the offset after the last one received -- and no ACK yet:
+    # the hub refuses an ACK for offsets it has not delivered on this connection (INVALID_ACK)
     assert isinstance(frames[0], wire.Sub) and frames[0].durable == "d"
     assert frames[0].start == StartPosition.OFFSET and frames[0].offsets == (wire.TopicOffset(topic="a", offset=5),)
-    assert acks_of(b"".join(f.encode() for f in frames[1:])) == [(state.sub_id, [("a", 0, 2)])]
+    assert len(frames) == 1
 
     # the hub restarts at its floor (say 2: the second ACK was lost): 2..4 were received already
     proto.receive_data(sub_ok(state, a=2))
     proto.receive_data(deliver(state.sub_id, batch("a", 2, b"2", b"3")))
+    # the redelivery passed 0..2: every ack made before goes again now, and only what was redelivered
+    assert acks_of(proto.data_to_send()) == [(state.sub_id, [("a", 0, 2)])]
     proto.receive_data(deliver(state.sub_id, batch("a", 4, b"4", b"5", b"6")))
+    assert not proto.has_output
     rest = [m for item in iter(lambda: proto.take(state), None) for m in state.messages(item)]  # type: ignore[arg-type]
     assert [m.offset for m in rest] == [3, 4, 5, 6] and [m.data for m in rest] == [b"3", b"4", b"5", b"6"]
     assert state.duplicates == 3 and not state.gaps
+
+
+def test_an_ack_made_before_a_reconnect_waits_for_its_redelivery() -> None:
+    """Acks for offsets past what the new connection delivered are held, then split where it stands."""
+    proto = ready()
+    state, _ = proto.subscribe("a", durable="d", ack="manual")
+    proto.receive_data(sub_ok(state, a=0) + deliver(state.sub_id, batch("a", 0, *[b"%d" % i for i in range(10)])))
+    proto.data_to_send()
+    received = state.messages(proto.take(state))  # type: ignore[arg-type]
+    reconnect(proto)
+    proto.receive_data(sub_ok(state, a=0))
+    proto.ack(state, received[2:8])  # the application acks after the reconnect
+    assert not acks_of(proto.data_to_send())
+    proto.receive_data(deliver(state.sub_id, batch("a", 0, b"0", b"1", b"2", b"3", b"4")))
+    assert acks_of(proto.data_to_send()) == [(state.sub_id, [("a", 2, 4)])]
+    proto.receive_data(deliver(state.sub_id, batch("a", 5, b"5", b"6", b"7", b"8", b"9")))
+    assert acks_of(proto.data_to_send()) == [(state.sub_id, [("a", 5, 7)])]
+    assert not proto.has_output
 
 
 def test_durable_without_acks_reports_what_the_lost_connection_swallowed() -> None:
@@ -330,6 +352,34 @@ def test_sdk_reconnect_resumes_a_durable_without_gap_or_duplicate(durable_hub: A
         # every ack, also those made before the loss, reached the hub
         async with sdk.connect(address) as client, client.subscribe("r", durable="r") as sub:
             assert sub.start_offsets == {"r": 10}
+
+    run(backend, scenario)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_acks_made_as_the_connection_comes_back_wait_for_the_redelivery(durable_hub: Any, backend: str) -> None:
+    """The hub refuses an ACK for offsets it has not delivered on the connection (INVALID_ACK): acks
+    for messages received before a reconnect go out once the hub has delivered them again."""
+    address = durable_hub.address
+
+    async def scenario() -> None:
+        async with (
+            sdk.connect(address) as pub,
+            sdk.connect(address, reconnect=FAST_RECONNECT) as client,
+            client.subscribe("w", durable="w", ack="manual") as sub,
+        ):
+            await publish_each(pub, "w", range(5))
+            got = await take(sub, 5)
+            await client._kill_connection()
+            await sub.ack(got[:3])  # before the new connection has redelivered anything
+            await client.flush()
+            await publish_each(pub, "w", range(5, 8))
+            got += await take(sub, 3)
+            await sub.ack(got[3:])
+            await client.flush()
+            assert client.connections == 2 and sub.duplicates == 5
+        async with sdk.connect(address) as client, client.subscribe("w", durable="w") as sub:
+            assert sub.start_offsets == {"w": 8}
 
     run(backend, scenario)
 

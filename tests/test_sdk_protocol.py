@@ -266,10 +266,10 @@ def test_sub_end_out_of_capacity_raises_slow_consumer_after_the_data() -> None:
 
 def test_sub_end_refusal_fails_the_subscribe_ticket() -> None:
     proto = ready()
-    state, ticket = proto.subscribe("a.>.b")
-    proto.receive_data(wire.SubEnd(sub_id=state.sub_id, code=ErrorCode.INVALID_TOPIC, reason="bad").encode())
+    state, ticket = proto.subscribe("a.b")
+    proto.receive_data(wire.SubEnd(sub_id=state.sub_id, code=ErrorCode.LIMIT_EXCEEDED, reason="full").encode())
     assert ticket.done and isinstance(ticket.error, SubscriptionClosedError)
-    assert ticket.error.code == ErrorCode.INVALID_TOPIC
+    assert ticket.error.code == ErrorCode.LIMIT_EXCEEDED
     assert state.sub_id not in proto.subs
 
 

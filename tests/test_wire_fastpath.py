@@ -241,7 +241,7 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
         Opcode.FORWARD: wire.Forward(topics=("a", "bc"), data=b"hi"),
         Opcode.FORWARD_BATCH: wire.ForwardBatch(
             origin=1,
-            sets=tuple(wire.ForwardSet(origin_seq=i, timestamp=9, messages=m) for i, m in enumerate(two_sets)),
+            sets=tuple(wire.ForwardSet(origin_seq=1 + 10 * i, timestamp=9, messages=m) for i, m in enumerate(two_sets)),
         ),
         Opcode.FORWARD_ACK: wire.ForwardAck(origin=1, seq=2),
         Opcode.PUBLISH: wire.Publish(producer_id=1, sequence=2, flags=wire.PublishFlags.ACK, sets=two_sets),

@@ -76,6 +76,7 @@ u8 = _uint(8)
 u16 = _uint(16)
 u32 = _uint(32)
 u64 = _uint(64)
+MAX_U64 = (1 << 64) - 1
 
 #: Any Unicode scalar value Python can encode as UTF-8 (no lone surrogates).
 _chars = st.characters(codec="utf-8")
@@ -187,6 +188,25 @@ def _log_batch(draw: st.DrawFn) -> LogBatch:
     )
 
 
+#: Hub (origin) ids: any u64 but 0, which no hub has (mesh v2 refuses it).
+hub_ids = st.one_of(st.sampled_from([1, 2, MAX_U64 - 1, MAX_U64]), st.integers(1, MAX_U64))
+
+
+@st.composite
+def forward_sets(draw: st.DrawFn) -> tuple[ForwardSet, ...]:
+    """1..3 sets in origin-sequence order, not overlapping, never wrapping past 2^64-1."""
+    messages = draw(st.lists(message_sets(), min_size=1, max_size=3))
+    total = sum(m.count for m in messages)
+    seq = draw(st.one_of(st.just(1), st.just(MAX_U64 - total + 1), st.integers(1, MAX_U64 - total + 1)))
+    out = []
+    for m in messages:
+        out.append(ForwardSet(origin_seq=seq, timestamp=draw(u64), messages=m))
+        seq += m.count
+        room = MAX_U64 - seq + 1 - sum(x.count for x in messages[len(out):])
+        seq += draw(st.integers(0, min(room, 3)))  # lazy push: sequences may skip
+    return tuple(out)
+
+
 FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
     Opcode.HEARTBEAT: st.builds(Heartbeat, word=st.sampled_from(["ping", "pong"])),
     Opcode.SUBSCRIBE: st.builds(Subscribe, topics=topics()),
@@ -195,14 +215,13 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
     Opcode.UNSUBSCRIBE_ACK: st.builds(UnsubscribeAck, success=st.booleans()),
     Opcode.FORWARD: st.builds(Forward, topics=topics(), data=st.binary(max_size=48)),
     Opcode.MESH_HELLO: st.builds(
-        MeshHello, hub_id=u64, positions=_small_tuple(st.builds(ResumePosition, origin=u64, seq=u64))
+        MeshHello,
+        hub_id=hub_ids,
+        positions=st.lists(st.builds(ResumePosition, origin=hub_ids, seq=u64), max_size=3, unique_by=lambda p: p.origin)
+        .map(tuple),
     ),
-    Opcode.FORWARD_BATCH: st.builds(
-        ForwardBatch,
-        origin=u64,
-        sets=_small_tuple(st.builds(ForwardSet, origin_seq=u64, timestamp=u64, messages=message_sets()), min_size=1),
-    ),
-    Opcode.FORWARD_ACK: st.builds(ForwardAck, origin=u64, seq=u64),
+    Opcode.FORWARD_BATCH: st.builds(ForwardBatch, origin=hub_ids, sets=forward_sets()),
+    Opcode.FORWARD_ACK: st.builds(ForwardAck, origin=hub_ids, seq=u64),
     Opcode.HELLO: st.builds(Hello, version=u16, client_name=short_str(), token=st.binary(max_size=24)),
     Opcode.WELCOME: st.builds(Welcome, version=u16, hub_id=u64, max_body=u32, heartbeat_ms=u32, hub_name=short_str()),
     Opcode.PUBLISH: st.builds(
@@ -285,11 +304,11 @@ def minimal_frame(op: Opcode) -> Frame:
         Opcode.UNSUBSCRIBE: lambda: wire.Unsubscribe(topics=("a",)),
         Opcode.UNSUBSCRIBE_ACK: lambda: wire.UnsubscribeAck(success=False),
         Opcode.FORWARD: lambda: wire.Forward(topics=("a",), data=b""),
-        Opcode.MESH_HELLO: lambda: wire.MeshHello(hub_id=0),
+        Opcode.MESH_HELLO: lambda: wire.MeshHello(hub_id=1),
         Opcode.FORWARD_BATCH: lambda: wire.ForwardBatch(
-            origin=0, sets=(wire.ForwardSet(origin_seq=0, timestamp=0, messages=one_record),)
+            origin=1, sets=(wire.ForwardSet(origin_seq=1, timestamp=0, messages=one_record),)
         ),
-        Opcode.FORWARD_ACK: lambda: wire.ForwardAck(origin=0, seq=0),
+        Opcode.FORWARD_ACK: lambda: wire.ForwardAck(origin=1, seq=0),
         Opcode.HELLO: lambda: wire.Hello(),
         Opcode.WELCOME: lambda: wire.Welcome(version=1, hub_id=0, max_body=0, heartbeat_ms=0),
         Opcode.PUBLISH: lambda: wire.Publish(sets=(one_record,)),

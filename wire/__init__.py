@@ -68,6 +68,7 @@ from .opcodes import (
     Opcode,
 )
 from .records import MessageSet, RecordBatch, encode_record, encode_records, encode_topic, iter_records
+from .topics import InvalidTopicError, check_topic, is_pattern
 
 __all__ = [
     "ALL_OPCODES",
@@ -95,6 +96,7 @@ __all__ = [
     "HUB_TO_CLIENT_OPCODES",
     "Heartbeat",
     "Hello",
+    "InvalidTopicError",
     "LOG_OPCODES",
     "Limits",
     "LocalProtocolError",
@@ -132,10 +134,12 @@ __all__ = [
     "UpdateOp",
     "Welcome",
     "check_header",
+    "check_topic",
     "deliver_prefix",
     "encode_record",
     "encode_records",
     "encode_topic",
+    "is_pattern",
     "iter_records",
     "plain",
 ]

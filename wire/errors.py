@@ -51,6 +51,8 @@ class ErrorCode(IntEnum):
     INTERNAL = 18
     #: The client speaks a protocol version the hub does not.
     UNSUPPORTED_VERSION = 19
+    #: An ACK names offsets that were not delivered to that subscription (or it takes no acks).
+    INVALID_ACK = 20
 
 
 class ProtocolError(Exception):

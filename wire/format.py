@@ -12,6 +12,9 @@ Three shapes, one per ``pub0sub decode`` mode:
   its int plus ``<field>_name``; a record region (``records``) becomes a list
   of ``{"key", "data"}`` objects (with ``offset`` inside a record batch).
 
+Hub ids (``origin``, ``hub_id``) are 16 hex digits in all three, as everywhere
+else in pub0sub (:func:`hub_id_text`).
+
 Binary values (data, keys, tokens, magic, status documents) are shown in one
 of three :data:`BytesStyle` s.  The default, ``"text"``, is Python's bytes
 repr without the ``b''``: printable ASCII as is, ``\\`` for a backslash and
@@ -47,6 +50,9 @@ PREVIEW_BYTES = 32
 PREVIEW_ITEMS = 3
 #: Indent of one nesting level in verbose output.
 INDENT = "  "
+#: Fields holding a hub id: shown as 16 hex digits, as the hub's start-up line, ``pub0sub status``
+#: and ``pub0sub sub --json`` show them, so an id can be searched for across all of them.
+HUB_ID_FIELDS = frozenset({"origin", "hub_id"})
 
 # One table per quoting context, built once: ``str.translate`` on the latin-1
 # view of the bytes is far faster than a Python loop over megabyte records.
@@ -69,6 +75,15 @@ def render_bytes(data: bytes, style: BytesStyle = "text") -> str:
     if style == "base64":
         return base64.b64encode(data).decode("ascii")
     return data.decode("latin-1").translate(_TEXT_TABLE)
+
+
+def hub_id_text(hub_id: int) -> str:
+    """A hub id (u64) the one way pub0sub shows it: 16 lowercase hex digits.
+
+    >>> hub_id_text(0xF00DCAFE00000001), hub_id_text(1)
+    ('f00dcafe00000001', '0000000000000001')
+    """
+    return f"{hub_id:016x}"
 
 
 def _quote_bytes(data: bytes, style: BytesStyle) -> str:
@@ -128,6 +143,8 @@ def _scalar(name: str, value: Any) -> str:
         return _quote_str(value)
     if name == "crc":
         return f"0x{value:08x}"
+    if name in HUB_ID_FIELDS:
+        return hub_id_text(value)
     return str(value)
 
 
@@ -160,7 +177,8 @@ def _message_set_summary(s: MessageSet, style: BytesStyle) -> str:
 def _record_batch_summary(b: RecordBatch, style: BytesStyle) -> str:
     return (
         f"{{topic={_quote_str(b.topic)} offsets={b.base_offset}..{b.last_offset} count={b.count}"
-        f" timestamp={b.timestamp} origin={b.origin} origin_seq={b.origin_seq} {_first_record(b.records, style)}}}"
+        f" timestamp={b.timestamp} origin={hub_id_text(b.origin)} origin_seq={b.origin_seq}"
+        f" {_first_record(b.records, style)}}}"
     )
 
 
@@ -256,7 +274,7 @@ def _json_struct(obj: Any, style: BytesStyle) -> dict[str, Any]:
         if name == "records" and isinstance(obj, MessageSet | RecordBatch):
             out[name] = _json_records(obj, style)
             continue
-        out[name] = _json_value(value, style)
+        out[name] = hub_id_text(value) if name in HUB_ID_FIELDS else _json_value(value, style)
         if isinstance(value, IntEnum | IntFlag):
             out[f"{name}_name"] = _enum_name(value)
     return out

@@ -42,6 +42,7 @@ from construct import (
     this,
 )
 
+from .limits import MAX_U64
 from .opcodes import Opcode
 
 #: ``[u8 len][UTF-8 bytes]``, 1..255 bytes.
@@ -76,6 +77,30 @@ def _record_region() -> list[Construct]:
         ),
         Check(lambda ctx: len(ctx.records) == ctx.record_count),
     ]
+
+
+# -- mesh v2 sequence rules: origin ids and sequences are u64 and never wrap -------------
+
+
+def _set_fits(ctx: Any) -> bool:
+    """A forward set's records take ``origin_seq .. origin_seq + count - 1``: 1..2^64-1, no wrap."""
+    return bool(ctx.origin_seq >= 1 and ctx.origin_seq + len(ctx.messages.records) - 1 <= MAX_U64)
+
+
+def _sets_ascend(ctx: Any) -> bool:
+    """The sets of a FORWARD_BATCH are in origin-sequence order and do not overlap."""
+    last = 0
+    for s in ctx.sets:
+        if s.origin_seq <= last:
+            return False
+        last = s.origin_seq + len(s.messages.records) - 1
+    return True
+
+
+def _positions_distinct(ctx: Any) -> bool:
+    """A MESH_HELLO names each origin (never 0: no hub has that id) at most once."""
+    origins = [p.origin for p in ctx.positions]
+    return 0 not in origins and len(set(origins)) == len(origins)
 
 
 #: Messages that share one topic set (PUBLISH, FORWARD_BATCH).
@@ -119,22 +144,26 @@ BODIES: dict[Opcode, Construct] = {
     # -- mesh v2 ---------------------------------------------------------------
     Opcode.MESH_HELLO: Struct(
         "hub_id" / Int64ub,
+        Check(this.hub_id >= 1),
         "position_count" / Rebuild(Int16ub, len_(this.positions)),
         "positions" / Array(this.position_count, Struct("origin" / Int64ub, "seq" / Int64ub)),
+        Check(_positions_distinct),
         Terminated,
     ),
     Opcode.FORWARD_BATCH: Struct(
         "origin" / Int64ub,
+        Check(this.origin >= 1),
         "set_count" / Rebuild(Int16ub, len_(this.sets)),
         Check(this.set_count >= 1),
         "sets"
         / Array(
             this.set_count,
-            Struct("origin_seq" / Int64ub, "timestamp" / Int64ub, "messages" / MessageSet),
+            Struct("origin_seq" / Int64ub, "timestamp" / Int64ub, "messages" / MessageSet, Check(_set_fits)),
         ),
+        Check(_sets_ascend),
         Terminated,
     ),
-    Opcode.FORWARD_ACK: Struct("origin" / Int64ub, "seq" / Int64ub, Terminated),
+    Opcode.FORWARD_ACK: Struct("origin" / Int64ub, Check(this.origin >= 1), "seq" / Int64ub, Terminated),
     # -- client protocol -------------------------------------------------------
     Opcode.HELLO: Struct(
         "version" / Int16ub,

@@ -250,6 +250,14 @@ invalid("crc", bytes(bad), align([("41 " + bad[1:5].hex(), f"header: LOG_BATCH, 
 torn = lb_bytes[:40]
 invalid("torn", torn, align([("41 " + torn[1:5].hex(), "header: LOG_BATCH, body length " + str(len(lb_bytes) - 5)),
                              (torn[5:].hex(), "only " + str(len(torn) - 5) + " body bytes reached the disk")]))
+_wrap_set = MessageSet.build(["t"], [(b"", b"x"), (b"", b"y")]).encode()
+_wrap_body = bytes.fromhex("0000000000000007" "0001" "ffffffffffffffff" "0000000000000000") + _wrap_set
+invalid("fwd_wrap", bytes([0x11]) + len(_wrap_body).to_bytes(4, "big") + _wrap_body,
+        align([("11 " + len(_wrap_body).to_bytes(4, "big").hex(), "header: FORWARD_BATCH"),
+               ("0000000000000007", "origin 7"), ("0001", "set_count 1"),
+               ("ffffffffffffffff", "set 0: origin_seq 2^64-1 ..."),
+               ("0000000000000000", "set 0: timestamp"),
+               (_wrap_set.hex(), "... and 2 records: sequence 2^64 does not exist")]))
 invalid("too_large", bytes.fromhex("02ffffffff"), align([("02 ffffffff", "SUBSCRIBE, body length 4294967295: refused at the header")]))
 invalid("unknown", bytes.fromhex("0700000000"), align([("07 00000000", "opcode 7 is not assigned")]))
 invalid("zero_topic", bytes.fromhex("02000000020000"), align([("02 00000002", "SUBSCRIBE, body length 2"), ("00 00", "a topic of length 0 (twice)")]))

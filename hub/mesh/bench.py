@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
 
 import wire
 
@@ -100,9 +102,12 @@ async def bench_replay(messages: int, per_set: int, size: int) -> dict[str, Any]
             seq = server.next_origin_seq(per_set)
             server.publisher.store_set(("bench",), count, records, timestamp=seq, origin=server.hub_id, origin_seq=seq)
         sender = server.mesh
-        # The receiver stored the first set before it went away: it resumes from there.
+        # The receiver linked before the sets were published and stored the first one before it
+        # went away: it resumes from there (a peer the sender never linked with gets no replay).
+        key_pair = create_new_key_pair()
+        sender.known_peers.add(str(ID.from_pubkey(key_pair.public_key)), since=0, hub_id=2)
         receiver = Mesh(MeshConfig(discovery=False), hub_id=2, on_forward=receiving.on_forward,
-                        resume_positions=lambda: {server.hub_id: per_set})  # fmt: skip
+                        resume_positions=lambda: {server.hub_id: per_set}, key_pair=key_pair)  # fmt: skip
         receiver.announce(["bench"])
         try:
             async with trio.open_nursery() as nursery:

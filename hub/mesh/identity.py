@@ -7,11 +7,13 @@ only, readable by the owner alone (mode 0600) because it *is* the hub's identity
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.keys import KeyPair
+from libp2p.peer.id import ID
 
 IDENTITY_FILE = "mesh_identity.key"
 SEED_BYTES = 32
@@ -55,3 +57,26 @@ def load_or_create_identity(data_dir: Path | None) -> KeyPair:
     os.chmod(tmp, FILE_MODE)
     os.replace(tmp, path)
     return key_pair
+
+
+#: Domain separation for :func:`hub_id_for`: this hash means "pub0sub hub id" and nothing else.
+_HUB_ID_DOMAIN = b"pub0sub/hub-id/1\0"
+
+
+def hub_id_for(peer_id: ID) -> int:
+    """The hub id (origin id) that belongs to ``peer_id``: the first 8 bytes of a hash of it.
+
+    Noise authenticates a peer's key, so any hub can check that a MESH_HELLO's hub id is
+    the one its sender's key gives: nobody can speak for another hub's origin.  Hubs whose
+    data dir predates this keep their random id; peers pin it to their peer id on first
+    contact instead (hub/mesh/known_peers.py).
+
+    >>> hub_id_for(ID(b"\\x00\\x05hello")) == hub_id_for(ID(b"\\x00\\x05hello")) != 0
+    True
+    """
+    digest = hashlib.sha256(_HUB_ID_DOMAIN + peer_id.to_bytes()).digest()
+    return int.from_bytes(digest[:8], "big") or 1
+
+
+def peer_id_of(key_pair: KeyPair) -> ID:
+    return ID.from_pubkey(key_pair.public_key)

@@ -1,7 +1,10 @@
 """Who wants what: the local hub's own interest and each peer's.  Pure data, no I/O.
 
 Names are ``.``-separated tokens; in a pattern ``*`` matches one token and
-``>`` the rest (the same rules as local subscriptions, via ``hub.routing``).
+``>`` the rest (the same matching as local subscriptions, via ``hub.routing``).
+Peers are held to the seed's rule only -- a name is 1..255 bytes of UTF-8 --
+so a minimal seed peer's names are accepted and match literally; the stricter
+topic rule (``wire.topics``) is for what clients publish and subscribe.
 An announcement is a *set* operation: announcing a pattern twice and
 withdrawing it once leaves no interest -- that is what SUBSCRIBE/UNSUBSCRIBE
 mean on the wire, unlike the counted local routing table.
@@ -12,17 +15,18 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
 
-from hub.routing import InvalidTopicError, RoutingTable, check_pattern
+from hub.routing import RoutingTable
+from wire.limits import MAX_TOPIC_BYTES
 
 P = TypeVar("P", bound=Hashable)
 
 
 def valid_pattern(pattern: str) -> bool:
+    """May a hub announce ``pattern`` on the mesh?  The seed's rule: 1..255 bytes of UTF-8."""
     try:
-        check_pattern(pattern)
-    except InvalidTopicError:
+        return 1 <= len(pattern.encode("utf-8")) <= MAX_TOPIC_BYTES
+    except UnicodeEncodeError:
         return False
-    return True
 
 
 class InterestTable(Generic[P]):
@@ -42,7 +46,7 @@ class InterestTable(Generic[P]):
         self._routes: RoutingTable[P] = RoutingTable()
 
     def add(self, peer: P, patterns: Iterable[str]) -> list[str]:
-        """Record ``patterns`` for ``peer``; return those that were new.  Raises on invalid ones."""
+        """Record ``patterns`` for ``peer``; return those that were new."""
         have = self._by_peer.setdefault(peer, set())
         added = []
         for pattern in patterns:

@@ -25,9 +25,10 @@ import wire
 from .config import MeshConfig
 from .discovery import Discovery
 from .host import make_host, quiet_libp2p_logs
-from .identity import load_or_create_identity
+from .identity import hub_id_for, load_or_create_identity
 from .inbound import ForwardHandler, InboundForwards
 from .interest import InterestTable, LocalInterest, valid_pattern
+from .known_peers import KnownPeers
 from .peers import PeerLink
 from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
 from .replay import Replay, ReplaySource
@@ -80,6 +81,8 @@ class Mesh:
         self.inbound = InboundForwards(on_forward, self.local)
         self._resume_positions = resume_positions or dict
         self.replay = replay
+        #: Peers linked before, and where this hub's origin stood when they first linked.
+        self.known_peers = KnownPeers(config.data_dir)
         self._key_pair = key_pair
         self.links: dict[ID, PeerLink] = {}
         self.discovery: Discovery | None = None
@@ -87,6 +90,8 @@ class Mesh:
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self._changed = trio.Event()
+        #: Inbound links refused because this hub already had ``max_peers`` links.
+        self.refused_inbound = 0
 
     # -- running -------------------------------------------------------------------
 
@@ -254,6 +259,10 @@ class Mesh:
         while not link.live:
             await self.wait_changed()
 
+    def _linked_count(self) -> int:
+        """Links with a session up or starting, inbound and outbound."""
+        return sum(1 for link in self.links.values() if link.live or link.starting)
+
     def _link_for(self, peer_id: ID) -> PeerLink:
         link = self.links.get(peer_id)
         if link is None:
@@ -275,12 +284,20 @@ class Mesh:
         if self._closing or self._nursery is None:
             await stream.reset()
             return
+        known = self.links.get(peer_id)
+        if (known is None or not known.live) and self._linked_count() >= self.config.max_peers:
+            # --max-peers bounds every link, inbound ones too: a hub at its bound takes no more.
+            self.refused_inbound += 1
+            log.info("mesh peer %s refused: this hub has max_peers=%d links", peer_id, self.config.max_peers)
+            await stream.reset()
+            return
         link = self._link_for(peer_id)
         if link.live and link.session is not None and link.session.outbound and self._we_dial_first(peer_id):
             # Our own stream to this peer is the canonical one; the peer will adopt it.
             await stream.reset()
             return
         version = MeshVersion.from_protocol(stream.get_protocol())
+        link.starting = True
         self._nursery.start_soon(self._run_session, link, stream, version, False)
 
     async def _dial(self, link: PeerLink) -> None:
@@ -332,15 +349,21 @@ class Mesh:
 
     async def _run_session(self, link: PeerLink, stream: Any, version: MeshVersion, outbound: bool) -> None:
         session = PeerSession(self, link, stream, version, outbound=outbound)
+        link.starting = False
         old = link.session
         link.session = session
         link.version = version
         link.down_since = None
         if old is not None and old.alive:
             old.close(CloseReason.REPLACED)
-        log.info("mesh session with %s up (%s, %s)", link.short_id, version.label, "out" if outbound else "in")
+        # INFO with the full peer id and the address: what tells an operator that --bootstrap or
+        # discovery worked, and which hub went away.
+        where = f"{'outbound link to' if outbound else 'inbound link from'} {_remote_address(stream)}"
+        log.info("mesh peer %s linked: %s, protocol %s", link.peer_id, where, version.label)
         self._notify()
         reason = await session.run()
+        if not self._closing and reason is not CloseReason.REPLACED:  # replaced: a newer link said "linked"
+            log.info("mesh peer %s left: %s ended (%s)", link.peer_id, where, reason.value)
         link.last_close = reason
         if link.session is session:
             link.session = None
@@ -362,7 +385,8 @@ class Mesh:
         """The peer stayed unreachable: withdraw its interest and forget it."""
         if link.live:
             return
-        log.info("mesh peer %s is gone", link.short_id)
+        log.info("mesh peer %s is gone: unreachable at %s, its interest withdrawn", link.peer_id,
+                 ", ".join(map(str, link.addrs or link.static_addrs)) or "no known address")  # fmt: skip
         self.interest.drop_peer(link.peer_id)
         if self.links.get(link.peer_id) is link:
             del self.links[link.peer_id]
@@ -387,6 +411,48 @@ class Mesh:
     def hello_positions(self) -> dict[int, int]:
         self.inbound.merge_positions(self._resume_positions())
         return self.inbound.positions()
+
+    def hello_refusal(self, link: PeerLink, hub_id: int) -> str | None:
+        """Why a peer's MESH_HELLO must be refused (None: it may speak for ``hub_id``).
+
+        A hub id derived from the peer's own key (Noise authenticated it) is proof enough.
+        An older, random one is trusted on first contact and pinned to the peer then: a
+        peer claiming a hub id pinned to another is refused, and so is one claiming ours.
+        """
+        peer_key = str(link.peer_id)
+        if hub_id == self.hub_id:
+            return f"it claims this hub's own hub id {hub_id:016x}"
+        if hub_id == hub_id_for(link.peer_id):
+            return None
+        owner = self.known_peers.peer_with_hub_id(hub_id)
+        if owner is not None and owner != peer_key:
+            return f"hub id {hub_id:016x} belongs to peer {owner}"
+        return None
+
+    def replay_after(self, link: PeerLink, hub_id: int, position: int) -> int | None:
+        """Where a replay from the log starts for a peer whose MESH_HELLO gave ``position``.
+
+        None: no replay (no logs here, or the peer never linked before -- a new hub gets live
+        forwards, not this hub's history; it is recorded now).  A known peer gets everything
+        after ``max(position, since)``: position 0 is then a peer that was interested but
+        stored nothing of ours yet (it was paused or cut off while its forwards were lost),
+        and ``since`` keeps a low position from reaching history older than the peer's link.
+        """
+        source = self.replay
+        peer_key = str(link.peer_id)
+        known = self.known_peers.get(peer_key)
+        if known is None:
+            since = source.next_origin_seq() - 1 if source is not None else 0
+            self.known_peers.add(peer_key, since=since, hub_id=hub_id)
+            log.info("mesh peer %s is new to this hub: it gets forwards after origin sequence %d, no history",
+                     link.peer_id, since)
+            return None
+        if known.hub_id != hub_id:
+            # Its hub-id file was lost and a new id chosen (hello_refusal allowed it): pin the new one.
+            self.known_peers.add(peer_key, since=known.since, hub_id=hub_id)
+        if source is None:
+            return None
+        return max(position, known.since)
 
     def open_replay(self, link: PeerLink, after: int, before: int | None) -> Replay | None:
         """This hub's sets in ``(after, before)`` the peer wants, from the logs (None: nothing to send).
@@ -421,3 +487,12 @@ class Mesh:
 
     def peer_unsubscribed(self, link: PeerLink, topics: list[str]) -> None:
         self.interest.remove(link.peer_id, topics)
+
+
+def _remote_address(stream: Any) -> str:
+    """``host:port`` at the other end of a libp2p stream (for logs), or ``?`` if libp2p cannot say."""
+    try:
+        remote = stream.get_remote_address()
+    except Exception:  # a transport without the method: logging must not break a session
+        remote = None
+    return f"{remote[0]}:{remote[1]}" if remote else "?"

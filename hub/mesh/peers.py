@@ -30,6 +30,10 @@ class SessionOwner(Protocol):
 
     def hello_positions(self) -> dict[int, int]: ...
 
+    def hello_refusal(self, link: PeerLink, hub_id: int) -> str | None: ...
+
+    def replay_after(self, link: PeerLink, hub_id: int, position: int) -> int | None: ...
+
     def open_replay(self, link: PeerLink, after: int, before: int | None) -> Replay | None: ...
 
     def peer_subscribed(self, link: PeerLink, topics: list[str]) -> None: ...
@@ -53,6 +57,8 @@ class PeerLink:
         #: trio time the last session ended; None while a session is up.
         self.down_since: float | None = None
         self.dialing = False
+        #: an accepted stream whose session has not started yet (counts toward max_peers)
+        self.starting = False
         #: configured with --bootstrap while discovery is off: dialed only at these
         #: addresses (e.g. through a fixed proxy) and never given up on
         self.static_addrs: list[Any] = []

@@ -309,10 +309,17 @@ class PeerSession:
                 decoder.feed(data)
                 frames = list(decoder)
             except wire.ProtocolError as exc:
-                log.warning("mesh peer %s sent a bad frame (%s): %s", self.link.short_id, exc.code.name, exc)
+                log.warning("mesh peer %s sent a bad frame (%s): %s", self.link.peer_id, exc.code.name, exc)
                 self.close(CloseReason.PROTOCOL_ERROR)
                 return
-            await self._handle_chunk(frames)
+            try:
+                await self._handle_chunk(frames)
+            except Exception:  # one peer's input must never take the hub down: end this session only
+                log.exception("mesh peer %s: handling its frames failed; closing the session", self.link.peer_id)
+                self.close(CloseReason.INTERNAL_ERROR)
+                return
+            if not self.alive:
+                return
 
     async def _handle_chunk(self, frames: list[wire.Frame]) -> None:
         acks: dict[int, int] = {}
@@ -325,6 +332,8 @@ class PeerSession:
                 self.close(CloseReason.PROTOCOL_ERROR)
                 return
             self._first_frame = False
+            if not self.alive:
+                return  # refused (a bad MESH_HELLO): nothing more from this peer is acted on
             if isinstance(frame, wire.Forward):
                 v1_forwards.append(frame)
                 continue
@@ -332,6 +341,16 @@ class PeerSession:
                 await self._receive_v1(v1_forwards)
                 v1_forwards = []
             if isinstance(frame, wire.ForwardBatch):
+                if frame.origin != self.remote_hub_id:
+                    # In the direct mesh every hub hears from the origin itself: a peer forwards
+                    # its own publishes only.  Anything else would let it forge another hub's
+                    # messages, or poison that origin's dedup position here.
+                    self._refuse(
+                        CloseReason.FORGED_ORIGIN,
+                        f"it forwarded messages of origin {frame.origin:016x}, not its own "
+                        f"({self.remote_hub_id or 0:016x})",
+                    )
+                    return
                 result = await self.owner.inbound.receive_batch(frame.origin, frame.sets, self.link.peer_id)
                 self._account(result)
                 if result.ack_seq is not None:
@@ -412,20 +431,39 @@ class PeerSession:
             log.warning("mesh peer %s sent a second MESH_HELLO", self.link.short_id)
             self.close(CloseReason.PROTOCOL_ERROR)
             return
+        refusal = self.owner.hello_refusal(self.link, frame.hub_id)
+        if refusal is not None:
+            self._refuse(CloseReason.REFUSED, refusal)
+            return
         self.remote_hub_id = frame.hub_id
         self.link.remote_hub_id = frame.hub_id
         position = next((p.seq for p in frame.positions if p.origin == self.owner.hub_id), 0)
         # Resume right after what the peer already stored: nothing lost, nothing twice.
         self.link.window.resume(position)
-        if self.owner.replay is not None and position > 0:
+        after = self.owner.replay_after(self.link, frame.hub_id, position)
+        if after is not None:
             # The window may not hold everything after ``position`` (the peer was away past
             # resume_linger, the window overflowed, this hub restarted): replay it from the
-            # log once the peer's interest is known.  Position 0 is a peer that never stored
-            # anything of ours -- a new hub gets live forwards, not this hub's history.
-            self._replay_after = position
+            # log once the peer's interest is known.  A peer this hub never linked with gets
+            # live forwards only (Mesh.replay_after).
+            self._replay_after = after
             self._replay_due_at = trio.current_time() + self.config.subscribe_ack_timeout
         self._hello_done = True
         self._kick()
+
+    def remote_address(self) -> str:
+        """``host:port`` the peer's connection comes from (for logs), or "address unknown"."""
+        try:
+            addr = self.stream.get_remote_address()
+        except Exception:  # not every libp2p stream type can tell
+            addr = None
+        return f"{addr[0]}:{addr[1]}" if addr else "address unknown"
+
+    def _refuse(self, reason: CloseReason, why: str) -> None:
+        """End the session for something the peer may not do; counted and logged with who it was."""
+        self.counters.refused += 1
+        log.warning("mesh peer %s (%s) refused: %s", self.link.peer_id, self.remote_address(), why)
+        self.close(reason)
 
     def _start_replay(self) -> None:
         after = self._replay_after

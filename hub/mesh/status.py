@@ -23,6 +23,12 @@ class CloseReason(Enum):
     SLOW_PEER = "slow_peer"
     #: This hub is shutting down.
     SHUTDOWN = "shutdown"
+    #: The peer claimed a hub id that is not its own (another hub's, or this hub's).
+    REFUSED = "refused"
+    #: A FORWARD_BATCH spoke for an origin other than the peer's own hub id.
+    FORGED_ORIGIN = "forged_origin"
+    #: Handling the peer's input failed unexpectedly; only this session ends (the hub logs why).
+    INTERNAL_ERROR = "internal_error"
 
 
 @dataclass(slots=True)
@@ -60,6 +66,8 @@ class PeerCounters:
     replays: int = 0
     messages_replayed: int = 0
     replay_holes: int = 0
+    #: Sessions refused at MESH_HELLO (a hub id that is not the peer's) or for a forged origin.
+    refused: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -131,8 +131,12 @@ class LogStore:
         repaired = [r for r in self.reports if r.truncated_bytes or r.bad_ranges]
         log.info("opened %d topic logs from %s (%d segments repaired)", len(self.logs), self.root, len(repaired))
 
-    def hub_id(self) -> int:
-        """A stable hub id, kept in the data directory across restarts."""
+    def hub_id(self, new_id: int | None = None) -> int:
+        """A stable hub id, kept in the data directory across restarts.
+
+        ``new_id`` is the id to record if there is none yet (a hub with a mesh derives it
+        from its identity, so peers can verify it); None picks a random one.
+        """
         path = self.root / "hub-id"
         if path.exists():
             text = path.read_text().strip()
@@ -142,7 +146,7 @@ class LogStore:
                 # Only a crash right after the very first start can leave this
                 # file empty: the id was never used by anyone yet.
                 log.error("%s is unreadable (%r): choosing a new hub id", path, text[:40])
-        hub_id = int.from_bytes(secrets.token_bytes(8), "big") or 1
+        hub_id = new_id or int.from_bytes(secrets.token_bytes(8), "big") or 1
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w") as fh:
             fh.write(f"{hub_id:016x}\n")

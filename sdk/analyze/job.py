@@ -145,15 +145,26 @@ def aggregate(spark: SparkSession, out: Path) -> dict[str, pd.DataFrame]:
     """Write ``topics``, ``rates``, ``latency`` and ``latency_histogram`` from ``out/messages``.
 
     Every record of a LOG_BATCH shares its batch's timestamp and append time, hence its latency.
-    So one pass groups the messages by (hub, topic, second, latency): at most one row per batch,
-    usually ~1000x fewer rows than messages.  All four tables come from that small cached table,
-    and the latency percentiles are exact (``percentile`` weighted by the row counts).
+    So one pass groups the messages by (hub, topic, second, latency, forwarded or not): at most
+    one row per batch, usually ~1000x fewer rows than messages.  All four tables come from that
+    small cached table, and the latency percentiles are exact (``percentile`` weighted by the
+    row counts).
+
+    Latency is only measured on forwarded copies (origin is another hub): on its origin hub a
+    batch is appended with its own timestamp, so its latency there is 0 by construction, and
+    counting those zeros would put half a cluster's "latencies" at 0 µs.
     """
     from pyspark.sql import functions as F
 
     msgs = spark.read.parquet(str(out / "messages"))
     base = (
-        msgs.groupBy("hub_id", "topic", F.floor(F.col("timestamp") / 1_000_000).alias("second"), "latency_us")
+        msgs.groupBy(
+            "hub_id",
+            "topic",
+            F.floor(F.col("timestamp") / 1_000_000).alias("second"),
+            "latency_us",
+            (F.col("origin") != F.col("hub_id")).alias("forwarded_copy"),
+        )
         .agg(
             F.count(F.lit(1)).alias("n"),
             F.sum(F.col("key_len") + F.col("data_len")).alias("bytes"),
@@ -161,7 +172,6 @@ def aggregate(spark: SparkSession, out: Path) -> dict[str, pd.DataFrame]:
             F.max("timestamp").alias("last_timestamp"),
             F.min("offset").alias("first_offset"),
             F.max("offset").alias("last_offset"),
-            F.sum(F.when(F.col("origin") != F.col("hub_id"), 1).otherwise(0)).alias("forwarded"),
         )
         .cache()
     )
@@ -176,6 +186,7 @@ def _write_aggregates(base: DataFrame, out: Path) -> dict[str, pd.DataFrame]:
 
     n = F.col("n")
     latency_sum = F.sum(F.col("latency_us") * n)
+    forwarded_n = F.when(F.col("forwarded_copy"), n).otherwise(0)
     duration = (F.col("last_timestamp") - F.col("first_timestamp")) / 1e6
     topics = (
         base.groupBy("hub_id", "topic")
@@ -186,8 +197,9 @@ def _write_aggregates(base: DataFrame, out: Path) -> dict[str, pd.DataFrame]:
             F.max("last_offset").alias("last_offset"),
             F.min("first_timestamp").alias("first_timestamp"),
             F.max("last_timestamp").alias("last_timestamp"),
-            F.sum("forwarded").alias("forwarded"),
-            (latency_sum / F.sum(n)).alias("mean_latency_us"),
+            F.sum(forwarded_n).alias("forwarded"),
+            # Over forwarded copies only (null without any): see aggregate().
+            F.try_divide(F.sum(F.col("latency_us") * forwarded_n), F.sum(forwarded_n)).alias("mean_latency_us"),
         )
         .withColumn("duration_s", duration)
         # One instant (a single batch) has no rate: null rather than infinity.
@@ -202,9 +214,10 @@ def _write_aggregates(base: DataFrame, out: Path) -> dict[str, pd.DataFrame]:
         .withColumn("time", F.timestamp_seconds("second"))
     )
     fractions = [q for _, q in PERCENTILES]
+    copies = base.filter(F.col("forwarded_copy"))
     latency = (
         # rollup: per (topic, hub), per topic over all hubs (hub_id null), overall (both null)
-        base.rollup("topic", "hub_id")
+        copies.rollup("topic", "hub_id")
         .agg(
             F.sum(n).alias("count"),
             F.min("latency_us").alias("min"),
@@ -220,7 +233,7 @@ def _write_aggregates(base: DataFrame, out: Path) -> dict[str, pd.DataFrame]:
     # (clock skew between hubs can make a forwarded message's latency negative).
     bin_index = F.floor(F.log10(F.greatest(F.col("latency_us"), F.lit(1)).cast("double")) * BINS_PER_DECADE)
     histogram = (
-        base.groupBy("topic", bin_index.cast("int").alias("bin"))
+        copies.groupBy("topic", bin_index.cast("int").alias("bin"))
         .agg(F.sum(n).alias("count"))
         .withColumn("lower_us", F.pow(F.lit(10.0), F.col("bin") / BINS_PER_DECADE))
         .withColumn("upper_us", F.pow(F.lit(10.0), (F.col("bin") + 1) / BINS_PER_DECADE))

@@ -7,8 +7,9 @@ twice, so the Markdown and the HTML never disagree.
 from __future__ import annotations
 
 import html
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,9 @@ from .job import BINS_PER_DECADE
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
+    from .inputs import HubDir
     from .job import Result
 
 #: Above this many seconds the rate plot averages per minute: a week of per-second points is unreadable.
@@ -82,6 +85,22 @@ def _all(value: Any) -> str:
     return "all" if _missing(value) else str(value)
 
 
+def hub_names(hubs: Sequence[HubDir]) -> dict[str, str]:
+    """Hub id -> the name people use: its data directory's name (``hub-1``, as ``pub0sub cluster up``
+    and the demo name them), with as many parent directories as it takes to tell two apart."""
+    names: dict[str, str] = {}
+    for depth in range(1, max((len(h.path.parts) for h in hubs), default=1) + 1):
+        names = {h.hub_id: "/".join(h.path.parts[-depth:]) for h in hubs}
+        if len(set(names.values())) == len(names):
+            break
+    return names
+
+
+def _hub(names: Mapping[str, str], hub_id: Any) -> str:
+    """A hub's name; ``all`` for a rollup row; the id itself for a hub whose directory is not read."""
+    return "all" if _missing(hub_id) else names.get(str(hub_id), str(hub_id))
+
+
 # -- plots --------------------------------------------------------------------------------------
 
 def _pyplot() -> Any:
@@ -104,18 +123,41 @@ def _tick_us(value: float) -> str:
     return f"{value / 1_000_000:g} s"
 
 
-def _log_us_axis(axis: Any) -> None:
-    """A log axis in µs labelled 1-2-5 in readable units (µs, ms, s), without crowded minor labels."""
+def _log_us_axis(axis: Any, low: float, high: float) -> None:
+    """A log axis in µs labelled in readable units (µs, ms, s), never so densely that labels touch.
+
+    1-2-3-5-7 within a decade, 1-2-5 over up to three, one label per decade beyond (``numticks``
+    then thins those too): a histogram from 1 µs to 5 ms labelled 1-2-5 had its labels run into
+    each other.
+    """
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    decades = math.log10(max(high, 1.0) / max(low, 1.0))
+    subs = (1.0, 2.0, 3.0, 5.0, 7.0) if decades <= 1 else (1.0, 2.0, 5.0) if decades <= 3 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=10))
     axis.set_major_formatter(FuncFormatter(lambda value, _pos: _tick_us(value)))
     axis.set_minor_formatter(NullFormatter())
 
 
-def plot_rates(rates: pd.DataFrame, path: Path) -> bool:
-    if rates.empty:
+def _legend_outside(ax: Any, title: str, entries: int) -> None:
+    """The legend right of the plot area, never over the data (the figure is saved with a tight box)."""
+    ax.legend(title=title, fontsize="small", title_fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0.0, ncol=1 if entries <= 18 else 2)  # fmt: skip
+
+
+def save_figure(fig: Figure | None, path: Path) -> bool:
+    """Write ``fig`` as a PNG (False: no figure, nothing written)."""
+    if fig is None:
         return False
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the box includes the legends outside the axes
+    _pyplot().close(fig)
+    return True
+
+
+def rates_figure(rates: pd.DataFrame, names: Mapping[str, str]) -> Figure | None:
+    """Messages per second, one line per (topic, hub); None without data."""
+    if rates.empty:
+        return None
     import matplotlib.dates as mdates
     import numpy as np
     from matplotlib.ticker import FuncFormatter
@@ -123,9 +165,10 @@ def plot_rates(rates: pd.DataFrame, path: Path) -> bool:
     plt = _pyplot()
     span = int(rates["second"].max() - rates["second"].min()) + 1
     step = 60 if span > PER_SECOND_PLOT_LIMIT else 1
-    hubs = sorted(rates["hub_id"].unique())
+    hubs = sorted(rates["hub_id"].unique(), key=lambda hub: _hub(names, hub))  # hub-1, hub-2, ... in the legend
     fig, ax = plt.subplots(figsize=(10, 4.8))
-    for (hub, topic), group in rates.groupby(["hub_id", "topic"], sort=True):
+    series = sorted(rates.groupby(["hub_id", "topic"]), key=lambda item: (hubs.index(item[0][0]), item[0][1]))
+    for (hub, topic), group in series:
         buckets = (group["second"] // step) * step
         counts = group.groupby(buckets)["count"].sum() / step
         # Seconds with no message are zeros, not a line drawn across the gap.
@@ -133,7 +176,7 @@ def plot_rates(rates: pd.DataFrame, path: Path) -> bool:
         counts = counts.reindex(full, fill_value=0)
         edges = np.append(counts.index.to_numpy(), counts.index[-1] + step).astype("datetime64[s]")
         # Copies of one topic on several hubs often coincide: a line style per hub keeps both visible.
-        ax.stairs(counts.to_numpy(), mdates.date2num(edges), label=f"{topic} @ hub {str(hub)[-6:]}",
+        ax.stairs(counts.to_numpy(), mdates.date2num(edges), label=f"{topic} @ {_hub(names, hub)}",
                   linewidth=1.6, linestyle=LINE_STYLES[hubs.index(hub) % len(LINE_STYLES)], baseline=None)
     ax.xaxis.set_major_locator(mdates.AutoDateLocator())
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S" if span < 2 * 86400 else "%m-%d %H:%M"))
@@ -143,25 +186,24 @@ def plot_rates(rates: pd.DataFrame, path: Path) -> bool:
     ax.set_ylim(bottom=0)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:,.0f}"))
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="best")
+    _legend_outside(ax, "topic @ hub", rates.groupby(["hub_id", "topic"]).ngroups)
     fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return fig
 
 
-def plot_bytes(topics: pd.DataFrame, path: Path) -> bool:
+def bytes_figure(topics: pd.DataFrame, names: Mapping[str, str]) -> Figure | None:
+    """Payload bytes per topic, stacked by hub; None without data."""
     if topics.empty:
-        return False
+        return None
     plt = _pyplot()
     table = topics.pivot_table(index="topic", columns="hub_id", values="bytes", aggfunc="sum", fill_value=0)
     table = table.loc[table.sum(axis=1).sort_values().index]
+    table = table[sorted(table.columns, key=lambda hub: _hub(names, hub))]
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(table) + 1.6))
     left = [0.0] * len(table)
     for hub in table.columns:
         values = table[hub].to_numpy() / 1e6
-        ax.barh(table.index, values, left=left, label=f"hub {str(hub)[-6:]}")
+        ax.barh(table.index, values, left=left, label=_hub(names, hub))
         left = [a + b for a, b in zip(left, values, strict=True)]
     for y, total in enumerate(left):
         ax.annotate(fmt_bytes(total * 1e6), (total, y), xytext=(4, 0), textcoords="offset points", va="center",
@@ -170,55 +212,56 @@ def plot_bytes(topics: pd.DataFrame, path: Path) -> bool:
     ax.set_title("Payload bytes (key + data) per topic, stacked by hub")
     ax.set_xlabel("MB")
     ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(fontsize="small", loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    _legend_outside(ax, "hub", len(table.columns))
+    return fig
 
 
-def plot_latency(latency: pd.DataFrame, histogram: pd.DataFrame, path: Path) -> bool:
-    if latency.empty:
-        return False
+def latency_figure(latency: pd.DataFrame, histogram: pd.DataFrame) -> Figure | None:
+    """Forwarded copies only (the job leaves out each origin's own 0 µs copies): histogram on top,
+    percentiles per topic below as horizontal bars, so long topic names stay readable."""
+    latency = latency[latency["count"] > 0]
+    if latency.empty or histogram.empty:
+        return None
     import numpy as np
 
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    per_topic = latency[latency["hub_id"].isna()].copy()
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(11, 4.2 + 0.45 * len(per_topic) + 1.4), height_ratios=(4.2, 0.45 * len(per_topic) + 1.4)
+    )
+    low, high = float("inf"), 1.0
     for topic, group in histogram.groupby("topic", sort=True):
         bins = group.set_index("bin")["count"]
         # Empty bins between used ones are zeros: a step must not bridge them.
         bins = bins.reindex(range(int(bins.index.min()), int(bins.index.max()) + 1), fill_value=0)
         edges = 10.0 ** (np.arange(bins.index[0], bins.index[-1] + 2) / BINS_PER_DECADE)
-        left.stairs(bins.to_numpy() / bins.sum() * 100, edges, label=str(topic), linewidth=1.6)
-    left.set_xscale("log")
-    _log_us_axis(left.xaxis)
-    left.set_xlabel("publish-to-append latency (log scale)")
-    left.set_ylabel("% of the topic's messages")
-    left.set_title("Latency histogram (all hubs)")
-    left.grid(True, which="both", alpha=0.3)
-    left.legend(fontsize="small")
+        low, high = min(low, float(edges[0])), max(high, float(edges[-1]))
+        top.stairs(bins.to_numpy() / bins.sum() * 100, edges, label=str(topic), linewidth=1.6)
+    top.set_xscale("log")
+    _log_us_axis(top.xaxis, low, high)
+    top.set_xlabel("publish-to-append latency (log scale)")
+    top.set_ylabel("% of the topic's copies")
+    top.set_title("Forwarded copies: from the origin hub's accept to the append on another hub")
+    top.grid(True, which="both", alpha=0.3)
+    _legend_outside(top, "topic", histogram["topic"].nunique())
 
-    per_topic = latency[latency["hub_id"].isna()].copy()
-    per_topic["label"] = per_topic["topic"].map(_all)
     names = [("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9")]
-    width = 0.8 / len(names)
-    xs = range(len(per_topic))
+    height = 0.8 / len(names)
+    ys = np.arange(len(per_topic))
+    values = per_topic[[c for c, _ in names]].clip(lower=1)
     for i, (column, label) in enumerate(names):
-        values = per_topic[column].clip(lower=1).to_numpy()
-        right.bar([x + (i - 1.5) * width for x in xs], values, width=width, label=label)
-    right.set_xticks(list(xs), per_topic["label"].tolist(), rotation=20, ha="right")
-    right.set_yscale("log")
-    _log_us_axis(right.yaxis)
-    low = float(per_topic[[c for c, _ in names]].clip(lower=1).min().min())
-    right.set_ylim(bottom=max(0.5, low / 2))
-    right.set_ylabel("latency (log scale)")
-    right.set_title("Latency percentiles per topic (all hubs)")
-    right.grid(True, axis="y", which="both", alpha=0.3)
-    right.legend(fontsize="small")
+        bottom.barh(ys + (i - 1.5) * height, values[column].to_numpy(), height=height, label=label)
+    bottom.set_yticks(ys, ["all topics" if _missing(t) else str(t) for t in per_topic["topic"]])
+    bottom.invert_yaxis()  # first topic on top, as in the tables
+    bottom.set_xscale("log")
+    _log_us_axis(bottom.xaxis, float(values.min().min()), float(values.max().max()))
+    bottom.set_xlim(left=max(0.5, float(values.min().min()) / 2))
+    bottom.set_xlabel("latency (log scale)")
+    bottom.set_title("Latency percentiles per topic, forwarded copies on all hubs")
+    bottom.grid(True, axis="x", which="both", alpha=0.3)
+    _legend_outside(bottom, "percentile", len(names))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return fig
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -239,11 +282,17 @@ def _relative(path: str, hubs: Sequence[Any]) -> str:
     return path
 
 
+def _by_hub_name(frame: pd.DataFrame, names: Mapping[str, str]) -> pd.DataFrame:
+    """Rows in the order people count hubs (hub-1, hub-2, ...), then by topic."""
+    return frame.assign(_hub=[_hub(names, h) for h in frame["hub_id"]]).sort_values(["_hub", "topic"], kind="stable")
+
+
 def build(result: Result, images: dict[str, str]) -> list[Block]:
     tables = result.tables
     topics, latency, rates = tables["topics"], tables["latency"], tables["rates"]
+    names = hub_names(result.hubs)
     blocks = [Block("h1", "pub0sub log analysis")]
-    hubs = ", ".join(f"`{h.path}` (hub {h.hub_id})" for h in result.hubs)
+    hubs = ", ".join(f"{names[h.hub_id]} (`{h.path}`, id {h.hub_id})" for h in result.hubs)
     t = result.timings
     blocks.append(Block("table", header=("", ""), rows=[
         ("hub data directories", hubs),
@@ -274,10 +323,10 @@ def build(result: Result, images: dict[str, str]) -> list[Block]:
                              "whose origin is another hub."))
     blocks.append(Block("table", header=("hub", "topic", "messages", "bytes", "offsets", "first", "last", "rate/s",
                                          "bytes/s", "forwarded"), rows=[
-        (r.hub_id, r.topic, fmt_count(r.count), fmt_bytes(r.bytes), f"{r.first_offset:,}..{r.last_offset:,}",
-         fmt_time(r.first_timestamp), fmt_time(r.last_timestamp), fmt_rate(r.rate), fmt_bytes(r.bytes_per_s),
-         fmt_count(r.forwarded))
-        for r in topics.itertuples()
+        (_hub(names, r.hub_id), r.topic, fmt_count(r.count), fmt_bytes(r.bytes),
+         f"{r.first_offset:,}..{r.last_offset:,}", fmt_time(r.first_timestamp), fmt_time(r.last_timestamp),
+         fmt_rate(r.rate), fmt_bytes(r.bytes_per_s), fmt_count(r.forwarded))
+        for r in _by_hub_name(topics, names).itertuples()
     ]))
     if "bytes" in images:
         blocks.append(Block("image", images["bytes"], header=("Payload bytes per topic",)))
@@ -287,22 +336,29 @@ def build(result: Result, images: dict[str, str]) -> list[Block]:
         peaks = rates.groupby(["hub_id", "topic"])["count"].agg(["max", "mean", "size"]).reset_index()
         blocks.append(Block("p", "Messages per one-second bucket of origin timestamp (full table: `rates/`)."))
         blocks.append(Block("table", header=("hub", "topic", "seconds with traffic", "mean/s", "peak/s"), rows=[
-            (r.hub_id, r.topic, fmt_count(r.size), fmt_rate(r.mean), fmt_count(r.max)) for r in peaks.itertuples()
+            (_hub(names, r.hub_id), r.topic, fmt_count(r.size), fmt_rate(r.mean), fmt_count(r.max))
+            for r in _by_hub_name(peaks, names).itertuples()
         ]))
     if "rates" in images:
         blocks.append(Block("image", images["rates"], header=("Messages per second",)))
 
     blocks.append(Block("h2", "Latency"))
-    blocks.append(Block("p", "Publish-to-append latency: the hub's `append_ts` minus the batch `timestamp` (the "
-                             "origin hub's accept time). For a forwarded copy this includes the mesh hop and any "
-                             "clock difference between the hubs; `negative` counts values below zero. `all` rows "
-                             "combine hubs or topics."))
-    blocks.append(Block("table", header=("topic", "hub", "messages", "min", "mean", "p50", "p90", "p99", "p99.9",
-                                         "max", "negative"), rows=[
-        (_all(r.topic), _all(r.hub_id), fmt_count(r.count), fmt_us(r.min), fmt_us(r.mean), fmt_us(r.p50),
-         fmt_us(r.p90), fmt_us(r.p99), fmt_us(r.p999), fmt_us(r.max), fmt_count(r.negative))
-        for r in latency.itertuples()
-    ]))
+    blocks.append(Block("p", "Publish-to-append latency of forwarded copies: the receiving hub's `append_ts` minus "
+                             "the batch `timestamp` (the origin hub's accept time), so the mesh hop plus any clock "
+                             "difference between the hubs; `negative` counts values below zero. A message's copy "
+                             "on its own origin hub is left out: it is appended with its own timestamp, 0 µs by "
+                             "construction (`topics` counts every copy). `all` rows combine hubs or topics."))
+    timed = latency[latency["count"] > 0]
+    if timed.empty:
+        blocks.append(Block("p", "No forwarded copies in these directories: nothing to time. Analyze the data "
+                                 "directories of the hubs the messages were forwarded to as well."))
+    else:
+        blocks.append(Block("table", header=("topic", "hub", "copies", "min", "mean", "p50", "p90", "p99",
+                                             "p99.9", "max", "negative"), rows=[
+            (_all(r.topic), _hub(names, r.hub_id), fmt_count(r.count), fmt_us(r.min), fmt_us(r.mean),
+             fmt_us(r.p50), fmt_us(r.p90), fmt_us(r.p99), fmt_us(r.p999), fmt_us(r.max), fmt_count(r.negative))
+            for r in timed.itertuples()
+        ]))
     if "latency" in images:
         blocks.append(Block("image", images["latency"], header=("Latency",)))
 
@@ -379,12 +435,15 @@ def write_report(result: Result, out: Path) -> dict[str, Path]:
     """Plots and both report files under ``out``; returns what was written."""
     tables = result.tables
     images: dict[str, str] = {}
-    if plot_rates(tables["rates"], out / "rates.png"):
-        images["rates"] = "rates.png"
-    if plot_bytes(tables["topics"], out / "bytes.png"):
-        images["bytes"] = "bytes.png"
-    if plot_latency(tables["latency"], tables["latency_histogram"], out / "latency.png"):
-        images["latency"] = "latency.png"
+    names = hub_names(result.hubs)
+    figures = {
+        "rates": rates_figure(tables["rates"], names),
+        "bytes": bytes_figure(tables["topics"], names),
+        "latency": latency_figure(tables["latency"], tables["latency_histogram"]),
+    }
+    for name, fig in figures.items():
+        if save_figure(fig, out / f"{name}.png"):
+            images[name] = f"{name}.png"
     blocks = build(result, images)
     (out / "report.md").write_text(render_markdown(blocks))
     (out / "report.html").write_text(render_html(blocks))

@@ -38,7 +38,9 @@ class Pub0subHub(AnnouncedServer):
     """``python -m hub`` on a free loopback port; optional data directory."""
 
     def __init__(self, *extra: str, data_dir: bool = False) -> None:
-        args = ["--listen", "127.0.0.1:0", "--max-pending-bytes", str(BENCH_PENDING_BYTES), *extra]
+        # WARNING: the hub shares bench's stderr, where its INFO lines would bury the progress lines.
+        args = ["--listen", "127.0.0.1:0", "--max-pending-bytes", str(BENCH_PENDING_BYTES), "--log-level", "WARNING",
+                *extra]  # fmt: skip
         super().__init__("pub0sub", python_module("hub", *args))
         if data_dir:
             # The base class removes this directory when the server stops.

@@ -15,6 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import wire
+import wire.topics
+
 #: Kafka's sentinels in JSON offsets.
 EARLIEST = -2
 LATEST = -1
@@ -109,26 +112,20 @@ def parse_bool(options: Mapping[str, str], key: str, default: bool, name: str) -
     raise OptionError(f"option '{name}' must be true or false, got {raw!r}")
 
 
-def valid_topic(topic: str) -> bool:
-    return bool(topic) and all(token and token not in ("*", ">") for token in topic.split("."))
-
-
-def valid_pattern(pattern: str) -> bool:
-    tokens = pattern.split(".")
-    if not all(tokens):
-        return False
-    return all(t != ">" or i == len(tokens) - 1 for i, t in enumerate(tokens))
+def check_name(option: str, name: str, *, pattern: bool = False) -> None:
+    """The topic rule (``wire.topics``) for an option's topic or pattern, as an :class:`OptionError`."""
+    try:
+        wire.check_topic(name, pattern=pattern)
+    except wire.InvalidTopicError as exc:
+        raise OptionError(f"option '{option}': {exc}") from None
 
 
 def pattern_matches(pattern: str, topic: str) -> bool:
     """pub0sub pattern rules: ``*`` is exactly one token, a final ``>`` one or more."""
-    p, t = pattern.split("."), topic.split(".")
-    for i, token in enumerate(p):
-        if token == ">":
-            return len(t) > i
-        if i >= len(t) or (token != "*" and token != t[i]):
-            return False
-    return len(p) == len(t)
+    tokens = wire.topics.pattern_tokens(pattern)
+    if tokens is None:
+        return pattern == topic
+    return wire.topics.pattern_matches(tokens, topic.split("."))
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,17 +152,11 @@ def parse_subscription(options: Mapping[str, str]) -> Subscription:
     key = given[0]
     if key == "subscribepattern":
         pattern = options[key].strip()
-        if not valid_pattern(pattern):
-            raise OptionError(
-                f"option 'subscribePattern': {pattern!r} is not a pub0sub pattern "
-                "(dot-separated tokens; '*' matches one token, a final '>' one or more)"
-            )
+        check_name("subscribePattern", pattern, pattern=True)
         return Subscription(pattern=pattern)
     topics = tuple(dict.fromkeys(t.strip() for t in options[key].split(",") if t.strip()))
     for topic in topics:
-        if not valid_topic(topic):
-            hint = " (use 'subscribePattern' for patterns)" if "*" in topic or ">" in topic else ""
-            raise OptionError(f"option '{key}': {topic!r} is not a topic name{hint}")
+        check_name(key, topic)
     return Subscription(topics=topics)
 
 
@@ -189,8 +180,7 @@ def parse_offsets(options: Mapping[str, str], key: str, name: str, default: str)
             offset = offset["0"]  # Kafka's {"topic": {"partition": offset}} with pub0sub's single "partition"
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
             raise OptionError(f"option '{name}': offset for {topic!r} must be an integer >= -2, got {offset!r}")
-        if not valid_topic(topic):
-            raise OptionError(f"option '{name}': {topic!r} is not a topic name")
+        check_name(name, topic)
         result[topic] = offset
     return result
 
@@ -266,8 +256,8 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
     options = normalize(raw)
     check_known(options, WRITE_OPTIONS, "write")
     topic = options.get("topic", "").strip() or None
-    if topic is not None and not valid_topic(topic):
-        raise OptionError(f"option 'topic': {topic!r} is not a topic name (no '*' or '>' tokens, no empty tokens)")
+    if topic is not None:
+        check_name("topic", topic)
     return WriteOptions(
         hubs=parse_hubs(options),
         topic=topic,
