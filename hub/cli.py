@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
     except (OSError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    # The hub's name leads each line: several hubs often share one terminal (pub0sub cluster up).
+    # The hub's name leads each line: several hubs often share one terminal or one log.
     who = f"{config.name} " if config.name else ""
     logging.basicConfig(level=args.log_level, format=f"%(asctime)s {who}%(levelname)s %(name)s: %(message)s")
     try:
