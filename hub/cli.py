@@ -13,7 +13,9 @@ from pathlib import Path
 import trio
 
 from .config import HubConfig, load_config
+from .ports import PortInUseError, check_port_free
 from .server import HubServer
+from .storage.store import DataDirInUseError
 
 #: The built-in settings, shown as each option's default.
 _DEFAULTS = HubConfig()
@@ -116,7 +118,8 @@ async def run_hub(server: HubServer) -> None:
                 for addr in server.mesh.listen_addrs:
                     print(f"mesh listening on {addr}", flush=True)
             async for signum in signals:
-                logging.getLogger("pub0sub.hub").warning("signal %d: shutting down", signum)
+                # A stop asked for is the normal end of a hub: INFO, not a warning.
+                logging.getLogger("pub0sub.hub").info("%s: shutting down", signal.Signals(signum).name)
                 break
             await server.aclose()
             nursery.cancel_scope.cancel()
@@ -158,19 +161,54 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
     except (OSError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    # The hub's name leads each line: several hubs often share one terminal (pub0sub cluster up).
+    # The hub's name leads each line: several hubs often share one terminal or one log.
     who = f"{config.name} " if config.name else ""
     logging.basicConfig(level=args.log_level, format=f"%(asctime)s {who}%(levelname)s %(name)s: %(message)s")
     try:
-        server = HubServer(config)  # opens and recovers the data directory
+        # Before the data directory: a refused hub says one line and opens (and recovers) nothing.
+        # serve() and the mesh check again when they bind, for a port taken in between.
+        check_ports_free(config)
+    except PortInUseError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        server = HubServer(config)  # locks, opens and recovers the data directory
+    except DataDirInUseError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"{prog}: cannot open the data directory {config.data_dir}: {exc}", file=sys.stderr)
         return 1
     try:
         trio.run(run_hub, server)
-    except OSError as exc:
-        print(f"{prog}: cannot listen on {config.listen}: {exc.strerror or exc}", file=sys.stderr)
+    except BaseException as exc:
+        # Start-up failures (and a Ctrl-C before the signal receiver is in place) reach here
+        # wrapped in the nurseries' exception groups.
+        error = _unwrap(exc)
+        if isinstance(error, KeyboardInterrupt):
+            return 0
+        if not isinstance(error, OSError):
+            raise
+        if isinstance(error, PortInUseError):
+            print(f"{prog}: {error}", file=sys.stderr)
+        else:
+            print(f"{prog}: cannot listen on {config.listen}: {error.strerror or error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        pass
     return 0
+
+
+def check_ports_free(config: HubConfig) -> None:
+    """:class:`PortInUseError` if the client or the mesh port has a listener already."""
+    host, port = config.host_port
+    check_port_free(host, port)
+    if config.mesh_listen:
+        from .mesh.host import check_mesh_port_free  # imports libp2p: only for a hub with a mesh
+
+        check_mesh_port_free(config.mesh_listen)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member exception groups (``exc`` itself otherwise)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

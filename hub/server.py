@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ from .config import HubConfig
 from .connection import ClientConnection, CloseReason
 from .consumers import ConsumerRegistry, ConsumerState, StandingInterest
 from .flushing import OutputBatch
+from .ports import PortInUseError
 from .publishing import Publisher
 from .routing import RoutingTable
 from .storage.store import LogStore
@@ -125,6 +127,7 @@ class HubServer:
         self._next_conn_id = 1
         self._rates: dict[str, float] = {"messages_in_per_s": 0.0, "deliveries_per_s": 0.0}
         self._cancel: trio.CancelScope | None = None
+        self._stopped = trio.Event()
         self._nursery: trio.Nursery | None = None
         subs = self.subscriptions
         self._handlers: dict[type[Frame], Callable[[ClientConnection, Any], None]] = {
@@ -243,11 +246,21 @@ class HubServer:
 
     # Typed Any: libp2p pulls in trio-typing, whose stale trio-stubs hide trio.TaskStatus from mypy.
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        host, port = self.config.host_port
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        sockname = listeners[0].socket.getsockname()
-        self.address = f"{sockname[0]}:{sockname[1]}"
+        """Listen and serve until :meth:`aclose` (or cancellation); the storage is closed on the way out.
+
+        Raises :class:`hub.ports.PortInUseError` when the client or the mesh port has a listener already.
+        """
+        self._stopped = trio.Event()
         try:
+            host, port = self.config.host_port
+            try:
+                listeners = await trio.open_tcp_listeners(port, host=host)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise PortInUseError(host or "0.0.0.0", port) from None
+                raise
+            sockname = listeners[0].socket.getsockname()
+            self.address = f"{sockname[0]}:{sockname[1]}"
             async with trio.open_nursery() as nursery:
                 self._cancel = nursery.cancel_scope
                 self._nursery = nursery
@@ -265,6 +278,7 @@ class HubServer:
                 task_status.started(self.address)
         finally:
             self._close_storage()
+            self._stopped.set()
 
     def start_task(self, fn: Callable[[], Awaitable[None]]) -> None:
         assert self._nursery is not None
@@ -286,6 +300,9 @@ class HubServer:
                 await trio.sleep(0.01)
         if self._cancel is not None:
             self._cancel.cancel()
+            # Until serve() has closed the storage, the data directory stays locked: a hub
+            # started again on it right after aclose() would be refused.
+            await self._stopped.wait()
 
     async def _handle_stream(self, stream: trio.SocketStream) -> None:
         try:

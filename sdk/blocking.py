@@ -30,6 +30,7 @@ from .address import parse_address
 from .batching import DEFAULT_FLUSH_BYTES, Ticket
 from .blocking_subscription import BlockingSubscription
 from .errors import ConnectionLostError, HubError, Pub0subError, PublishTimeoutError
+from .handshake import DEFAULT_HANDSHAKE_TIMEOUT, HandshakeWatch
 from .messages import PublishAck, Reconnect
 from .protocol import DEFAULT_MAX_PENDING_BYTES, FATAL_CODES, ClientProtocol, State
 
@@ -49,6 +50,7 @@ def connect_blocking(
     flush_bytes: int = DEFAULT_FLUSH_BYTES,
     producer_id: int | None = None,
     connect_timeout: float = 10.0,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
 ) -> BlockingClient:
     """Connect to a hub and return a :class:`BlockingClient` (also a context manager).
 
@@ -67,6 +69,7 @@ def connect_blocking(
         flush_bytes=flush_bytes,
         producer_id=producer_id,
         connect_timeout=connect_timeout,
+        handshake_timeout=handshake_timeout,
     )
     try:
         client._open()
@@ -91,11 +94,13 @@ class BlockingClient:
         flush_bytes: int,
         producer_id: int | None,
         connect_timeout: float,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     ) -> None:
         self.address = address
         self._host, self._port = parse_address(address)
         self._reconnect = reconnect
         self._connect_timeout = connect_timeout
+        self._handshake_timeout = handshake_timeout
         self._proto = ClientProtocol(
             name=name,
             token=token,
@@ -138,12 +143,14 @@ class BlockingClient:
         return self._proto
 
     def _open(self) -> None:
+        """One connection attempt: TCP connect (``connect_timeout``), HELLO, WELCOME (``handshake_timeout``)."""
         proto = self._proto
-        deadline = time.monotonic() + self._connect_timeout
         try:
             sock = socket.create_connection((self._host, self._port), timeout=self._connect_timeout)
         except OSError as exc:
             raise ConnectionLostError(f"cannot connect to {self.address}: {exc.strerror or exc}") from None
+        watch = HandshakeWatch(self.address, timeout=self._handshake_timeout)
+        deadline = time.monotonic() + self._handshake_timeout
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             proto.connection_made()
@@ -151,11 +158,12 @@ class BlockingClient:
             while proto.state == State.HANDSHAKE:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise ConnectionLostError(f"no WELCOME from {self.address} within {self._connect_timeout:g}s")
+                    raise watch.silent()
                 sock.settimeout(left)
                 data = sock.recv(_READ_SIZE)
                 if not data:
-                    raise ConnectionLostError(f"{self.address} closed the connection during the handshake")
+                    raise watch.closed()
+                watch.received(data)
                 proto.receive_data(data)
                 if proto.state == State.HANDSHAKE and proto.has_output:
                     sock.sendall(proto.data_to_send())
@@ -163,6 +171,9 @@ class BlockingClient:
         except BaseException as exc:
             proto.connection_lost()
             sock.close()
+            not_a_hub = watch.explain(exc)
+            if not_a_hub is not None:
+                raise not_a_hub from None
             if isinstance(exc, OSError) and not isinstance(exc, Pub0subError):
                 raise ConnectionLostError(f"handshake with {self.address} failed: {exc}") from None
             raise

@@ -130,9 +130,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub sub") -> int
         return usage_error(prog, problem)
     manual = args.ack == "manual"
 
+    seen = 0
+
     def body() -> int:
+        nonlocal seen
         out = sys.stdout
-        seen = 0
         with (
             connect_blocking(args.hub, name=args.name, reconnect=None) as client,
             client.subscribe(
@@ -159,7 +161,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub sub") -> int
                     break
         return 0
 
-    return run(prog, body)
+    return run(prog, body, summary=lambda: f"{seen} message{'' if seen == 1 else 's'}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Iterable
 
 from .errors import ConnectionLostError, InvalidTopicError, Pub0subError
+from .stopping import run_until_stopped
 
 #: Environment variable giving the default ``--hub``.
 HUB_ENV = "PUB0SUB_HUB"
@@ -42,12 +43,19 @@ def topic_usage_error(prog: str, names: Iterable[str], *, pattern: bool = False)
     return 0
 
 
-def run(prog: str, body: Callable[[], int]) -> int:
-    """Run a command body: 1 with a one-line message on hub/connection errors, 130 on Ctrl-C, no tracebacks."""
+def run(prog: str, body: Callable[[], int], *, summary: Callable[[], str] | None = None) -> int:
+    """Run a command body: 1 with a one-line message on hub/connection errors, 2 on bad values, no tracebacks.
+
+    Ctrl-C, SIGTERM and SIGHUP are a clean stop (:mod:`sdk.stopping`): exit 0, and
+    ``summary()``, if given, printed to stderr as ``PROG: stopped on SIGINT: <summary>``.
+    """
     try:
-        return body()
-    except KeyboardInterrupt:
-        return 130
+        outcome = run_until_stopped(body)
+        if not outcome.stopped:
+            return outcome.value or 0
+        if summary is not None:
+            print(f"{prog}: stopped on {outcome.signal}: {summary()}", file=sys.stderr)
+        return 0
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, and keep Python from complaining at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)

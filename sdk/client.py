@@ -30,12 +30,14 @@ import wire
 from .address import parse_address
 from .batching import DEFAULT_FLUSH_BYTES, Ticket
 from .errors import ConnectionLostError, HubError, Pub0subError, PublishTimeoutError
+from .handshake import DEFAULT_HANDSHAKE_TIMEOUT, HandshakeWatch
 from .messages import PublishAck, Reconnect
 from .protocol import DEFAULT_MAX_PENDING_BYTES, FATAL_CODES, ClientProtocol, State
 from .subscription import Subscription
 
 _READ_SIZE = 256 * 1024
-#: How long connect() and each reconnect attempt may take, handshake included.
+#: How long the TCP connect of connect() and of each reconnect attempt may take (the
+#: handshake that follows has its own bound, sdk.handshake.DEFAULT_HANDSHAKE_TIMEOUT).
 DEFAULT_CONNECT_TIMEOUT = 10.0
 _DISCONNECTS = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
 
@@ -53,6 +55,7 @@ async def connect(
     flush_bytes: int = DEFAULT_FLUSH_BYTES,
     producer_id: int | None = None,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
 ) -> AsyncIterator[Client]:
     """Connect to a hub at ``"host:port"`` and yield a :class:`Client`.
 
@@ -68,6 +71,10 @@ async def connect(
     * ``linger``: seconds to wait before sending a partly filled publish batch;
       0 sends it as soon as the publishing task yields.
     * ``producer_id``: fixed idempotent producer id (default: random per client).
+    * ``connect_timeout``: seconds for the TCP connect; ``handshake_timeout``: seconds
+      from there to the hub's WELCOME.  Something on the port that is not a hub raises
+      :class:`NotAHubError` as soon as it answers, or after ``handshake_timeout`` if it
+      stays silent.
 
     >>> async with connect("127.0.0.1:4222", name="worker-1") as client:  # doctest: +SKIP
     ...     await client.publish("events", b"started")
@@ -83,6 +90,7 @@ async def connect(
         flush_bytes=flush_bytes,
         producer_id=producer_id,
         connect_timeout=connect_timeout,
+        handshake_timeout=handshake_timeout,
     )
     try:
         await client._open()  # outside the task group: a failure is a plain ConnectionLostError
@@ -123,12 +131,14 @@ class Client:
         flush_bytes: int,
         producer_id: int | None,
         connect_timeout: float,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     ) -> None:
         self.address = address
         self._host, self._port = parse_address(address)
         self._reconnect = reconnect
         self._linger = linger
         self._connect_timeout = connect_timeout
+        self._handshake_timeout = handshake_timeout
         self._proto = ClientProtocol(
             name=name,
             token=token,
@@ -158,29 +168,38 @@ class Client:
         return welcome.hub_id if welcome else None
 
     async def _open(self) -> None:
-        """One connection attempt: TCP connect, HELLO, wait for WELCOME."""
+        """One connection attempt: TCP connect (``connect_timeout``), HELLO, WELCOME (``handshake_timeout``)."""
         proto = self._proto
         try:
             with anyio.fail_after(self._connect_timeout):
                 stream = await anyio.connect_tcp(self._host, self._port)
-                try:
-                    proto.connection_made()
-                    await stream.send(proto.data_to_send())
-                    while proto.state == State.HANDSHAKE:
-                        data = await stream.receive(_READ_SIZE)
-                        proto.receive_data(data)
-                        if proto.state == State.HANDSHAKE and proto.has_output:
-                            await stream.send(proto.data_to_send())
-                except BaseException:
-                    proto.connection_lost()
-                    await anyio.aclose_forcefully(stream)
-                    raise
         except TimeoutError:
-            raise ConnectionLostError(f"no WELCOME from {self.address} within {self._connect_timeout:g}s") from None
-        except HubError:
-            raise
+            raise ConnectionLostError(f"cannot connect to {self.address}: timed out") from None
         except _DISCONNECTS as exc:
             raise ConnectionLostError(f"cannot connect to {self.address}: {_describe(exc)}") from None
+        watch = HandshakeWatch(self.address, timeout=self._handshake_timeout)
+        try:
+            with anyio.fail_after(self._handshake_timeout):
+                proto.connection_made()
+                await stream.send(proto.data_to_send())
+                while proto.state == State.HANDSHAKE:
+                    try:
+                        data = await stream.receive(_READ_SIZE)
+                    except anyio.EndOfStream:
+                        raise watch.closed() from None
+                    watch.received(data)
+                    proto.receive_data(data)
+                    if proto.state == State.HANDSHAKE and proto.has_output:
+                        await stream.send(proto.data_to_send())
+        except BaseException as exc:
+            proto.connection_lost()
+            await anyio.aclose_forcefully(stream)
+            not_a_hub = watch.explain(exc)
+            if not_a_hub is not None:
+                raise not_a_hub from None
+            if isinstance(exc, _DISCONNECTS) and not isinstance(exc, Pub0subError):
+                raise ConnectionLostError(f"handshake with {self.address} failed: {_describe(exc)}") from None
+            raise
         self._stream = stream
         self.connections += 1
         self._connected.set()

@@ -1,19 +1,27 @@
-"""``pub0sub cluster up --hubs N``: N hubs meshed on loopback, until Ctrl-C.
+"""N meshed hub processes on loopback: the launcher behind ``pub0sub cluster up`` and the demo.
 
-The first hub starts alone; the others bootstrap from its multiaddr and find
-each other through the DHT.  Each hub keeps its data (logs, identity) in
-``DATA_ROOT/hub-<i>``, so stopping and starting the cluster again brings back
-the same hubs with the same peer ids and data.
+The first hub starts alone; the others bootstrap from its multiaddr and find each other
+through the DHT.  Each hub keeps its data (logs, identity) in ``DATA_ROOT/hub-<i>`` and
+writes its output to ``DATA_ROOT/hub-<i>.log``, so stopping and starting the cluster again
+brings back the same hubs with the same peer ids and data.
+
+With a base port, hub *i* (from 0) listens for clients on ``base + 10*i`` and for the mesh
+on the port after it (7420/7421, 7430/7431, ... from 7420), so the addresses are known
+before the start; a hub whose ports are taken gets free ones instead.  The hubs run in
+their own sessions: a Ctrl-C in the terminal reaches only the launcher, which stops them
+in order (its clients first, then the hubs) -- and ``cluster up --detach`` can leave them.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,63 +29,136 @@ from .blocking import connect_blocking
 
 HUB_START_SECONDS = 30.0
 CONVERGE_SECONDS = 30.0
+STOP_SECONDS = 10.0
+#: Client ports of consecutive hubs are this far apart; each hub's mesh port is its client port + 1.
+PORT_STEP = 10
+HOST = "127.0.0.1"
+#: Seconds between two looks at a starting hub's log (it prints its addresses within ~1-2 s).
+_POLL = 0.05
 
 
 @dataclass
 class HubInfo:
     name: str
     data_dir: Path
-    proc: subprocess.Popen[str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
     address: str = ""
     hub_id: str = ""
     multiaddrs: list[str] = field(default_factory=list)
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens on ``127.0.0.1:port``: a trial bind (``SO_REUSEADDR``, as the hub's own
+    check in hub/ports.py, so a stopped hub's connections in TIME_WAIT do not count)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def planned_ports(base_port: int, index: int, note: Callable[[str], object]) -> tuple[int, int]:
+    """(client port, mesh port) of hub ``index`` from ``base_port``; (0, 0), any free ports, if taken."""
+    client, mesh = base_port + PORT_STEP * index, base_port + PORT_STEP * index + 1
+    taken = [p for p in (client, mesh) if not port_free(p)]
+    if not taken:
+        return client, mesh
+    note(f"hub-{index + 1}: port {' and '.join(map(str, taken))} in use on {HOST}; using free ports instead")
+    return 0, 0
+
 
 class LocalCluster:
-    """Start, watch and stop a set of meshed hub processes (stopped by PID, never by name)."""
+    """Start, watch and stop a set of meshed hub processes (stopped by PID, never by name).
 
-    def __init__(self, hubs: int, data_root: Path, *, extra_args: Sequence[str] = ()) -> None:
+    ``base_port`` None: every hub on free ports (the demo).  ``note`` receives the lines a
+    person should see while it starts (ports taken).
+    """
+
+    def __init__(
+        self,
+        hubs: int,
+        data_root: Path,
+        *,
+        base_port: int | None = None,
+        extra_args: Sequence[str] = (),
+        note: Callable[[str], object] = print,
+    ) -> None:
         if hubs < 1:
             raise ValueError("a cluster needs at least one hub")
         self.count = hubs
         self.data_root = data_root
+        self.base_port = base_port
         self.extra_args = list(extra_args)
+        self.note = note
         self.hubs: list[HubInfo] = []
 
     def start(self) -> None:
         try:
-            for i in range(1, self.count + 1):
+            for i in range(self.count):
                 bootstrap = ["--bootstrap", self.hubs[0].multiaddrs[0]] if self.hubs else []
-                self.hubs.append(self._start_hub(f"hub-{i}", bootstrap))
+                ports = (0, 0) if self.base_port is None else planned_ports(self.base_port, i, self.note)
+                self.hubs.append(self._start_hub(f"hub-{i + 1}", ports, bootstrap))
         except BaseException:
             self.stop()
             raise
 
-    def _start_hub(self, name: str, bootstrap: list[str]) -> HubInfo:
+    def _start_hub(self, name: str, ports: tuple[int, int], bootstrap: list[str]) -> HubInfo:
         data_dir = self.data_root / name
         data_dir.mkdir(parents=True, exist_ok=True)
+        info = HubInfo(name, data_dir, self.data_root / f"{name}.log")
+        client, mesh = ports
         argv = [
-            sys.executable, "-m", "hub", "--name", name, "--listen", "127.0.0.1:0",
-            "--mesh-listen", "/ip4/127.0.0.1/tcp/0", "--data-dir", str(data_dir), *bootstrap, *self.extra_args,
+            sys.executable, "-m", "hub", "--name", name, "--listen", f"{HOST}:{client}",
+            "--mesh-listen", f"/ip4/{HOST}/tcp/{mesh}", "--data-dir", str(data_dir), *bootstrap, *self.extra_args,
         ]  # fmt: skip
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-        info = HubInfo(name, data_dir, proc)
-        assert proc.stdout is not None
-        deadline = time.monotonic() + HUB_START_SECONDS
-        while time.monotonic() < deadline and not info.multiaddrs:
-            line = proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"{name} exited during start-up (exit status {proc.wait()})")
-            if line.startswith("listening on "):
-                info.address = line.split()[-1]
-            elif line.startswith("hub id "):
-                info.hub_id = line.split()[-1]
-            elif line.startswith("mesh listening on "):
-                info.multiaddrs.append(line.split()[-1])
-        if not info.multiaddrs:
-            proc.terminate()
-            raise RuntimeError(f"{name} did not start within {HUB_START_SECONDS:.0f}s")
+        with open(info.log_path, "ab") as log:
+            start = log.tell()
+            info.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+        try:
+            self._read_start_lines(info, start)
+        except BaseException:
+            stop_processes([info.proc])
+            raise
         return info
+
+    def _read_start_lines(self, info: HubInfo, offset: int) -> None:
+        """Wait (deadline) for the addresses the hub prints once it listens."""
+        assert info.proc is not None
+        deadline = time.monotonic() + HUB_START_SECONDS
+        with open(info.log_path, "rb") as log:
+            log.seek(offset)
+            pending = b""
+            while not info.multiaddrs:
+                chunk = log.readline()
+                if not chunk.endswith(b"\n"):  # nothing new (or half a line): look again shortly
+                    pending += chunk
+                    if info.proc.poll() is not None:
+                        status = info.proc.wait()
+                        raise RuntimeError(f"{info.name} exited during start-up (exit status {status}): "
+                                           f"{last_line(info.log_path)}")  # fmt: skip
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{info.name} did not start within {HUB_START_SECONDS:.0f}s "
+                                           f"(see {info.log_path})")  # fmt: skip
+                    time.sleep(_POLL)
+                    continue
+                line, pending = (pending + chunk).decode(errors="replace"), b""
+                if line.startswith("listening on "):
+                    info.address = line.split()[-1]
+                elif line.startswith("hub id "):
+                    info.hub_id = line.split()[-1]
+                elif line.startswith("mesh listening on "):
+                    info.multiaddrs.append(line.split()[-1])
 
     def wait_converged(self, timeout: float = CONVERGE_SECONDS) -> bool:
         """True once every hub is linked to every other one."""
@@ -97,18 +178,11 @@ class LocalCluster:
             return 0
         return sum(1 for p in peers if p.get("connected"))
 
+    def exited(self) -> list[HubInfo]:
+        return [h for h in self.hubs if h.proc is not None and h.proc.poll() is not None]
+
     def stop(self) -> None:
-        for hub in self.hubs:
-            if hub.proc.poll() is None:
-                hub.proc.send_signal(signal.SIGTERM)
-        for hub in self.hubs:
-            try:
-                hub.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                hub.proc.kill()
-                hub.proc.wait(5)
-            if hub.proc.stdout is not None:
-                hub.proc.stdout.close()
+        stop_processes([h.proc for h in self.hubs if h.proc is not None])
 
     def __enter__(self) -> LocalCluster:
         self.start()
@@ -118,41 +192,32 @@ class LocalCluster:
         self.stop()
 
 
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each child by its PID, wait, SIGKILL what is still there after :data:`STOP_SECONDS`."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_SECONDS
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a hub's log (its one-line reason when it refuses to start)."""
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
 def describe(cluster: LocalCluster) -> str:
     lines = []
     for hub in cluster.hubs:
         lines.append(f"{hub.name}: clients {hub.address}  mesh {hub.multiaddrs[0]}  data {hub.data_dir}")
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub cluster") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description="Run a local cluster of meshed hubs.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start N hubs on 127.0.0.1 and keep them running until Ctrl-C")
-    up.add_argument("--hubs", type=int, default=3, help="number of hubs (default 3)")
-    up.add_argument("--data-root", type=Path, default=Path("pub0sub-cluster-data"), help="one data dir per hub below")
-    up.add_argument("--seconds", type=float, help="stop after this many seconds (default: until Ctrl-C)")
-    args = parser.parse_args(argv)
-    if args.hubs < 1:
-        parser.error("--hubs must be at least 1")
-    cluster = LocalCluster(args.hubs, args.data_root)
-    try:
-        cluster.start()
-        print(describe(cluster), flush=True)
-        converged = cluster.wait_converged()
-        print("mesh converged" if converged else "mesh not fully linked yet (see pub0sub status)", flush=True)
-        deadline = time.monotonic() + args.seconds if args.seconds else None
-        while deadline is None or time.monotonic() < deadline:
-            time.sleep(0.5)
-            for hub in cluster.hubs:
-                if hub.proc.poll() is not None:
-                    print(f"{hub.name} exited with status {hub.proc.returncode}", file=sys.stderr)
-                    return 1
-    except KeyboardInterrupt:
-        pass
-    except RuntimeError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        cluster.stop()
-    return 0

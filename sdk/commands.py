@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import signal
 import sys
 from collections.abc import Sequence
-from types import FrameType
+
+from . import stopping
 
 #: subcommand -> (module with ``main(argv) -> int``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -22,7 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sub": ("sdk.cli_sub", "subscribe and print messages"),
     "status": ("sdk.cli_status", "show a hub's status"),
     "bench": ("sdk.bench.cli", "run benchmark scenarios beside Redis and NATS"),
-    "cluster": ("sdk.cluster", "run N meshed hubs on loopback (pub0sub cluster up --hubs 3)"),
+    "cluster": ("sdk.cluster_cli", "N meshed hubs on loopback: pub0sub cluster up|status|down"),
     "demo": ("sdk.demo", "start a local demo with traffic you can watch"),
     "analyze": ("sdk.analyze.cli", "Spark job: per-topic counts, rates and latency from hub data directories"),
 }
@@ -44,22 +44,14 @@ def version() -> str:
 
 
 def _stop_on_sigterm_as_on_ctrl_c() -> None:
-    """Let SIGTERM (a supervisor, ``kill PID``, ``timeout``) stop a command the way Ctrl-C does.
+    """Let SIGTERM (a supervisor, ``kill PID``, ``timeout``) and SIGHUP (a closed terminal) stop
+    a command the way Ctrl-C does.
 
-    Without this, SIGTERM ends the process at once and skips its ``finally`` blocks: the hubs
-    of ``pub0sub cluster up`` or ``demo`` and the servers of ``bench`` are left running.  The
-    current SIGINT handler does the interrupting: inside ``trio.run`` that is trio's, which
-    delivers it where it is safe.  SIGINT itself may be ignored (a shell's background job),
-    SIGTERM still interrupts.  ``pub0sub hub`` installs its own handler."""
-
-    def as_interrupt(signum: int, frame: FrameType | None) -> None:
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signal.SIGINT, frame)
-        else:
-            signal.default_int_handler(signal.SIGINT, frame)
-
-    signal.signal(signal.SIGTERM, as_interrupt)
+    By default they end the process at once and skip its ``finally`` blocks: the hubs of
+    ``pub0sub cluster up`` or ``demo`` and the servers of ``bench`` are left running.  The
+    long-running commands go further (:mod:`sdk.stopping`: a clean stop, exit 0, a second
+    Ctrl-C waits for the cleanup).  ``pub0sub hub`` installs its own handler."""
+    stopping.stop_signals_as_ctrl_c()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         _stop_on_sigterm_as_on_ctrl_c()  # only as the console script, not when called as a function
     result: int = module.main(rest, prog=f"pub0sub {name}")
+    if argv is None:
+        stopping.ignore_stop_signals()
     return result
 
 

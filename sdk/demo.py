@@ -27,6 +27,7 @@ from rich.table import Table
 
 from . import connect
 from .cluster import LocalCluster
+from .stopping import run_trio, run_until_stopped
 
 ROOMS = ("kitchen", "lab", "server-room", "garage")
 KINDS = ("temperature", "humidity")
@@ -194,23 +195,24 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub demo") -> in
     # across lines; a line is only ever broken by the terminal showing it.
     console = Console(soft_wrap=True)
     console.print(f"starting {HUBS} meshed hubs on 127.0.0.1 ...")
-    # WARNING: the hubs share this terminal, and their INFO lines would tear through the live table.
-    cluster = LocalCluster(HUBS, args.data_dir, extra_args=["--log-level", "WARNING"])
+    # The hubs' output goes to DATA_DIR/hub-<i>.log (sdk/cluster.py), not through the live table.
+    cluster = LocalCluster(HUBS, args.data_dir)
     state = DemoState(addresses=[], data_dir=str(args.data_dir))
-    try:
+
+    def demo() -> None:
         cluster.start()
         for hub in cluster.hubs:
             console.print(f"{hub.name}: clients {hub.address}  mesh {hub.multiaddrs[0]}")
         if not cluster.wait_converged():
             console.print("warning: the mesh is not fully linked yet; traffic starts anyway")
         state.addresses = [h.address for h in cluster.hubs]
-        trio.run(run_demo, state, args.rate, args.seconds, console)
-    except KeyboardInterrupt:
-        pass
+        run_trio(run_demo, state, args.rate, args.seconds, console)
+
+    try:
+        outcome = run_until_stopped(demo, cleanup=cluster.stop)
     except RuntimeError as exc:
         console.print(f"{prog}: {exc}")
         return 1
-    finally:
-        cluster.stop()
-    console.print(plain_line(state))
+    # The summary, also (above all) after Ctrl-C or SIGTERM: what the demo did.
+    console.print(plain_line(state) + (f" (stopped on {outcome.signal})" if outcome.stopped else ""))
     return 0

@@ -32,6 +32,20 @@ class ConnectionLostError(Pub0subError, ConnectionError):
         super().__init__(reason if code is None else f"{reason} ({code.name})")
 
 
+class NotAHubError(ConnectionLostError):
+    """The address accepted the TCP connection but did not answer HELLO like a pub0sub hub.
+
+    Another service (an HTTP server, a database), a TLS port, or one that accepts and
+    stays silent.  ``address`` is the one dialled, ``received`` the first bytes it sent
+    (empty if it sent none); the message quotes them.
+    """
+
+    def __init__(self, address: str, detail: str, *, received: bytes = b"") -> None:
+        self.address = address
+        self.received = received
+        super().__init__(f"{address} did not answer like a pub0sub hub ({detail})")
+
+
 class HubError(ConnectionLostError):
     """The hub sent an ERROR frame (which always closes the connection).
 

@@ -9,8 +9,11 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.support.command import Command
 
 ROOT = Path(__file__).resolve().parent.parent
 HUB_START_TIMEOUT = 20.0
@@ -94,6 +97,22 @@ def hub(start_hub: Callable[..., HubProcess]) -> HubProcess:
 def hub_address(hub: HubProcess) -> str:
     """``"127.0.0.1:PORT"`` of a fresh hub subprocess."""
     return hub.address
+
+
+@pytest.fixture
+def command() -> Iterator[Callable[..., Command]]:
+    """Factory: ``command("sub", "--hub", ...)`` -> a running ``pub0sub`` :class:`Command` (own
+    process group, for Ctrl-C tests); any still running at the end is killed by its PID."""
+    started: list[Command] = []
+
+    def start(*args: str, **kwargs: Any) -> Command:
+        cmd = Command(*args, **kwargs)
+        started.append(cmd)
+        return cmd
+
+    yield start
+    for cmd in started:
+        cmd.kill()
 
 
 @pytest.fixture(scope="session")

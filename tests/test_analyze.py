@@ -8,8 +8,13 @@ session-scoped ``local[2]`` session and one analyze run: the first session costs
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -178,6 +183,47 @@ def test_bad_conf_is_a_usage_error(cluster: tuple[Path, Expected], capsys: pytes
     root, _ = cluster
     assert cli.main([str(root), "--conf", "novalue"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+
+
+@pytest.fixture
+def shared_copy(cluster: tuple[Path, Expected]) -> Iterator[Path]:
+    """A copy of the test data that an unprivileged user may read (pytest's tmp dirs are root's only)."""
+    root = Path(tempfile.mkdtemp(prefix="p0s-analyze-"))
+    root.chmod(0o755)
+    shutil.copytree(cluster[0], root / "data")
+    for path in (root / "data").rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    (root / "data").chmod(0o755)
+    yield root / "data"
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755)
+    shutil.rmtree(root)
+
+
+def run_unprivileged(*args: str) -> subprocess.CompletedProcess[str]:
+    """``pub0sub analyze`` as a subprocess; as 'nobody' when the tests run as root, whom no
+    permission bit stops (through setpriv: this machine's root-owned Python is not reachable
+    after a setuid from Python itself)."""
+    argv = [sys.executable, "-m", "sdk.commands", "analyze", *args]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: no user to whom a file can be unreadable")
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+
+
+@pytest.mark.parametrize("what", ["segment", "topic directory", "data directory"])
+def test_unreadable_input_is_one_line_before_spark(shared_copy: Path, what: str) -> None:
+    segment = sorted(shared_copy.rglob("*.log"))[0]
+    target, named = {
+        "segment": (segment, segment),
+        "topic directory": (segment.parent, segment.parent),
+        "data directory": (shared_copy / "hub-a", shared_copy / "hub-a" / "topics"),
+    }[what]
+    target.chmod(0)
+    result = run_unprivileged(str(shared_copy), "--check")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr == f"pub0sub analyze: error: cannot read {named}: Permission denied\n"
 
 
 def test_pub0sub_dispatches_analyze(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,10 +7,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import sdk
+from sdk.handshake import DEFAULT_HANDSHAKE_TIMEOUT
+from tests.support.nothub import HTTP_400, answering_server, silent_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,3 +140,30 @@ def test_usage_errors_are_exit_2(hub_address: str) -> None:
     bad_address = cli("status", "--hub", "nonsense")
     assert bad_address.returncode == 2 and "HOST:PORT" in bad_address.stderr
 
+
+# -- a port that is not a hub -----------------------------------------------------------------
+
+
+def _command_args(command: str, address: str) -> list[str]:
+    return [command, "--hub", address] + ([] if command == "status" else ["--topic", "t"]) + (
+        ["x"] if command == "pub" else [])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("server", "detail"),
+    [(lambda: answering_server(HTTP_400), '(it sent "HTTP/1.1 400 Bad Request")'),
+     (silent_server, f"(no answer to HELLO within {DEFAULT_HANDSHAKE_TIMEOUT:g}s)")],
+    ids=["http-400", "silent"],
+)  # fmt: skip
+def test_a_port_that_is_not_a_hub_is_named_in_one_line(server: Any, detail: str) -> None:
+    with server() as address:
+        # The three commands at once: the silent server costs each the handshake timeout.
+        procs = {
+            command: subprocess.Popen([sys.executable, "-m", "sdk.commands", *_command_args(command, address)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+            for command in ("pub", "sub", "status")
+        }  # fmt: skip
+        results = {command: finish(proc) for command, proc in procs.items()}
+    for command, (code, out, err) in results.items():
+        assert code == 1 and out == "", (command, code, out, err)
+        assert err == f"pub0sub {command}: {address} did not answer like a pub0sub hub {detail}\n", err

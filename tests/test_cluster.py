@@ -463,7 +463,7 @@ def test_sigterm_to_cluster_up_stops_its_hubs(tmp_path: Path, sigint: str) -> No
     # behind as orphans still holding their ports and data directories.  Also when it was
     # started as a shell's background job, which ignores SIGINT.
     argv = [sys.executable, "-c", "import sys; from sdk.commands import main; sys.exit(main())",
-            "cluster", "up", "--hubs", "2", "--data-root", str(tmp_path)]  # fmt: skip
+            "cluster", "up", "--hubs", "2", "--base-port", "0", "--data-root", str(tmp_path)]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_ignore_sigint if sigint == "ignored" else None)  # fmt: skip
     hubs: list[int] = []

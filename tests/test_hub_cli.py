@@ -84,6 +84,9 @@ def test_sigterm_stops_cleanly(start_hub: StartHub) -> None:
     hub = start_hub()
     hub.proc.send_signal(signal.SIGTERM)
     assert hub.proc.wait(10) == 0
+    log = hub.stderr_text()
+    assert "INFO pub0sub.hub: SIGTERM: shutting down" in log  # a stop asked for is not a WARNING
+    assert "WARNING" not in log and "Traceback" not in log, log
 
 
 def test_bad_settings_exit_2_without_traceback(tmp_path: Path) -> None:
@@ -92,3 +95,57 @@ def test_bad_settings_exit_2_without_traceback(tmp_path: Path) -> None:
         proc = subprocess.run([sys.executable, "-m", "hub", *args], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2, (args, proc.stderr)
         assert "Traceback" not in proc.stderr and proc.stderr.strip()
+
+
+# -- one hub per data dir, one owner per port --------------------------------------------------
+
+
+def run_refused_hub(*args: str) -> subprocess.CompletedProcess[str]:
+    """A hub that must refuse to start: it exits (a deadline, not a wait) with a one-line reason."""
+    return subprocess.run([sys.executable, "-m", "hub", *args], capture_output=True, text=True, timeout=60)
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    return proc.stderr.strip()
+
+
+def read_mesh_port(hub: HubProcess) -> int:
+    """The mesh port from the start-up lines after ``listening on`` (``hub id``, ``mesh listening on``)."""
+    assert hub.proc.stdout is not None
+    for _ in range(2):
+        line = hub.proc.stdout.readline()
+        if line.startswith("mesh listening on "):
+            return int(line.split("/tcp/")[1].split("/")[0])
+    raise AssertionError("no mesh address printed")
+
+
+def test_second_hub_on_a_data_dir_is_refused_naming_the_first(start_hub: StartHub, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = start_hub("--data-dir", str(data))
+    message = one_line_error(run_refused_hub("--listen", "127.0.0.1:0", "--data-dir", str(data)))
+    assert f"data directory {data} is in use by another hub (PID {first.pid})" in message
+    # The lock goes with the process, however it ends: after a clean stop and after SIGKILL.
+    assert first.stop() == 0
+    second = start_hub("--data-dir", str(data))
+    second.proc.kill()
+    second.proc.wait(10)
+    third = start_hub("--data-dir", str(data))
+    assert status(third.address)["pid"] == third.pid
+
+
+def test_client_port_in_use_is_one_line(start_hub: StartHub) -> None:
+    first = start_hub()
+    message = one_line_error(run_refused_hub("--listen", first.address))
+    assert message.endswith(f": address {first.address} is in use")
+
+
+def test_mesh_port_in_use_is_refused(start_hub: StartHub, tmp_path: Path) -> None:
+    # py-libp2p listens with SO_REUSEPORT: without the check the second hub starts and the
+    # kernel shares the port between the two.
+    first = start_hub("--data-dir", str(tmp_path / "a"), "--mesh-listen", "/ip4/127.0.0.1/tcp/0")
+    port = read_mesh_port(first)
+    refused = run_refused_hub("--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "b"),
+                              "--mesh-listen", f"/ip4/127.0.0.1/tcp/{port}")  # fmt: skip
+    assert one_line_error(refused).endswith(f"mesh address 127.0.0.1:{port} is in use")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import trio
 import wire
 from hub.config import HubConfig
 from hub.connection import ClientConnection, CloseReason
+from hub.ports import PortInUseError
 from hub.server import HubServer
 from tests.support.rawclient import RawClient
 
@@ -450,3 +452,18 @@ async def test_status_document(start_server: StartHub) -> None:
     assert doc["counters"]["messages_in"] == 3
     assert doc["connection_list"][0]["name"] == "tester"
     assert doc["connection_list"][0]["subs"][0]["patterns"] == ["t", "u.*"]
+
+
+async def test_serve_on_a_port_in_use_raises_and_frees_the_data_dir(tmp_path: Path) -> None:
+    # The CLI checks the ports first; this is the check at bind time, for a port taken in between.
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        address = f"127.0.0.1:{squatter.getsockname()[1]}"
+        server = HubServer(HubConfig(listen=address, data_dir=tmp_path / "data"))
+        with pytest.raises(PortInUseError, match=f"^address {address} is in use$"):
+            await server.serve()
+    # serve() closed the storage on its way out, lock included: the directory can be opened again.
+    again = HubServer(HubConfig(listen="127.0.0.1:0", data_dir=tmp_path / "data"))
+    assert again.store is not None
+    again.store.close()

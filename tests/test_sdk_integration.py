@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 import sdk
+from tests.support.nothub import HTTP_400, answering_server, silent_server
 from tests.support.ticker import Ticker
 from wire import ErrorCode
 
@@ -411,3 +412,38 @@ def test_reconnect_resumes_from_the_last_offset_without_gap_or_duplicate(
                 await sub_cm.__aexit__(None, None, None)
 
     run("trio", scenario)
+
+
+# -- a port that is not a hub ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_not_a_hub_is_a_typed_connection_error_under_both_loops(backend: str) -> None:
+    async def scenario(address: str) -> sdk.NotAHubError:
+        with pytest.raises(sdk.NotAHubError) as caught:
+            async with sdk.connect(address, reconnect=None, handshake_timeout=0.5):
+                pass
+        return caught.value
+
+    with answering_server(HTTP_400) as address:
+        error = run(backend, scenario, address)
+        assert error.address == address and error.received.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    with silent_server() as address:
+        error = run(backend, scenario, address)
+        assert error.received == b"" and "no answer to HELLO within 0.5s" in str(error)
+    assert isinstance(error, sdk.ConnectionLostError) and isinstance(error, ConnectionError)
+
+
+@pytest.mark.parametrize(
+    ("reply", "detail"),
+    [(b"-ERR unknown command\r\n", 'it sent "-ERR unknown command"'),
+     (bytes.fromhex("15030300020228"), "it sent bytes 15 03 03 00 02 02 28"),  # a TLS alert
+     (b"", "it closed the connection without answering")],
+    ids=["text", "binary", "closed"],
+)  # fmt: skip
+def test_not_a_hub_blocking_says_what_it_got(reply: bytes, detail: str) -> None:
+    with answering_server(reply) as address, pytest.raises(sdk.NotAHubError) as caught:
+        sdk.connect_blocking(address, reconnect=None)
+    assert str(caught.value) == f"{address} did not answer like a pub0sub hub ({detail})"
+    with silent_server() as address, pytest.raises(sdk.NotAHubError, match=r"no answer to HELLO within 0\.5s"):
+        sdk.connect_blocking(address, reconnect=None, handshake_timeout=0.5)

@@ -8,10 +8,17 @@ Durability modes:
   fsync'ed.  Group commit: while one fsync runs (in a worker thread, so the
   hub keeps serving), further appends accumulate and the next fsync covers
   them all, so one fsync serves many publishers.
+
+One hub per data directory: :meth:`LogStore.open` takes an exclusive ``flock`` on
+``DATA/hub.lock`` (kept until :meth:`LogStore.close` or the process ends, however it
+ends) and writes its PID in it; a second hub is refused with that PID.  Two writers
+on one log would interleave their appends and corrupt it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import secrets
@@ -30,6 +37,54 @@ DURABILITY_MODES = ("received", "fsync")
 #: ``<path> <synced bytes>`` lines to this file, so a test can truncate each
 #: segment to what had really reached the disk.
 SYNC_JOURNAL_ENV = "PUB0SUB_SYNC_JOURNAL"
+#: The data directory's lock file: flock'ed by the hub using the directory, its PID inside.
+#: ``pub0sub cluster status|down`` read it too (sdk/cluster.py) to tell a live hub from a stale PID.
+LOCK_FILE = "hub.lock"
+
+
+class DataDirInUseError(Exception):
+    """Another process (``pid``, None if it had not written it yet) holds the data directory's lock."""
+
+    def __init__(self, root: Path, pid: int | None) -> None:
+        self.root = root
+        self.pid = pid
+        holder = f"another hub (PID {pid})" if pid is not None else "another hub"
+        super().__init__(f"data directory {root} is in use by {holder}")
+
+
+class DataDirLock:
+    """The exclusive lock on a data directory (see the module docstring)."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_pid(fd)
+            os.close(fd)
+            raise DataDirInUseError(self.path.parent, holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Closing the descriptor drops the lock; the stale PID left in the file means nothing unlocked."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def _read_pid(fd: int) -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        return int(os.pread(fd, 32, 0).decode("ascii").strip())
+    return None
 
 
 class LogStore:
@@ -50,12 +105,23 @@ class LogStore:
         self._commit_wanted = trio.Event()
         self.fsyncs = 0
         self.storage_error: OSError | None = None
+        self._lock = DataDirLock(root)
         journal = os.environ.get(SYNC_JOURNAL_ENV)
         self._journal = open(journal, "a") if journal else None  # noqa: SIM115 - lives as long as the store
 
     # -- opening -----------------------------------------------------------------------
 
     def open(self) -> None:
+        """Lock the directory (:class:`DataDirInUseError` if another hub has it), then recover every log."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+        try:
+            self._open_logs()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_logs(self) -> None:
         self.topics_dir.mkdir(parents=True, exist_ok=True)
         for directory in sorted(p for p in self.topics_dir.iterdir() if p.is_dir()):
             topic_log, reports = TopicLog.open(directory, self.settings)
@@ -104,6 +170,8 @@ class LogStore:
             topic_log.close()
         if self._journal is not None:
             self._journal.close()
+            self._journal = None
+        self._lock.release()
 
     # -- durability --------------------------------------------------------------------
 

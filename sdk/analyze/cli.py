@@ -1,27 +1,28 @@
 """``pub0sub analyze DATA_DIR... [--master URL] [--out DIR]``: the log analytics job.
 
-Exit status: 0 when the report (or, with ``--check``, a clean verification) is done, 1 when
-``--check`` finds problems or the data has no segment at all, 2 on usage errors.  Corrupted
-batches do not fail a report run: they are findings, listed in the report.
+Exit status: 0 when the report (or, with ``--check``, a clean verification) is done, or when
+stopped by Ctrl-C or SIGTERM; 1 when ``--check`` finds problems or the data has no segment at
+all; 2 on usage errors and unreadable inputs (checked before Spark starts).  Corrupted batches
+do not fail a report run: they are findings, listed in the report.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .inputs import UsageError, find_hub_dirs, list_segments
+from ..stopping import run_until_stopped, stop_softly
+from .inputs import Segments, UnreadableInput, UsageError, find_hub_dirs, list_segments
 from .progress import Progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from .inputs import Segments
 
 #: What the job needs beyond the base install: the ``spark`` extra.
 NEEDS = ("pyspark", "pyarrow", "numpy", "pandas", "matplotlib")
@@ -75,43 +76,70 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub analyze") ->
         print(f"{prog}: error: needs {', '.join(missing)}: pip install 'pub0sub[spark]'", file=sys.stderr)
         return 2
     progress = Progress(quiet=args.quiet)
+    # Every input is checked here, before Spark starts: a bad one is a line, not a JVM stack trace.
     try:
         conf = _parse_conf(args.conf)
         hubs = find_hub_dirs(args.data_dirs)
         out: Path | None = None if args.check else args.out.expanduser().resolve()
-        if out is not None and out.exists() and not out.is_dir():
-            raise UsageError(f"--out {args.out} exists and is not a directory")
+        if out is not None:
+            _check_out(out, args.out)
+        segments = list_segments(hubs)
+    except UnreadableInput as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     except UsageError as exc:
         parser.print_usage(sys.stderr)
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
 
-    segments = list_segments(hubs)
     progress.step(f"found {len(segments.files):,} segment files ({segments.bytes / 1e6:,.1f} MB) "
                   f"in {len(hubs)} hub data director{'y' if len(hubs) == 1 else 'ies'}")
     if not segments.files:
         progress.warn("no log segments (*.log under topics/) to analyze")
         return 1
+    began = time.time()
+    outcome = run_until_stopped(lambda: _run_job(args.master, conf, segments, out, progress))
+    if outcome.stopped:
+        report = None if out is None else out / "report.md"
+        written = report is not None and report.exists() and report.stat().st_mtime >= began  # not an old run's
+        print(f"{prog}: stopped on {outcome.signal}"
+              + ("" if out is None else f"; {'' if written else 'no '}report in {out}"), file=sys.stderr)  # fmt: skip
+        return 0
+    return outcome.value or 0
+
+
+def _check_out(out: Path, given: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {given} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --out {given}: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"cannot write to --out {given}: permission denied")
+
+
+def _run_job(master: str, conf: dict[str, str], segments: Segments, out: Path | None, progress: Progress) -> int:
+    from sdk.spark.session import is_local
+
+    from .session import JobSession
 
     started = time.perf_counter()
-    with progress.status(f"starting Spark ({args.master})"):
-        from pyspark.sql import SparkSession
-
-        from sdk.spark.session import build_session, is_local
-
-        # A session that already exists (a notebook, a test) is reused and left running.
-        owned = SparkSession.getActiveSession() is None
-        if is_local(args.master):
-            # In local mode the tasks run in the driver JVM: whole segment files and Arrow batches
-            # of two or more tasks at once do not fit Spark's 1 GiB default (measured: OOM on 64 MiB segments).
-            conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
-        spark = build_session(args.master, app_name="pub0sub analyze", conf=conf)
-    session_seconds = time.perf_counter() - started
+    if is_local(master):
+        # In local mode the tasks run in the driver JVM: whole segment files and Arrow batches
+        # of two or more tasks at once do not fit Spark's 1 GiB default (measured: OOM on 64 MiB segments).
+        conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
+    session = JobSession(master, conf)
     try:
+        with progress.status(f"starting Spark ({master})"):
+            spark = session.start()
+        session_seconds = time.perf_counter() - started
+        # A Ctrl-C that finds the main thread waiting in py4j (a Spark job) cancels the jobs
+        # instead; the job then stops at its next progress line.
+        stop_softly(session.cancel, inside="py4j")
         return _analyze(spark, segments, out, progress, started, session_seconds)
     finally:
-        if owned:
-            spark.stop()
+        session.close()
 
 
 def _analyze(spark: SparkSession, segments: Segments, out: Path | None, progress: Progress, started: float,

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
+from ..stopping import check_stop
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -28,6 +30,9 @@ class Progress:
         self.started = time.perf_counter()
 
     def _line(self, text: str, style: str = "") -> None:
+        # Each stage starts and ends with a line: the safe points where a Ctrl-C, which meanwhile
+        # only cancelled the Spark jobs (cli.SparkCanceller), stops the job.
+        check_stop()
         if not self.quiet:
             elapsed = time.perf_counter() - self.started
             body = f"[{style}]{escape(text)}[/]" if style else escape(text)

@@ -7,9 +7,10 @@ import json
 import sys
 from collections.abc import Sequence
 
+from ..stopping import run_until_stopped
 from . import scenarios as _scenarios  # noqa: F401  (fills the registry)
 from .registry import SCENARIOS, Params
-from .results import Summary
+from .results import Summary, fill_ratios
 from .runner import run
 
 
@@ -54,10 +55,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub bench") -> i
         if not args.quiet:
             print(line, file=sys.stderr, flush=True)
 
-    try:
-        summaries = run(ids, params, repeat=args.repeat, progress=progress)
-    except KeyboardInterrupt:
-        return 130
+    summaries: list[Summary] = []
+    outcome = run_until_stopped(lambda: run(ids, params, repeat=args.repeat, progress=progress, into=summaries))
+    if outcome.stopped:
+        # The summary of a stopped run: the figures measured until then (the servers are stopped).
+        summaries[:] = [s for s in summaries if s.samples]
+        fill_ratios(summaries)
+        progress(f"bench: stopped on {outcome.signal}; "
+                 f"{'the figures measured so far' if summaries else 'nothing was measured yet'}")  # fmt: skip
     try:
         if args.json:
             for s in summaries:

@@ -91,7 +91,11 @@ def python_module(module: str, *args: str) -> list[str]:
 
 
 def spawn(argv: Sequence[str], *, capture: bool = True, cwd: str | None = None) -> subprocess.Popen[str]:
-    """Start a child with line-buffered text stdout (or none) and inherited stderr."""
+    """Start a child with line-buffered text stdout (or none) and inherited stderr.
+
+    In its own session: a Ctrl-C in the terminal reaches only ``pub0sub bench``, which stops
+    its children by PID on the way out, instead of every worker printing its own traceback.
+    """
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
         list(argv),
@@ -100,4 +104,5 @@ def spawn(argv: Sequence[str], *, capture: bool = True, cwd: str | None = None) 
         text=True,
         cwd=cwd,
         env=env,
+        start_new_session=True,
     )

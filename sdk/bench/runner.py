@@ -41,16 +41,21 @@ class ServerPool:
             raise errors[0]
 
 
-def run(scenario_ids: Sequence[str], params: Params, *, repeat: int, progress: Progress = _quiet) -> list[Summary]:
-    """Every scenario, every available method, ``repeat`` rounds alternating the methods."""
-    summaries: list[Summary] = []
+def run(scenario_ids: Sequence[str], params: Params, *, repeat: int, progress: Progress = _quiet,
+        into: list[Summary] | None = None) -> list[Summary]:  # fmt: skip
+    """Every scenario, every available method, ``repeat`` rounds alternating the methods.
+
+    ``into`` receives each summary as its scenario starts, its samples as they are measured:
+    a run stopped half-way (Ctrl-C) still has what it measured there.
+    """
+    summaries: list[Summary] = [] if into is None else into
     for sid in scenario_ids:
         # A scenario's servers stop when it ends.  Idle servers are not free: M1's three meshed
         # hubs (heartbeats, discovery) took ~20% of a core all through L2 when they were kept
         # for the whole run, slowing every system measured after them.
         pool = ServerPool()
         try:
-            summaries += _run_scenario(SCENARIOS[sid], params, repeat, pool, progress)
+            _run_scenario(SCENARIOS[sid], params, repeat, pool, progress, summaries)
         finally:
             pool.close()
     fill_ratios(summaries)
@@ -58,7 +63,7 @@ def run(scenario_ids: Sequence[str], params: Params, *, repeat: int, progress: P
 
 
 def _run_scenario(scenario: Scenario, params: Params, repeat: int, pool: ServerPool,
-                  progress: Progress) -> list[Summary]:  # fmt: skip
+                  progress: Progress, into: list[Summary]) -> None:  # fmt: skip
     p = scenario.defaults(params)
     methods: list[Method] = []
     for m in scenario.methods:
@@ -73,13 +78,13 @@ def _run_scenario(scenario: Scenario, params: Params, repeat: int, pool: ServerP
                        params={**p.to_json(), "repeat": repeat})
         for m in methods
     }  # fmt: skip
+    into.extend(summaries.values())
     for round_no in range(repeat):
         for m in methods:
             sample = _measure_once(m, p, pool)
             summaries[id(m)].samples.append(sample)
             shown = ", ".join(f"{k}={v:,.1f}" for k, v in sample.figures.items())
             progress(f"{scenario.id} round {round_no + 1}/{repeat} {m.system}:{m.method}: {shown or sample.details}")
-    return list(summaries.values())
 
 
 def _specs(scenario: Scenario, m: Method) -> tuple[FigureSpec, ...]:
