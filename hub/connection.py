@@ -27,8 +27,9 @@ from wire import (
     ProtocolError,
 )
 
-from .outbound import OutboundQueue, SharedBatch
+from .outbound import OutboundQueue
 from .sockio import send_now
+from .storage.batches import SharedBatch
 from .subscription import Subscription
 
 if TYPE_CHECKING:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ import trio
 from wire import AckMode
 
 from .acks import AckTracker
+from .storage.statefile import write_json
 
 log = logging.getLogger("pub0sub.hub.consumers")
 
@@ -140,19 +140,7 @@ class ConsumerRegistry:
         self._dirty = True
 
     def save(self) -> None:
-        document = {"consumers": [s.to_json() for s in self.states.values()]}
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as fh:
-            json.dump(document, fh, separators=(",", ":"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
-        # The rename must be durable too, or a power loss brings back older positions.
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_json(self.path, {"consumers": [s.to_json() for s in self.states.values()]})
         self._dirty = self._urgent = False
         self.saves += 1
 

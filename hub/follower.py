@@ -21,7 +21,8 @@ from wire import AckMode, StartPosition
 
 from .acks import AckTracker, ack_refusal
 from .routing import pattern_matches
-from .storage.topic_log import Hole, StoredBatch, TopicLog
+from .storage.batches import Hole, StoredBatch
+from .storage.topic_log import TopicLog
 
 if TYPE_CHECKING:
     from .connection import ClientConnection

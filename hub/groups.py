@@ -23,7 +23,7 @@ from wire import StartPosition
 
 from .acks import AckTracker, ack_refusal
 from .follower import READ_BYTES, TopicSelection, first_matching
-from .storage.topic_log import Hole
+from .storage.batches import Hole
 
 if TYPE_CHECKING:
     from .consumers import ConsumerState
@@ -276,7 +276,7 @@ class ConsumerGroup:
         return moved
 
     def _send(self, member: Subscription, topic: str, batch: object, deliveries: int) -> None:
-        from .outbound import SharedBatch
+        from .storage.batches import SharedBatch
 
         assert isinstance(batch, SharedBatch)
         if member.credit is not None:

@@ -29,7 +29,8 @@ from .mesh.config import MeshConfig
 from .mesh.mesh import Mesh
 from .mesh.protocols import encode_stored_set
 from .mesh.window import WindowEntry
-from .storage.topic_log import Hole, StoredBatch, TopicLog
+from .storage.batches import Hole, StoredBatch
+from .storage.topic_log import TopicLog
 
 if TYPE_CHECKING:
     from .server import HubServer

@@ -14,43 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wire import Gap, deliver_prefix
-from wire.records import record_batch_header, split_records
 
 if TYPE_CHECKING:
+    from .storage.batches import SharedBatch
     from .subscription import Subscription
-
-
-@dataclass(slots=True, eq=False)
-class SharedBatch:
-    """A record batch encoded once and shared by every subscriber it goes to."""
-
-    topic: str
-    base_offset: int
-    timestamp: int
-    origin: int
-    origin_seq: int
-    count: int
-    records: bytes
-    _header: bytes | None = None
-
-    @property
-    def header(self) -> bytes:
-        """RecordBatch bytes before the records (topic .. region length)."""
-        if self._header is None:
-            self._header = record_batch_header(
-                self.topic, self.base_offset, self.timestamp, self.origin, self.origin_seq, self.count,
-                len(self.records),
-            )
-        return self._header
-
-    def split(self, first: int) -> tuple[SharedBatch, SharedBatch]:
-        """The first ``first`` records and the rest, as two batches."""
-        head_records, tail_records = split_records(self.records, first)
-        head = SharedBatch(self.topic, self.base_offset, self.timestamp, self.origin, self.origin_seq, first,
-                           head_records)
-        tail = SharedBatch(self.topic, self.base_offset + first, self.timestamp, self.origin,
-                           self.origin_seq + first, self.count - first, tail_records)
-        return head, tail
 
 
 @dataclass(slots=True, eq=False)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from wire import AckStatus, ErrorCode, OffsetRange, Publish, PublishAck
 from wire.topics import InvalidTopicError, check_topic
 
-from .outbound import SharedBatch
+from .storage.batches import SharedBatch
 from .topics import MemoryTopic
 
 if TYPE_CHECKING:

@@ -43,6 +43,7 @@ from .flushing import OutputBatch
 from .ports import PortInUseError
 from .publishing import Publisher
 from .routing import RoutingTable
+from .shell.committer import run_committer
 from .storage.store import LogStore
 from .storage.topic_log import LogSettings
 from .subscribing import Subscriptions
@@ -267,7 +268,7 @@ class HubServer:
                 nursery.start_soon(self._heartbeat_loop)
                 nursery.start_soon(self._rates_loop)
                 if self.store is not None:
-                    nursery.start_soon(self.store.commit_loop)
+                    nursery.start_soon(run_committer, self.store)
                     nursery.start_soon(self._retention_loop)
                 if self.consumers is not None:
                     nursery.start_soon(self.consumers.save_loop)

@@ -43,8 +43,8 @@ from .subscription import Subscription
 
 if TYPE_CHECKING:
     from .connection import ClientConnection
-    from .outbound import SharedBatch
     from .server import HubServer
+    from .storage.batches import SharedBatch
 
 log = logging.getLogger("pub0sub.hub.subscribing")
 

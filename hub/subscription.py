@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from .consumers import ConsumerState
     from .follower import LogFollower
     from .groups import ConsumerGroup
-    from .outbound import SharedBatch
+    from .storage.batches import SharedBatch
 
 #: How a subscription is served: ``live`` (router -> queue), ``follower`` (reads the logs),
 #: ``durable`` (a named follower whose position the hub keeps), ``group`` (a group member).

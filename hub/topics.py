@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .outbound import SharedBatch
+from .storage.batches import SharedBatch
 
 
 class MemoryTopic:

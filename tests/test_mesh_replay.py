@@ -18,8 +18,8 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 import sdk
 import wire
 from hub.config import HubConfig
-from hub.outbound import SharedBatch
 from hub.server import HubServer
+from hub.storage.batches import SharedBatch
 from hub.storage.topic_log import LogSettings, TopicLog
 from tests.support.cluster import Cluster, await_for, collect
 from tests.support.tcpproxy import TcpProxy

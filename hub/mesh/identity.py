@@ -8,12 +8,13 @@ only, readable by the owner alone (mode 0600) because it *is* the hub's identity
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
+
+from ..storage.statefile import replace_atomically
 
 IDENTITY_FILE = "mesh_identity.key"
 SEED_BYTES = 32
@@ -44,18 +45,9 @@ def load_or_create_identity(data_dir: Path | None) -> KeyPair:
         return create_new_key_pair(seed)
     key_pair = create_new_key_pair()
     seed = key_pair.private_key.to_bytes()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Create with 0600 from the start (no window where the key is world-readable),
-    # then rename so a crash never leaves a truncated identity behind.
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        os.write(fd, seed)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, FILE_MODE)
-    os.replace(tmp, path)
+    # Created 0600 from the start (no window where the key is world-readable), then renamed
+    # so a crash never leaves a truncated identity behind.
+    replace_atomically(path, seed, mode=FILE_MODE)
     return key_pair
 
 

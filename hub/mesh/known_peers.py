@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..storage.statefile import write_json
 
 log = logging.getLogger("hub.mesh.known_peers")
 
@@ -94,18 +95,7 @@ class KnownPeers:
         if self.path is None:
             return
         document = {"peers": {pid: {"since": p.since, "hub_id": f"{p.hub_id:016x}"} for pid, p in self._peers.items()}}
-        tmp = self.path.with_suffix(".tmp")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w") as fh:
-                json.dump(document, fh, separators=(",", ":"))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-            fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)  # the rename too: a power loss must not bring back an older record
-            finally:
-                os.close(fd)
+            write_json(self.path, document)
         except OSError as exc:
             log.error("cannot save %s: %s (the peer is known until this hub restarts)", self.path, exc)

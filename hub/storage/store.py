@@ -23,11 +23,11 @@ import logging
 import os
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-import trio
-
 from .segment import RecoveryReport, Segment
+from .statefile import replace_atomically, sync_directory
 from .topic_log import LogSettings, TopicLog
 
 log = logging.getLogger("pub0sub.hub.storage")
@@ -102,7 +102,8 @@ class LogStore:
         self._dirty: dict[Segment, None] = {}
         self._new_dirs: set[Path] = set()
         self._after_sync: list[Callable[[], None]] = []
-        self._commit_wanted = trio.Event()
+        #: Told when a commit is wanted (the shell's committer wakes up).
+        self.on_commit_wanted: Callable[[], None] | None = None
         self.fsyncs = 0
         self.storage_error: OSError | None = None
         self._lock = DataDirLock(root)
@@ -147,13 +148,7 @@ class LogStore:
                 # file empty: the id was never used by anyone yet.
                 log.error("%s is unreadable (%r): choosing a new hub id", path, text[:40])
         hub_id = new_id or int.from_bytes(secrets.token_bytes(8), "big") or 1
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as fh:
-            fh.write(f"{hub_id:016x}\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        _sync_all([], [self.root])
+        replace_atomically(path, f"{hub_id:016x}\n".encode())
         return hub_id
 
     def log_for(self, topic: str, now: int) -> TopicLog:
@@ -188,34 +183,40 @@ class LogStore:
             callback()
             return
         self._after_sync.append(callback)
-        self._commit_wanted.set()
+        if self.on_commit_wanted is not None:
+            self.on_commit_wanted()
 
-    async def commit_loop(self) -> None:
-        while True:
-            await self._commit_wanted.wait()
-            self._commit_wanted = trio.Event()
-            segments = list(self._dirty)
-            self._dirty.clear()
-            dirs = list(self._new_dirs)
-            self._new_dirs.clear()
-            callbacks, self._after_sync = self._after_sync, []
-            try:
-                sizes = await trio.to_thread.run_sync(_sync_all, segments, dirs)
-            except OSError as exc:
-                self.storage_error = exc
-                log.critical("fsync failed: %s: acknowledgements withheld, publishers get STORAGE_ERROR", exc)
-                for callback in callbacks:
-                    callback()
-                continue
+    # The group commit itself runs in the I/O shell (hub/shell/committer.py): it takes a
+    # Commit when one is wanted, runs its fsyncs in a worker thread, and hands it back here.
+
+    def commit_wanted(self) -> bool:
+        """Publishers wait for an fsync (``when_durable``) that no commit has started yet."""
+        return bool(self._after_sync)
+
+    def begin_commit(self) -> Commit:
+        """Take everything written so far, and everyone waiting on it, into one commit."""
+        commit = Commit(list(self._dirty), list(self._new_dirs), self._after_sync)
+        self._dirty.clear()
+        self._new_dirs.clear()
+        self._after_sync = []
+        return commit
+
+    def finish_commit(self, commit: Commit, sizes: list[int] | None, error: OSError | None = None) -> None:
+        """``commit.sync()`` returned ``sizes`` (or raised ``error``): mark what is durable, run callbacks."""
+        if error is not None:
+            self.storage_error = error
+            log.critical("fsync failed: %s: acknowledgements withheld, publishers get STORAGE_ERROR", error)
+        else:
+            assert sizes is not None
             self.fsyncs += 1
-            for segment, size in zip(segments, sizes, strict=True):
+            for segment, size in zip(commit.segments, sizes, strict=True):
                 segment.synced = max(segment.synced, size)
                 if self._journal is not None:
                     self._journal.write(f"{segment.path} {segment.synced}\n")
             if self._journal is not None:
                 self._journal.flush()
-            for callback in callbacks:
-                callback()
+        for callback in commit.callbacks:
+            callback()
 
     # -- retention ---------------------------------------------------------------------
 
@@ -228,13 +229,21 @@ class LogStore:
         return removed
 
 
+@dataclass(slots=True)
+class Commit:
+    """One group commit: the segments and new directory entries to make durable, and who waits."""
+
+    segments: list[Segment]
+    dirs: list[Path]
+    callbacks: list[Callable[[], None]]
+
+    def sync(self) -> list[int]:
+        """Blocking: fsync every segment and directory; the synced size of each segment."""
+        return _sync_all(self.segments, self.dirs)
+
+
 def _sync_all(segments: list[Segment], dirs: list[Path]) -> list[int]:
     sizes = [segment.sync() for segment in segments]
     for directory in dirs:
-        # A new file's directory entry must be durable too, or the file may vanish.
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_directory(directory)  # a new file's directory entry must be durable too, or the file may vanish
     return sizes

@@ -24,7 +24,7 @@ from wire import FRAME_TYPES, Limits, LogBatch, Opcode, ProtocolError, check_hea
 from wire.frames import HEADER, HEADER_SIZE, log_batch_head
 from wire.opcodes import LOG_OPCODES
 
-from ..outbound import SharedBatch
+from .batches import Hole, SharedBatch, StoredBatch
 from .origin_index import OriginIndex
 from .segment import MAX_STORED_BODY, SUFFIX, RecoveryReport, Segment, TornSegmentError
 
@@ -44,32 +44,6 @@ class LogSettings:
     retention_seconds: float = 0.0
     #: Recent batches kept in memory per topic for live and catching-up readers.
     tail_bytes: int = 4 << 20
-
-
-@dataclass(slots=True)
-class StoredBatch:
-    """A batch as readers see it: the shared delivery batch plus its set's topics."""
-
-    batch: SharedBatch
-    topics: tuple[str, ...]
-    append_ts: int
-
-    @property
-    def base_offset(self) -> int:
-        return self.batch.base_offset
-
-    @property
-    def next_offset(self) -> int:
-        return self.batch.base_offset + self.batch.count
-
-
-@dataclass(slots=True)
-class Hole:
-    """Offsets ``first .. first+count-1`` cannot be served (retention or corruption)."""
-
-    first: int
-    count: int
-    reason: str
 
 
 def topic_directory_name(topic: str) -> str:
