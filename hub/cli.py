@@ -12,9 +12,9 @@ from pathlib import Path
 
 import trio
 
+from .app import HubServer
 from .config import HubConfig, load_config
-from .ports import PortInUseError, check_port_free
-from .server import HubServer
+from .shell.ports import PortInUseError, check_port_free
 from .storage.store import DataDirInUseError
 
 #: The built-in settings, shown as each option's default.

@@ -15,7 +15,7 @@ import trio
 from hypothesis import given, settings
 
 import wire
-from hub.acks import AckTracker, ack_refusal
+from hub.core.acks import AckTracker, ack_refusal
 from tests.support.inprocess import StartHub, collect, fill, quiet, start_server
 from tests.support.rawclient import RawClient
 
@@ -58,7 +58,7 @@ async def test_an_ack_past_what_was_delivered_is_refused_and_changes_nothing(sta
     assert ok.offsets == (wire.TopicOffset(topic="t", offset=0),)
     await fill(server, "t", 1, 5)
     assert [o for _, o, _ in await collect(again, 10)] == list(range(10))
-    assert server.stats.acks_refused == 1
+    assert server.core.stats.acks_refused == 1
 
 
 async def test_an_ack_of_every_u64_offset_cannot_poison_the_durable_name(start_server: StartHub) -> None:
@@ -144,7 +144,7 @@ async def test_a_late_ack_from_a_member_settles_what_it_was_given(start_server: 
     assert (again.batch.base_offset, again.batch.count) == (first.batch.base_offset, first.batch.count)
     # Acked only now, for the first delivery: still pending, so settled, and no ERROR.
     await member.send(ack(1, "t", first.batch.base_offset, first.batch.last_offset))
-    group = server.subscriptions.groups["g"]
+    group = server.core.subscriptions.groups["g"]
     with trio.fail_after(5):
         while group.state.positions["t"].floor != 2:
             await trio.sleep(0.01)

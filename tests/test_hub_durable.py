@@ -8,9 +8,9 @@ from pathlib import Path
 import trio
 
 import wire
+from hub.app import HubServer
 from hub.config import HubConfig
-from hub.server import HubServer
-from tests.support.inprocess import StartHub, collect, fill, publish, quiet, start_server
+from tests.support.inprocess import StartHub, WallClockAt, collect, fill, publish, quiet, start_server
 from tests.support.rawclient import RawClient
 
 __all__ = ["start_server"]  # the fixture, imported for pytest
@@ -48,7 +48,7 @@ async def test_a_replay_lets_the_rest_of_the_hub_run(start_server: StartHub) -> 
     await client.send(wire.Sub(sub_id=1, patterns=("t",), start=wire.StartPosition.EARLIEST))
     await client.expect(wire.SubOk)
     first = await client.expect(wire.Deliver)
-    conn = next(c for c in server.connections.values() if 1 in c.subs)
+    conn = next(c for c in server.core.sessions.values() if 1 in c.subs)
     follower = conn.subs[1].follower
     assert follower is not None
     # The first batch is out while the follower is still early in the log.
@@ -58,12 +58,11 @@ async def test_a_replay_lets_the_rest_of_the_hub_run(start_server: StartHub) -> 
 
 
 async def test_start_at_a_timestamp(start_server: StartHub) -> None:
-    now = [1_000_000]
-    server = await start_server()
-    server.clock = lambda: now[0]
+    clock = WallClockAt(1_000_000)
+    server = await start_server(clock=clock)
     pub = await RawClient.connect(server.address)
     for i in range(6):
-        now[0] = 1_000_000 + i * 1000
+        clock.us = 1_000_000 + i * 1000
         await pub.send(publish("t", [b"%d" % i], seq=i, ack=True))
         await pub.expect(wire.PublishAck)
     client = await RawClient.connect(server.address)
@@ -216,7 +215,7 @@ async def test_group_shares_and_redelivers(start_server: StartHub) -> None:
         nursery.cancel_scope.cancel()
     assert taken, "round robin gave member 0 some messages"
     assert sorted(set(acked)) == list(range(100)), "member 1 got member 0's unacked messages after ack_wait"
-    group = server.subscriptions.groups["workers"]
+    group = server.core.subscriptions.groups["workers"]
     assert group.redelivered_messages >= len(set(taken) - set(acked[: len(acked) - len(taken)]))
     assert group.pending_count() == 0 or group.pending_count(group.members[0]) > 0
     doc = json.loads(json.dumps(server.status()))

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from hub.routing import RoutingTable
+from hub.core.routing import RoutingTable
 
 
 def test_exact_and_wildcards() -> None:

@@ -12,10 +12,11 @@ import pytest
 import trio
 
 import wire
+from hub.app import HubServer
 from hub.config import HubConfig
-from hub.connection import ClientConnection, CloseReason
-from hub.ports import PortInUseError
-from hub.server import HubServer
+from hub.core.clients import ClientSession, CloseReason
+from hub.shell.connection import ClientConnection
+from hub.shell.ports import PortInUseError
 from tests.support.rawclient import RawClient
 
 StartHub = Callable[..., Awaitable[HubServer]]
@@ -134,7 +135,7 @@ async def test_a_subscriber_that_reads_late_gets_every_byte_in_order(start_serve
     got = await collect(sub, total + 1, timeout=30)
     assert [off for _, off, _ in got] == list(range(total + 1))
     assert [data[:5] for _, _, data in got[:total]] == [b"%05d" % i for i in range(total)]
-    assert got[-1][2] == b"last" and server.stats.dropped_messages == 0
+    assert got[-1][2] == b"last" and server.core.stats.dropped_messages == 0
 
 
 async def test_a_failed_send_costs_only_that_connection(start_server: StartHub) -> None:
@@ -155,9 +156,9 @@ async def test_a_failed_send_costs_only_that_connection(start_server: StartHub) 
     conn.stream.socket.shutdown(socket.SHUT_WR)
     await pub.send(publish("t", [b"after"]))
     assert await collect(keeper, 1) == [("t", 1, b"after")]
-    assert conn.closing is CloseReason.WRITE_FAILED
+    assert conn.session.closing is CloseReason.WRITE_FAILED
     with trio.fail_after(5):
-        while conn.conn_id in server.connections:
+        while conn.session.conn_id in server.core.sessions:
             await trio.sleep(0.01)
     await pub.send(publish("t", [b"later"]))
     assert await collect(keeper, 1) == [("t", 2, b"later")]
@@ -166,7 +167,9 @@ async def test_a_failed_send_costs_only_that_connection(start_server: StartHub) 
 def _conn_of(server: HubServer, client: RawClient) -> ClientConnection:
     """The hub's side of ``client``'s connection (matched by the client's local port)."""
     port = client.stream.socket.getsockname()[1]
-    return next(c for c in server.connections.values() if c.peer.endswith(f":{port}"))
+    session: ClientSession = next(c for c in server.core.sessions.values() if c.peer.endswith(f":{port}"))
+    assert isinstance(session.transport, ClientConnection)
+    return session.transport
 
 
 async def test_message_reaches_a_subscription_once(start_server: StartHub) -> None:
@@ -272,7 +275,7 @@ async def test_bad_input_gets_error_and_others_keep_working(start_server: StartH
         await pub.send(publish("t", [raw[:1]]))
     got = await collect(sub, len(cases))
     assert [d for _, _, d in got] == [raw[:1] for raw, _ in cases]
-    assert server.stats.protocol_errors == len(cases)
+    assert server.core.stats.protocol_errors == len(cases)
 
 
 async def test_frame_too_large_is_refused_before_the_body(start_server: StartHub) -> None:
@@ -289,16 +292,16 @@ async def test_silent_client_is_detected(start_server: StartHub) -> None:
     server = await start_server(heartbeat_interval=0.2, heartbeat_misses=2)
     client = await RawClient.connect(server.address)
     await subscribe(client, 1, "t")
-    assert server.router.match("t")
+    assert server.core.router.match("t")
     ping = await client.expect(wire.Heartbeat, timeout=2)
     assert ping.word == "ping"
     error = await client.expect(wire.Error, timeout=3, skip=(wire.Heartbeat,))
     assert error.code is wire.ErrorCode.HEARTBEAT_TIMEOUT
     with trio.fail_after(2):
-        while server.connections:
+        while server.core.sessions:
             await trio.sleep(0.01)
-    assert server.router.match("t") == ()
-    assert server.stats.heartbeat_timeouts == 1
+    assert server.core.router.match("t") == ()
+    assert server.core.stats.heartbeat_timeouts == 1
 
 
 async def test_answering_pings_keeps_a_client_alive(start_server: StartHub) -> None:
@@ -309,7 +312,7 @@ async def test_answering_pings_keeps_a_client_alive(start_server: StartHub) -> N
             frame = await client.recv()
             assert isinstance(frame, wire.Heartbeat), frame
             await client.send(wire.PONG)
-    assert len(server.connections) == 1
+    assert len(server.core.sessions) == 1
     await client.send(wire.PING)
     assert (await client.expect(wire.Heartbeat)).word in ("ping", "pong")
 
@@ -338,7 +341,7 @@ async def test_slow_consumer_cancel(start_server: StartHub) -> None:
     # The slow subscriber reads only now: some deliveries, then SUB_END OUT_OF_CAPACITY.
     end = await slow.expect(wire.SubEnd, timeout=10, skip=(wire.Deliver,))
     assert end.code is wire.ErrorCode.OUT_OF_CAPACITY and end.sub_id == 1
-    assert server.stats.cancelled_subscriptions == 1
+    assert server.core.stats.cancelled_subscriptions == 1
     status = server.status()
     assert status["counters"]["cancelled_subscriptions"] == 1
 
@@ -354,7 +357,7 @@ async def test_slow_consumer_drop_oldest_says_what_was_dropped(start_server: Sta
     await subscribe(marker, 1, "t")
     await pub.send(publish("t", [b"last"]))
     await collect(marker, 1)
-    conn = next(c for c in server.connections.values() if 1 in c.subs and c.subs[1].policy.name == "DROP_OLDEST")
+    conn = next(c for c in server.core.sessions.values() if 1 in c.subs and c.subs[1].policy.name == "DROP_OLDEST")
     # Memory stays bounded by the cap (+ one write chunk in flight).
     assert conn.out.pending_bytes <= cap + server.config.write_chunk
     seen: list[int] = []
@@ -373,7 +376,7 @@ async def test_slow_consumer_drop_oldest_says_what_was_dropped(start_server: Sta
     assert dropped > 0
     assert seen == sorted(seen) and seen[-1] == total - 1
     assert len(seen) + dropped == total
-    assert server.stats.dropped_messages == dropped
+    assert server.core.stats.dropped_messages == dropped
 
 
 async def test_credit_limits_messages_in_flight(start_server: StartHub) -> None:
@@ -401,7 +404,7 @@ async def test_unsubscribe_and_unknown_ids(start_server: StartHub) -> None:
     assert end.code is wire.ErrorCode.UNSUBSCRIBED
     await client.send(wire.Unsub(sub_id=1))
     assert (await client.expect(wire.SubEnd)).code is wire.ErrorCode.UNKNOWN_SUBSCRIPTION
-    assert server.router.match("t") == ()
+    assert server.core.router.match("t") == ()
     await subscribe(client, 1, "t")  # the id is free again
     await client.send(wire.Sub(sub_id=1, patterns=("u",)))
     error = await client.expect(wire.Error)
@@ -434,7 +437,7 @@ async def test_connection_limit(start_server: StartHub) -> None:
     assert error.code is wire.ErrorCode.LIMIT_EXCEEDED
     await first.send(wire.PING)
     assert (await first.expect(wire.Heartbeat)).word == "pong"
-    assert server.stats.connections_refused == 1
+    assert server.core.stats.connections_refused == 1
     await second.aclose()
 
 

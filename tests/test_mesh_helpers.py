@@ -11,9 +11,9 @@ import trio
 from libp2p.crypto.keys import KeyPair
 
 import wire
+from hub.core.mesh.protocols import encode_forward_set
+from hub.core.mesh.window import WindowEntry
 from hub.mesh import Mesh, MeshConfig
-from hub.mesh.protocols import encode_forward_set
-from hub.mesh.window import WindowEntry
 
 #: Short timers so failure detection and rediscovery fit a fast test run.
 FAST = MeshConfig(

@@ -17,8 +17,8 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 
 import sdk
 import wire
+from hub.app import HubServer
 from hub.config import HubConfig
-from hub.server import HubServer
 from hub.storage.batches import SharedBatch
 from hub.storage.topic_log import LogSettings, TopicLog
 from tests.support.cluster import Cluster, await_for, collect
@@ -111,16 +111,16 @@ def _hub(data_dir: Path, **settings: object) -> HubServer:
 
 
 def _publish(server: HubServer, topics: list[str], n: int = 1) -> int:
-    seq = server.next_origin_seq(n)
+    seq = server.core.origin.take(n)
     count, records = wire.encode_records([(b"", MSG)] * n)
-    server.publisher.store_set(tuple(topics), count, records, timestamp=seq, origin=server.hub_id, origin_seq=seq)
+    server.core.publisher.store_set(tuple(topics), count, records, timestamp=seq, origin=server.hub_id, origin_seq=seq)
     return seq
 
 
 def _replayed(server: HubServer, wants: set[str], after: int, before: int) -> tuple[list[int], list[str]]:
-    assert server.mesh_bridge is not None
+    assert server.mesh is not None
     holes: list[str] = []
-    sets = server.mesh_bridge.own_sets(wants.__contains__, after, before, holes.append)
+    sets = server.core.mesh.own_sets(wants.__contains__, after, before, holes.append)
     return [e.first_seq for e in sets], holes
 
 
@@ -131,7 +131,7 @@ def test_own_sets_come_back_in_sequence_order_once_each_and_after_a_reopen(tmp_p
         kind = ("a", "b", "ab")[i % 3]
         seqs[kind].append(_publish(server, list(kind)))
         if i % 100 == 0:  # forwards from another hub interleave in the same logs
-            server.publisher.store_set(("a", "b"), 1, wire.encode_records([(b"", MSG)])[1], timestamp=1,
+            server.core.publisher.store_set(("a", "b"), 1, wire.encode_records([(b"", MSG)])[1], timestamp=1,
                                        origin=99, origin_seq=i + 1)
     everything = sorted(seqs["a"] + seqs["b"] + seqs["ab"])
     assert _replayed(server, {"a", "b"}, 0, 10**9) == (everything, [])
@@ -154,15 +154,15 @@ def test_a_set_stored_in_some_topics_only_is_replayed_for_those(tmp_path: Path) 
     store those topics twice at the peer."""
     server = _hub(tmp_path)
     count, records = wire.encode_records([(b"", MSG)])
-    crashed = server.next_origin_seq(1)  # appended to "a", then the hub died before "b"
-    server.publisher.store_set(("a", "b"), count, records, timestamp=1, origin=server.hub_id, origin_seq=crashed,
+    crashed = server.core.origin.take(1)  # appended to "a", then the hub died before "b"
+    server.core.publisher.store_set(("a", "b"), count, records, timestamp=1, origin=server.hub_id, origin_seq=crashed,
                                skip={"b"})  # fmt: skip
-    retried = server.next_origin_seq(1)  # the retry: "a" already has it, "b" gets it now
-    server.publisher.store_set(("a", "b"), count, records, timestamp=2, origin=server.hub_id, origin_seq=retried,
+    retried = server.core.origin.take(1)  # the retry: "a" already has it, "b" gets it now
+    server.core.publisher.store_set(("a", "b"), count, records, timestamp=2, origin=server.hub_id, origin_seq=retried,
                                skip={"a"})  # fmt: skip
     both = _publish(server, ["a", "b"])
-    assert server.mesh_bridge is not None
-    entries = list(server.mesh_bridge.own_sets({"a", "b"}.__contains__, 0, 10**9, [].append))
+    assert server.mesh is not None
+    entries = list(server.core.mesh.own_sets({"a", "b"}.__contains__, 0, 10**9, [].append))
     topics = [wire.MessageSet.read(e.encoded, 16, len(e.encoded))[0].topics for e in entries]
     assert [e.first_seq for e in entries] == [crashed, retried, both]
     assert topics == [("a",), ("b",), ("a", "b")]

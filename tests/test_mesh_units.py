@@ -8,14 +8,14 @@ from pathlib import Path
 from libp2p.peer.id import ID
 
 import wire
-from hub.mesh.config import MeshConfig
-from hub.mesh.interest import InterestTable, LocalInterest, valid_pattern
-from hub.mesh.known_peers import KnownPeer, KnownPeers
+from hub.core.mesh.config import MeshConfig
+from hub.core.mesh.interest import InterestTable, LocalInterest, valid_pattern
+from hub.core.mesh.known_peers import KnownPeer, KnownPeers
+from hub.core.mesh.protocols import encode_forward_batch, encode_forward_set, encode_stored_set, encode_v1_forwards
+from hub.core.mesh.window import ForwardWindow, WindowEntry
 from hub.mesh.mesh import Mesh
 from hub.mesh.peers import PeerLink
-from hub.mesh.protocols import encode_forward_batch, encode_forward_set, encode_stored_set, encode_v1_forwards
 from hub.mesh.session import topic_chunks
-from hub.mesh.window import ForwardWindow, WindowEntry
 
 GOLDEN_FORWARD = bytes.fromhex("060000001a0207746f7069635f3107746f7069635f320000000568656c6c6f")
 

@@ -7,14 +7,14 @@ everything else is internal.  Importing this package imports libp2p (~1 s,
 
 from __future__ import annotations
 
-from .config import MeshConfig
+from ..core.mesh.config import MeshConfig
+from ..core.mesh.inbound import V1_ORIGIN, ForwardHandler
+from ..core.mesh.interest import InterestTable
+from ..core.mesh.protocols import MeshVersion
+from ..core.mesh.status import CloseReason, PeerCounters
 from .discovery import cluster_key
 from .identity import load_or_create_identity
-from .inbound import V1_ORIGIN, ForwardHandler
-from .interest import InterestTable
 from .mesh import Mesh
-from .protocols import MeshVersion
-from .status import CloseReason, PeerCounters
 
 __all__ = [
     "V1_ORIGIN",

@@ -28,7 +28,7 @@ from libp2p.peer.id import ID
 
 import wire
 
-from .config import MeshConfig
+from ..core.mesh.config import MeshConfig
 from .mesh import Mesh
 
 
@@ -89,8 +89,8 @@ async def bench(messages: int, per_set: int, size: int) -> dict[str, Any]:
 async def bench_replay(messages: int, per_set: int, size: int) -> dict[str, Any]:
     # The hub's storage and its MeshBridge are what is measured; imported here because the
     # rest of this module needs only the mesh.
+    from hub.app import HubServer
     from hub.config import HubConfig
-    from hub.server import HubServer
 
     receiving = _Receiver(messages - per_set)
     with tempfile.TemporaryDirectory(prefix="pub0sub-replay-bench-") as tmp:
@@ -98,9 +98,10 @@ async def bench_replay(messages: int, per_set: int, size: int) -> dict[str, Any]
                                      discovery=False))  # fmt: skip
         assert server.mesh is not None and server.store is not None
         count, records = wire.encode_records([(b"", b"x" * size)] * per_set)
+        core = server.core
         for _ in range(messages // per_set):
-            seq = server.next_origin_seq(per_set)
-            server.publisher.store_set(("bench",), count, records, timestamp=seq, origin=server.hub_id, origin_seq=seq)
+            seq = core.origin.take(per_set)
+            core.publisher.store_set(("bench",), count, records, timestamp=seq, origin=core.hub_id, origin_seq=seq)
         sender = server.mesh
         # The receiver linked before the sets were published and stored the first one before it
         # went away: it resumes from there (a peer the sender never linked with gets no replay).

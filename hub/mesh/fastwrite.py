@@ -42,7 +42,7 @@ from libp2p.stream_muxer.yamux.yamux import (
     YAMUX_HEADER_FORMAT,
 )
 
-from ..sockio import send_now
+from ..shell.sockio import send_now
 from .fastread import noise_over_tcp, yamux_of
 
 log = logging.getLogger("pub0sub.hub.mesh")

@@ -3,7 +3,7 @@
 py-libp2p's default host offers Noise, TLS, SECIO *and plaintext*, and accepts a
 plaintext-only dialer; pinning ``sec_opt`` to Noise alone is what refuses it.
 It also listens with ``SO_REUSEPORT``, so a port another process listens on is
-refused here first (:func:`hub.ports.check_port_free`).
+refused here first (:func:`hub.shell.ports.check_port_free`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
-from ..ports import check_port_free
+from ..core.mesh.config import DEFAULT_LISTEN
+from ..shell.ports import check_port_free
 
-DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 #: libp2p logs per frame and per DHT query at INFO/DEBUG; at scale that is most of the CPU.
 NOISY_LOGGERS = ("libp2p", "multiaddr", "async_service", "libp2p.kad_dht", "libp2p.network", "libp2p.host")
 
@@ -43,7 +43,7 @@ def quiet_libp2p_logs(level: int = logging.WARNING) -> None:
 def make_host(key_pair: KeyPair, listen: str = DEFAULT_LISTEN) -> IHost:
     """A host that speaks Noise only; run it with ``host.run(listen_addrs=[...])``.
 
-    Raises :class:`hub.ports.PortInUseError` when something already listens on ``listen``'s port.
+    Raises :class:`hub.shell.ports.PortInUseError` when something already listens on ``listen``'s port.
     """
     check_mesh_port_free(listen)
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)

@@ -17,24 +17,25 @@ import multiaddr
 import trio
 from libp2p.abc import IHost
 from libp2p.crypto.keys import KeyPair
+from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
 import wire
 
-from .config import MeshConfig
+from ..core.mesh.config import MeshConfig
+from ..core.mesh.inbound import ForwardHandler, InboundForwards
+from ..core.mesh.interest import InterestTable, LocalInterest, valid_pattern
+from ..core.mesh.known_peers import KnownPeers
+from ..core.mesh.protocols import MeshVersion, encode_forward_set, encode_v1_forwards
+from ..core.mesh.replay import Replay, ReplaySource
+from ..core.mesh.status import CloseReason
+from ..core.mesh.window import WindowEntry
 from .discovery import Discovery
 from .host import make_host, quiet_libp2p_logs
 from .identity import hub_id_for, load_or_create_identity
-from .inbound import ForwardHandler, InboundForwards
-from .interest import InterestTable, LocalInterest, valid_pattern
-from .known_peers import KnownPeers
 from .peers import PeerLink
-from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
-from .replay import Replay, ReplaySource
 from .session import PeerSession
-from .status import CloseReason
-from .window import WindowEntry
 
 log = logging.getLogger("hub.mesh")
 
@@ -121,7 +122,7 @@ class Mesh:
             async with host.run(listen_addrs=[multiaddr.Multiaddr(self.config.listen)]), trio.open_nursery() as nursery:
                 self._nursery = nursery
                 for version in self.config.versions:
-                    host.set_stream_handler(version.protocol_id, self._accept)
+                    host.set_stream_handler(TProtocol(version.protocol_id), self._accept)
                 if self.config.discovery:
                     self.discovery = Discovery(
                         host,
@@ -219,6 +220,24 @@ class Mesh:
                     link.addrs = []
             out.append(link.status(self.interest.patterns_of(pid)))
         return out
+
+    def status(self) -> dict[str, Any]:
+        """The ``mesh`` part of the hub's status document."""
+        try:
+            addrs = self.listen_addrs
+            peer_id = str(self.peer_id)
+        except Exception:  # the host is not up yet
+            addrs, peer_id = [], ""
+        return {
+            "peer_id": peer_id,
+            "listen_addrs": addrs,
+            "cluster": self.config.cluster,
+            "local_interest": sorted(self.local.patterns),
+            "backlog": self.backlog(),
+            "max_peers": self.config.max_peers,
+            "refused_inbound": self.refused_inbound,
+            "peers": self.peers_status(),
+        }
 
     def backlog(self) -> int:
         """Largest number of forward sets queued or unacknowledged for any one peer.
@@ -344,7 +363,7 @@ class Mesh:
             await host.connect(PeerInfo(link.peer_id, link.static_addrs))
         else:
             await host.connect(PeerInfo(link.peer_id, link.addrs))
-        stream = await host.new_stream(link.peer_id, [v.protocol_id for v in self.config.versions])
+        stream = await host.new_stream(link.peer_id, [TProtocol(v.protocol_id) for v in self.config.versions])
         return stream, MeshVersion.from_protocol(str(stream.get_protocol()))
 
     async def _run_session(self, link: PeerLink, stream: Any, version: MeshVersion, outbound: bool) -> None:

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from libp2p.peer.id import ID
 from multiaddr import Multiaddr
 
-from .config import MeshConfig
-from .inbound import InboundForwards
-from .interest import LocalInterest
-from .protocols import MeshVersion
-from .replay import Replay, ReplaySource
-from .status import CloseReason, PeerCounters
-from .window import ForwardWindow
+from ..core.mesh.config import MeshConfig
+from ..core.mesh.inbound import InboundForwards
+from ..core.mesh.interest import LocalInterest
+from ..core.mesh.protocols import MeshVersion
+from ..core.mesh.replay import Replay, ReplaySource
+from ..core.mesh.status import CloseReason, PeerCounters
+from ..core.mesh.window import ForwardWindow
 
 if TYPE_CHECKING:
     from .session import PeerSession

@@ -19,13 +19,13 @@ import trio
 import wire
 from wire.limits import MAX_TOPICS_PER_MESSAGE
 
+from ..core.mesh.inbound import V1_ORIGIN, InboundResult
+from ..core.mesh.interest import valid_pattern
+from ..core.mesh.protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, encode_forward_batch, make_decoder
+from ..core.mesh.replay import Replay
+from ..core.mesh.status import CloseReason
 from .fastread import FastStreamReader
 from .fastwrite import FastStreamWriter
-from .inbound import V1_ORIGIN, InboundResult
-from .interest import valid_pattern
-from .protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, encode_forward_batch, make_decoder
-from .replay import Replay
-from .status import CloseReason
 
 if TYPE_CHECKING:
     from .peers import PeerLink, SessionOwner

@@ -10,8 +10,10 @@ import pytest
 import trio
 
 import wire
+from hub.app import HubServer
+from hub.core.clock import Clock
+from hub.shell.loops import TrioClock
 from hub.config import HubConfig
-from hub.server import HubServer
 from tests.support.rawclient import RawClient
 
 StartHub = Callable[..., Awaitable[HubServer]]
@@ -19,9 +21,9 @@ StartHub = Callable[..., Awaitable[HubServer]]
 
 @pytest.fixture
 def start_server(nursery: trio.Nursery, tmp_path: Path) -> StartHub:
-    async def start(**settings: Any) -> HubServer:
+    async def start(*, clock: Clock | None = None, **settings: Any) -> HubServer:
         settings.setdefault("data_dir", tmp_path / "data")
-        server = HubServer(HubConfig(listen="127.0.0.1:0", **settings))
+        server = HubServer(HubConfig(listen="127.0.0.1:0", **settings), clock=clock)
         await nursery.start(server.serve)
         return server
 
@@ -58,3 +60,13 @@ async def fill(server: HubServer, topic: str, batches: int, per_batch: int) -> N
     for _ in range(batches):
         await pub.expect(wire.PublishAck)
     await pub.aclose()
+
+
+class WallClockAt(TrioClock):
+    """The event loop's monotonic time, and a wall clock (message timestamps) the test sets."""
+
+    def __init__(self, us: int) -> None:
+        self.us = us
+
+    def wall_us(self) -> int:
+        return self.us

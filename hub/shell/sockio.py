@@ -1,6 +1,6 @@
 """A socket send that never waits and never yields.
 
-The hub's direct flushes (:mod:`hub.flushing`) and the mesh's fast writer
+The hub's direct flushes (:mod:`hub.core.flushing`) and the mesh's fast writer
 (:mod:`hub.mesh.fastwrite`) both send from a task that must not yield at that
 point; what the socket does not take they hand to trio's ``send_all``.
 """

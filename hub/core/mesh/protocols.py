@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from enum import Enum
 from functools import lru_cache
 
-from libp2p.custom_types import TProtocol
-
 import wire
 from wire.limits import DEFAULT_MAX_PEER_BODY
 from wire.records import RECORD_HEADER, REGION_HEADER
@@ -33,11 +31,11 @@ MAX_BATCH_BODY = min(1 << 20, DEFAULT_MAX_PEER_BODY // 2)
 
 
 class MeshVersion(Enum):
-    V1 = TProtocol("/pub0sub/mesh/1.0.0")
-    V2 = TProtocol("/pub0sub/mesh/2.0.0")
+    V1 = "/pub0sub/mesh/1.0.0"
+    V2 = "/pub0sub/mesh/2.0.0"
 
     @property
-    def protocol_id(self) -> TProtocol:
+    def protocol_id(self) -> str:
         return self.value
 
     @property
@@ -50,7 +48,7 @@ class MeshVersion(Enum):
 
     @classmethod
     def from_protocol(cls, protocol: str) -> MeshVersion:
-        return cls(TProtocol(str(protocol)))
+        return cls(str(protocol))
 
 
 #: What a hub offers when it dials, newest first.

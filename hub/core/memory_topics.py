@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .storage.batches import SharedBatch
+from ..storage.batches import SharedBatch
 
 
 class MemoryTopic:

@@ -5,8 +5,13 @@ a durable name) is a follower: it keeps a next offset per topic, reads
 batches from the log, and delivers them when its connection has room.  There
 is no separate bootstrap and incremental phase to stitch together, so there
 is no seam where a message could be lost or doubled: catching up and
-following the tail are the same loop.  A slow follower lags on the log
+following the tail are the same step.  A slow follower lags on the log
 instead of losing messages; it never grows hub memory past the connection cap.
+
+A follower is a job of the hub's :class:`~hub.core.work.WorkQueue`: woken by a
+publish to a topic it follows, by room on its connection or by credit, it
+reads one bounded piece per topic each step, and is left alone while it has
+nothing to do.
 """
 
 from __future__ import annotations
@@ -15,20 +20,18 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import trio
-
 from wire import AckMode, StartPosition
+from wire.topics import pattern_matches
 
+from ..storage.batches import Hole, StoredBatch
+from ..storage.topic_log import TopicLog
 from .acks import AckTracker, ack_refusal
-from .routing import pattern_matches
-from .storage.batches import Hole, StoredBatch
-from .storage.topic_log import TopicLog
 
 if TYPE_CHECKING:
-    from .connection import ClientConnection
+    from ..storage.store import LogStore
+    from .clients import ClientSession, Subscription
     from .consumers import ConsumerState
-    from .storage.store import LogStore
-    from .subscription import Subscription
+    from .work import WorkQueue
 
 log = logging.getLogger("pub0sub.hub.follower")
 
@@ -84,48 +87,49 @@ class LogFollower:
         self,
         *,
         store: LogStore,
-        conn: ClientConnection,
         sub: Subscription,
+        work: WorkQueue,
         start: StartPosition,
         start_value: int,
         offsets: dict[str, int],
         consumer: ConsumerState | None,
+        positions_moved: Callable[[], None],
+        failed: Callable[[Subscription, str], None],
     ) -> None:
         self.store = store
-        self.conn = conn
         self.sub = sub
+        self.session: ClientSession = sub.session
         self.start = start
         self.start_value = start_value
         self.offsets = dict(offsets)
         self.consumer = consumer
         #: next offset to deliver, per topic
         self.positions: dict[str, int] = {}
-        self._lot = trio.lowlevel.ParkingLot()
+        self._work = work
+        self._positions_moved = positions_moved
+        self._failed = failed
         self._selection = TopicSelection(store, sub.patterns)
-        self._patterns_seen = list(sub.patterns)
         # Topics that exist now start "latest" at their current end; topics
         # created later start at 0 -- every message in them is newer.
         self._latest_at = {t: lg.next_offset for t, lg in store.logs.items()}
 
+    def __repr__(self) -> str:
+        return f"LogFollower(connection {self.session.conn_id}, subscription {self.sub.sub_id})"
+
     def wake(self) -> None:
-        if self._lot:
-            self._lot.unpark()
+        if not self.sub.closed:
+            self._work.wake(self)
+
+    def stop(self) -> None:
+        """The subscription ended: nothing more to do."""
+        self._work.discard(self)
+
+    def failed(self, exc: Exception) -> None:
+        self._failed(self.sub, "internal error while reading the log")
 
     def patterns_changed(self) -> None:
         self._selection = TopicSelection(self.store, self.sub.patterns)
-        self._patterns_seen = list(self.sub.patterns)
         self.wake()
-
-    def _initial_position(self, topic: str, topic_log: TopicLog) -> int:
-        if self.consumer is not None and topic in self.consumer.positions:
-            return self.consumer.positions[topic].floor
-        if topic in self.offsets:
-            return self.offsets[topic]
-        if self.start is StartPosition.EARLIEST:
-            return topic_log.first_offset
-        if self.start is StartPosition.TIMESTAMP:
-            return topic_log.offset_for_timestamp(self.start_value)
-        return self._latest_at.get(topic, 0)
 
     def ack_refusal(self, topic: str, first: int, last: int) -> str | None:
         """Why the subscriber may not acknowledge ``first..last`` of ``topic`` (None: it may).
@@ -141,6 +145,17 @@ class LogFollower:
             delivered_end=self.positions.get(topic),
         )
 
+    def _initial_position(self, topic: str, topic_log: TopicLog) -> int:
+        if self.consumer is not None and topic in self.consumer.positions:
+            return self.consumer.positions[topic].floor
+        if topic in self.offsets:
+            return self.offsets[topic]
+        if self.start is StartPosition.EARLIEST:
+            return topic_log.first_offset
+        if self.start is StartPosition.TIMESTAMP:
+            return topic_log.offset_for_timestamp(self.start_value)
+        return self._latest_at.get(topic, 0)
+
     def position_of(self, topic: str) -> int:
         topic_log = self.store.logs.get(topic)
         if topic_log is None:
@@ -149,47 +164,31 @@ class LogFollower:
             self.positions[topic] = self._initial_position(topic, topic_log)
         return self.positions[topic]
 
-    async def run(self) -> None:
-        sub = self.sub
-        conn = self.conn
-        try:
-            while not sub.closed and conn.closing is None:
-                if await self._step():
-                    # One read per topic, then the rest of the hub gets its turn: with room in
-                    # the queue a step never waits, and a replay from earliest would otherwise
-                    # read the whole log before anyone else (even this subscriber's writer) ran.
-                    await trio.lowlevel.checkpoint()
-                else:
-                    await self._lot.park()
-        except trio.Cancelled:
-            raise
-        except Exception:  # a bug here must not take the hub down; the client learns of it
-            log.exception("follower of subscription %d failed", sub.sub_id)
-            conn.server.fail_subscription(conn, sub, "internal error while reading the log")
+    def step(self) -> bool:
+        """One pass over the topics, one bounded read each; True if anything moved.
 
-    async def _step(self) -> bool:
-        """One pass over the topics; True if anything moved."""
+        Stops early, waiting to be woken, when the connection's queue is over half full
+        (the session wakes it as it drains) or the subscription's credit is spent.
+        """
+        sub = self.sub
+        session = self.session
         moved = False
         logs = self.store.logs
-        # The selection's list is replaced, never changed in place, when a topic appears:
-        # iterating it across the awaits below is safe.
         for topic in self._selection.topics():
+            if sub.closed or session.closing is not None:
+                return False
             topic_log = logs[topic]
             position = self.position_of(topic)
             if position >= topic_log.next_offset:
                 continue
-            await self.conn.wait_for_room()
-            if self.sub.closed or self.conn.closing is not None:
-                return False
-            if self.sub.credit is not None:
-                while self.sub.credit is not None and self.sub.credit <= 0 and not self.sub.closed:
-                    await self._lot.park()
-                if self.sub.closed:
-                    return False
-            position = self.positions[topic]
+            if not session.has_room():
+                session.wait_for_room(self)
+                return moved
+            if sub.credit is not None and sub.credit <= 0:
+                return moved  # CREDIT wakes it (hub.core.subscribing.on_credit)
             for item in topic_log.read(position, READ_BYTES):
                 if isinstance(item, Hole):
-                    self.conn.queue_gap(self.sub, topic, item.first, item.count)
+                    session.queue_gap(sub, topic, item.first, item.count)
                     self._advance(topic, item.first + item.count, acked=True)
                     continue
                 if not self._deliver(topic, item):
@@ -213,7 +212,7 @@ class LogFollower:
                 batch, _ = batch.split(credit)
                 end = batch.base_offset + batch.count
             self.sub.credit = credit - batch.count
-        self.conn.push_batch(self.sub, batch)
+        self.session.push_batch(self.sub, batch)
         self._advance(topic, end, acked=self.sub.ack_mode is AckMode.NONE)
         return self.sub.credit is None or self.sub.credit > 0
 
@@ -228,4 +227,4 @@ class LogFollower:
             tracker = consumer.positions[topic] = AckTracker(start)
         if acked and end > start:
             tracker.ack(start, end - 1)
-            self.conn.server.consumers_changed()
+            self._positions_moved()

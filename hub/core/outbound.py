@@ -11,13 +11,22 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from wire import Gap, deliver_prefix
 
 if TYPE_CHECKING:
-    from .storage.batches import SharedBatch
-    from .subscription import Subscription
+    from ..storage.batches import SharedBatch
+
+
+class Subscriber(Protocol):
+    """The counters a queue keeps for each subscription it holds output of."""
+
+    sub_id: int
+    queued_messages: int
+    delivered_messages: int
+    dropped_messages: int
+    gap_notices: int
 
 
 @dataclass(slots=True, eq=False)
@@ -26,7 +35,7 @@ class Outgoing:
 
     pieces: tuple[bytes, ...]
     nbytes: int
-    sub: Subscription | None = None
+    sub: Subscriber | None = None
     batch: SharedBatch | None = None
     gap_topic: str = ""
     gap_first: int = 0
@@ -55,7 +64,7 @@ class OutboundQueue:
         # cancel a consumer that is keeping up.
         return self.pending_bytes == 0 or self.pending_bytes + nbytes <= self.cap
 
-    def push_deliver(self, sub: Subscription, batch: SharedBatch) -> None:
+    def push_deliver(self, sub: Subscriber, batch: SharedBatch) -> None:
         header = batch.header
         body_len = len(header) + len(batch.records)
         nbytes = 9 + body_len
@@ -63,7 +72,7 @@ class OutboundQueue:
         self.pending_bytes += nbytes
         sub.queued_messages += batch.count
 
-    def drop_oldest(self, sub: Subscription, need: int) -> int:
+    def drop_oldest(self, sub: Subscriber, need: int) -> int:
         """Replace ``sub``'s oldest queued batches by GAP notices until ``need`` fits.
 
         Returns the number of messages dropped.
@@ -103,7 +112,7 @@ class OutboundQueue:
         self.dropped_messages += dropped
         return dropped
 
-    def gap_instead(self, sub: Subscription, batch: SharedBatch) -> None:
+    def gap_instead(self, sub: Subscriber, batch: SharedBatch) -> None:
         """Queue a GAP in place of ``batch`` (no room even after dropping)."""
         gap = self._gap_item(sub, batch.topic, batch.base_offset, batch.count)
         self.items.append(gap)
@@ -112,13 +121,13 @@ class OutboundQueue:
         sub.dropped_messages += batch.count
         self.dropped_messages += batch.count
 
-    def push_gap(self, sub: Subscription, topic: str, first: int, count: int) -> None:
+    def push_gap(self, sub: Subscriber, topic: str, first: int, count: int) -> None:
         gap = self._gap_item(sub, topic, first, count)
         self.items.append(gap)
         self.pending_bytes += gap.nbytes
         sub.gap_notices += 1
 
-    def discard(self, sub: Subscription) -> int:
+    def discard(self, sub: Subscriber) -> int:
         """Remove everything queued for ``sub``; returns messages discarded."""
         kept: deque[Outgoing] = deque()
         gone = 0
@@ -158,6 +167,6 @@ class OutboundQueue:
         return b"".join(pieces), size
 
     @staticmethod
-    def _gap_item(sub: Subscription, topic: str, first: int, count: int) -> Outgoing:
+    def _gap_item(sub: Subscriber, topic: str, first: int, count: int) -> Outgoing:
         frame = Gap(sub_id=sub.sub_id, topic=topic, first_offset=first, dropped=count).encode()
         return Outgoing((frame,), len(frame), sub, None, topic, first, count)

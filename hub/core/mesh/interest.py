@@ -1,7 +1,7 @@
 """Who wants what: the local hub's own interest and each peer's.  Pure data, no I/O.
 
 Names are ``.``-separated tokens; in a pattern ``*`` matches one token and
-``>`` the rest (the same matching as local subscriptions, via ``hub.routing``).
+``>`` the rest (the same matching as local subscriptions, via ``hub.core.routing``).
 Peers are held to the seed's rule only -- a name is 1..255 bytes of UTF-8 --
 so a minimal seed peer's names are accepted and match literally; the stricter
 topic rule (``wire.topics``) is for what clients publish and subscribe.
@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
 
-from hub.routing import RoutingTable
 from wire.limits import MAX_TOPIC_BYTES
+
+from ..routing import RoutingTable
 
 P = TypeVar("P", bound=Hashable)
 

@@ -6,33 +6,38 @@ records it in that member's pending list.  An acknowledgement removes it; a
 pending range not acknowledged within ``ack_wait`` -- or whose member leaves
 -- goes back to the group and is delivered again, preferably to another
 member.  The group's acknowledged floor per topic is durable (see
-:mod:`hub.consumers`), so after a hub restart every unacknowledged message is
+:mod:`hub.core.consumers`), so after a hub restart every unacknowledged message is
 delivered again: at-least-once.
+
+A group is a job of the hub's :class:`~hub.core.work.WorkQueue`: woken by a
+publish, an ack, credit, a member joining or leaving, room on a member's
+connection, or (from the hub's tick) an ack deadline that passed.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import trio
-
 from wire import StartPosition
 
+from ..storage.batches import Hole, SharedBatch
 from .acks import AckTracker, ack_refusal
 from .follower import READ_BYTES, TopicSelection, first_matching
-from .storage.batches import Hole
 
 if TYPE_CHECKING:
+    from ..storage.store import LogStore
+    from .clients import Subscription
+    from .clock import Clock
     from .consumers import ConsumerState
-    from .server import HubServer
-    from .subscription import Subscription
+    from .work import WorkQueue
 
 log = logging.getLogger("pub0sub.hub.groups")
 
-#: How often an idle group re-checks deadlines and members' room.
+#: How often the hub's tick looks for ack deadlines that passed.
 POLL_SECONDS = 0.05
 
 
@@ -50,8 +55,18 @@ class ConsumerGroup:
     #: Router entries with ``live`` False are woken, not delivered to directly.
     live = False
 
-    def __init__(self, server: HubServer, state: ConsumerState, *, start: StartPosition, ack_wait: float) -> None:
-        self.server = server
+    def __init__(
+        self,
+        state: ConsumerState,
+        *,
+        store: LogStore,
+        work: WorkQueue,
+        clock: Clock,
+        start: StartPosition,
+        ack_wait: float,
+        positions_moved: Callable[[], None],
+    ) -> None:
+        self.store = store
         self.state = state
         self.start = start
         self.ack_wait = ack_wait
@@ -62,11 +77,10 @@ class ConsumerGroup:
         self.cursor: dict[str, int] = {}
         self.redelivered_messages = 0
         self._rr = 0
-        self._lot = trio.lowlevel.ParkingLot()
-        assert server.store is not None
-        self._selection = TopicSelection(server.store, state.patterns)
-        store = server.store
-        assert store is not None
+        self._work = work
+        self._clock = clock
+        self._positions_moved = positions_moved
+        self._selection = TopicSelection(store, state.patterns)
         self._latest_at = {t: lg.next_offset for t, lg in store.logs.items()}
         self._closed = False
 
@@ -74,9 +88,19 @@ class ConsumerGroup:
     def name(self) -> str:
         return self.state.name
 
+    def __repr__(self) -> str:
+        return f"ConsumerGroup({self.name!r})"
+
     def wake(self) -> None:
-        if self._lot:
-            self._lot.unpark()
+        if not self._closed:
+            self._work.wake(self)
+
+    def failed(self, exc: Exception) -> None:
+        log.error("group %r stopped dispatching after an internal error; its members stay attached", self.name)
+
+    def due(self, now: float) -> bool:
+        """An ack deadline passed (the hub's tick wakes the group then)."""
+        return any(p.deadline <= now for p in self.pending)
 
     # -- membership --------------------------------------------------------------------
 
@@ -125,7 +149,7 @@ class ConsumerGroup:
         if tracker is None:
             return
         tracker.ack(first, last)
-        self.server.consumers_changed()
+        self._positions_moved()
         if self.pending:
             self.pending = [p for p in self.pending if p.topic != topic or tracker.unacked_runs(p.first, p.last)]
 
@@ -141,19 +165,16 @@ class ConsumerGroup:
 
     # -- dispatch ----------------------------------------------------------------------
 
-    async def run(self) -> None:
-        while not self._closed:
-            self._expire(trio.current_time())
-            moved = self._dispatch()
-            if not moved:
-                with trio.move_on_after(POLL_SECONDS):
-                    await self._lot.park()
-            else:
-                await trio.lowlevel.checkpoint()
+    def step(self) -> bool:
+        """Redeliver what is owed (ack deadlines that passed first), then hand out what is new."""
+        if self._closed:
+            return False
+        self._expire(self._clock.monotonic())
+        return self._dispatch()
 
     def close(self) -> None:
         self._closed = True
-        self.wake()
+        self._work.discard(self)
 
     def _expire(self, now: float) -> None:
         if not self.pending:
@@ -170,14 +191,11 @@ class ConsumerGroup:
         members = self.members
         if not members:
             return None
-        ready = [
-            m
-            for m in members
-            if m.conn.closing is None
-            and m.conn.out.pending_bytes <= m.conn.out.cap // 2
-            and (m.credit is None or m.credit > 0)
-        ]
+        ready = [m for m in members if m.session.has_room() and (m.credit is None or m.credit > 0)]
         if not ready:
+            for m in members:
+                if not m.session.has_room():
+                    m.session.wait_for_room(self)  # woken as its queue drains
             return None
         if avoid is not None and len(ready) > 1:
             ready = [m for m in ready if m is not avoid] or ready
@@ -190,20 +208,19 @@ class ConsumerGroup:
             if tracker is not None:
                 start = tracker.floor
             else:
-                topic_log = self.server.store.logs[topic]  # type: ignore[union-attr]
+                topic_log = self.store.logs[topic]
                 if self.start is StartPosition.EARLIEST:
                     start = topic_log.first_offset
                 else:
                     start = self._latest_at.get(topic, 0)
                 self.state.positions[topic] = AckTracker(start)
-                self.server.consumers_changed()
+                self._positions_moved()
             self.cursor[topic] = start
         return self.cursor[topic]
 
     def _dispatch(self) -> bool:
         moved = False
-        store = self.server.store
-        assert store is not None
+        store = self.store
         # Redeliveries first: they are the oldest messages the group owes.
         while self.redeliver:
             topic, first, last, deliveries, avoid = self.redeliver[0]
@@ -275,17 +292,14 @@ class ConsumerGroup:
             moved = True
         return moved
 
-    def _send(self, member: Subscription, topic: str, batch: object, deliveries: int) -> None:
-        from .storage.batches import SharedBatch
-
-        assert isinstance(batch, SharedBatch)
+    def _send(self, member: Subscription, topic: str, batch: SharedBatch, deliveries: int) -> None:
         if member.credit is not None:
             member.credit -= batch.count
-        member.conn.push_batch(member, batch)
+        member.session.push_batch(member, batch)
         self.pending.append(
             PendingRange(
                 member, topic, batch.base_offset, batch.base_offset + batch.count - 1,
-                trio.current_time() + self.ack_wait, deliveries,
+                self._clock.monotonic() + self.ack_wait, deliveries,
             )
         )
 
@@ -294,7 +308,7 @@ class ConsumerGroup:
             "group": self.name,
             "patterns": self.state.patterns,
             "members": [m.sub_id for m in self.members],
-            "pending": {f"{m.conn.conn_id}/{m.sub_id}": self.pending_count(m) for m in self.members},
+            "pending": {f"{m.session.conn_id}/{m.sub_id}": self.pending_count(m) for m in self.members},
             "pending_total": self.pending_count(),
             "redelivered_messages": self.redelivered_messages,
             "acked_floor": {t: tr.floor for t, tr in self.state.positions.items()},

@@ -15,14 +15,18 @@ from typing import TYPE_CHECKING
 from wire import AckStatus, ErrorCode, OffsetRange, Publish, PublishAck
 from wire.topics import InvalidTopicError, check_topic
 
-from .storage.batches import SharedBatch
-from .topics import MemoryTopic
+from ..storage.batches import SharedBatch
+from .memory_topics import MemoryTopic
 
 if TYPE_CHECKING:
-    from .connection import ClientConnection
-    from .server import HubServer
-    from .storage.topic_log import TopicLog
-    from .subscription import Subscription
+    from ..storage.store import LogStore
+    from ..storage.topic_log import TopicLog
+    from .clients import ClientSession, Subscription
+    from .clock import Clock
+    from .mesh_link import MeshLink
+    from .origin import OriginSequence
+    from .routing import RoutingTable
+    from .stats import HubStats
 
 log = logging.getLogger("pub0sub.hub.publishing")
 
@@ -31,13 +35,27 @@ MAX_VALID_TOPICS = 100_000
 
 
 class Publisher:
-    def __init__(self, server: HubServer) -> None:
-        self.server = server
+    def __init__(
+        self,
+        *,
+        store: LogStore | None,
+        router: RoutingTable[Subscription],
+        stats: HubStats,
+        clock: Clock,
+        origin: OriginSequence,
+        mesh: MeshLink,
+    ) -> None:
+        self.store = store
+        self.router = router
+        self.stats = stats
+        self.clock = clock
+        self.origin = origin
+        self.mesh = mesh
         self.memory_topics: dict[str, MemoryTopic] = {}
         self._valid: set[str] = set()
 
     def topic(self, name: str, now: int) -> TopicLog | MemoryTopic:
-        store = self.server.store
+        store = self.store
         if store is not None:
             return store.log_for(name, now)
         topic = self.memory_topics.get(name)
@@ -46,7 +64,7 @@ class Publisher:
         return topic
 
     def existing(self, name: str) -> TopicLog | MemoryTopic | None:
-        store = self.server.store
+        store = self.store
         if store is not None:
             return store.logs.get(name)
         return self.memory_topics.get(name)
@@ -64,24 +82,23 @@ class Publisher:
                 valid.add(topic)
         return None
 
-    def publish(self, conn: ClientConnection, frame: Publish) -> None:
-        server = self.server
-        stats = server.stats
+    def publish(self, session: ClientSession, frame: Publish) -> None:
+        stats = self.stats
         stats.publish_frames += 1
         for mset in frame.sets:
             problem = self._invalid_topic(mset.topics)
             if problem is not None:
-                conn.fail(ErrorCode.INVALID_TOPIC, problem, ref=frame.sequence)
+                session.fail(ErrorCode.INVALID_TOPIC, problem, ref=frame.sequence)
                 return
-        store = server.store
+        store = self.store
         if store is not None and store.storage_error is not None:
-            conn.fail(ErrorCode.STORAGE_ERROR, f"the hub cannot store: {store.storage_error}", ref=frame.sequence)
+            session.fail(ErrorCode.STORAGE_ERROR, f"the hub cannot store: {store.storage_error}", ref=frame.sequence)
             return
         producer = frame.producer_id
         seq = frame.sequence
-        timestamp = server.clock()
+        timestamp = self.clock.wall_us()
         ranges: dict[str, list[int]] = {}
-        mesh = server.mesh
+        origin = self.origin
         stored_any = False
         # Idempotence is decided once per topic for the whole frame, before anything
         # is appended: a frame may hold several sets for one topic, and the first
@@ -96,21 +113,20 @@ class Publisher:
                         already.add(name)
         try:
             for mset in frame.sets:
-                origin_seq = server.next_origin_seq(mset.count)
+                origin_seq = origin.take(mset.count)
                 stored = self.store_set(
-                    mset.topics, mset.count, mset.records, timestamp=timestamp, origin=server.hub_id,
+                    mset.topics, mset.count, mset.records, timestamp=timestamp, origin=origin.hub_id,
                     origin_seq=origin_seq, producer=producer, producer_seq=seq, ranges=ranges, skip=already,
                 )
                 if stored:
                     stored_any = True
-                    conn.messages_in += mset.count
-                    if mesh is not None:
-                        mesh.forward(origin_seq, timestamp, mset)
+                    session.messages_in += mset.count
+                    self.mesh.forward(origin_seq, timestamp, mset)
         except OSError as exc:
             log.critical("cannot append to the log: %s", exc)
             if store is not None:
                 store.storage_error = exc
-            conn.fail(ErrorCode.STORAGE_ERROR, f"the hub cannot store: {exc}", ref=seq)
+            session.fail(ErrorCode.STORAGE_ERROR, f"the hub cannot store: {exc}", ref=seq)
             return
         if not stored_any and producer:
             stats.duplicate_batches += 1
@@ -125,7 +141,7 @@ class Publisher:
                 )
             else:
                 ack = PublishAck(producer_id=producer, sequence=seq, status=AckStatus.DUPLICATE, timestamp=timestamp)
-            self._acknowledge(conn, ack.encode(), seq)
+            self._acknowledge(session, ack.encode(), seq)
 
     def store_set(
         self,
@@ -146,10 +162,9 @@ class Publisher:
         Shared by local publishes and sets forwarded from other hubs: live
         subscribers get the batch (encoded once), followers and groups are woken.
         """
-        server = self.server
-        stats = server.stats
-        store = server.store
-        match = server.router.match
+        stats = self.stats
+        store = self.store
+        match = self.router.match
         seen: set[Subscription] | None = set() if len(topics) > 1 else None
         stored = False
         for name in topics:
@@ -158,7 +173,7 @@ class Publisher:
             topic = self.topic(name, timestamp)
             batch = SharedBatch(name, topic.next_offset, timestamp, origin, origin_seq, count, records)
             segment = topic.append(batch, topics=topics, producer_id=producer, producer_seq=producer_seq,
-                                   append_ts=server.clock() if origin != server.hub_id else timestamp)
+                                   append_ts=self.clock.wall_us() if origin != self.origin.hub_id else timestamp)
             if segment is not None and store is not None:
                 store.wrote(segment)
             stored = True
@@ -178,19 +193,19 @@ class Publisher:
                     if sub in seen:
                         continue
                     seen.add(sub)
-                sub.conn.deliver(sub, batch)
+                sub.session.deliver(sub, batch)
         return stored
 
-    def _acknowledge(self, conn: ClientConnection, ack: bytes, seq: int) -> None:
-        store = self.server.store
+    def _acknowledge(self, session: ClientSession, ack: bytes, seq: int) -> None:
+        store = self.store
         if store is None:
-            conn.send_control(ack)
+            session.send_control(ack)
             return
 
         def durable() -> None:
             if store.storage_error is not None:
-                conn.fail(ErrorCode.STORAGE_ERROR, f"the hub cannot store: {store.storage_error}", ref=seq)
+                session.fail(ErrorCode.STORAGE_ERROR, f"the hub cannot store: {store.storage_error}", ref=seq)
             else:
-                conn.send_control(ack)
+                session.send_control(ack)
 
         store.when_durable(durable)

@@ -31,7 +31,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..storage.statefile import write_json
+from ...storage.statefile import write_json
 
 log = logging.getLogger("hub.mesh.known_peers")
 

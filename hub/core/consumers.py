@@ -22,12 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import trio
-
 from wire import AckMode
 
+from ..storage.statefile import write_json
 from .acks import AckTracker
-from .storage.statefile import write_json
 
 log = logging.getLogger("pub0sub.hub.consumers")
 
@@ -161,16 +159,17 @@ class ConsumerRegistry:
         floors = [s.positions[topic].floor for s in self.states.values() if topic in s.positions]
         return min(floors) if floors else None
 
-    async def save_loop(self) -> None:
-        while True:
-            await trio.sleep(SAVE_INTERVAL)
-            now = time.time()
-            for state in self.states.values():
-                if state.attached:
-                    state.last_active = now
-            self.expire(now)
-            if self._dirty:
-                try:
-                    self.save()
-                except OSError as exc:
-                    log.error("cannot save %s: %s", self.path, exc)
+    def tick(self, now: float) -> None:
+        """Every ``SAVE_INTERVAL`` seconds (the shell's timer): expire idle names, save moved positions.
+
+        ``now`` is wall-clock seconds: expiry outlives restarts, so it is measured on the wall clock.
+        """
+        for state in self.states.values():
+            if state.attached:
+                state.last_active = now
+        self.expire(now)
+        if self._dirty:
+            try:
+                self.save()
+            except OSError as exc:
+                log.error("cannot save %s: %s", self.path, exc)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .host import DEFAULT_LISTEN
 from .protocols import ALL_VERSIONS, MeshVersion
+
+#: Loopback, any free port: tests and a hub started without --mesh-listen set.
+DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

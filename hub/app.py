@@ -1,0 +1,214 @@
+"""The composition root: one hub assembled from its layers, and its lifetime.
+
+:class:`HubServer` opens the storage (``hub.storage``), builds the core that
+decides (``hub.core``), the mesh when configured (``hub.mesh``), and runs the
+shell's tasks (``hub.shell``): the client listener, the pump, the timers and the
+fsync thread.  It is the only place that knows all of them; each part receives
+the collaborators it uses.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .config import HubConfig
+from .core.clock import Clock
+from .core.consumers import ConsumerRegistry
+from .core.hub import CoreSettings, HubCore
+from .core.status import hub_status
+from .core.subscribing import SubscriptionLimits
+from .shell.committer import run_committer
+from .shell.listener import ClientListener, open_client_listeners
+from .shell.loops import (
+    TrioClock,
+    run_consumer_saves,
+    run_group_deadlines,
+    run_heartbeats,
+    run_pump,
+    run_rates,
+    run_retention,
+)
+from .storage.store import LogStore
+from .storage.topic_log import LogSettings
+
+if TYPE_CHECKING:
+    from .mesh.mesh import Mesh
+
+log = logging.getLogger("pub0sub.hub")
+
+
+def core_settings(config: HubConfig) -> CoreSettings:
+    return CoreSettings(
+        name=config.name,
+        max_body=config.max_body,
+        max_connections=config.max_connections,
+        max_pending_bytes=config.max_pending_bytes,
+        heartbeat_interval=config.heartbeat_interval,
+        heartbeat_misses=config.heartbeat_misses,
+        subscriptions=SubscriptionLimits(
+            max_subscriptions=config.max_subscriptions,
+            max_topics_per_connection=config.max_topics_per_connection,
+            ack_wait_seconds=config.ack_wait_seconds,
+        ),
+    )
+
+
+class HubServer:
+    """Serve clients on ``config.listen`` (and link to other hubs on ``config.mesh_listen``).
+
+    >>> async def main():                                       # doctest: +SKIP
+    ...     async with trio.open_nursery() as nursery:
+    ...         address = await nursery.start(HubServer(HubConfig(listen="127.0.0.1:0")).serve)
+    """
+
+    def __init__(self, config: HubConfig, *, clock: Clock | None = None) -> None:
+        self.config = config
+        self.address = ""
+        clock = clock or TrioClock()
+        # With a mesh, the hub id is derived from the mesh identity, so peers can check that a
+        # hub speaks only for its own origin (hub.mesh.identity.hub_id_for).
+        mesh_key: Any = None
+        derived_id: int | None = None
+        if config.mesh_listen:
+            # Imported here: libp2p costs ~1 s and ~85 MiB, and a hub without a mesh needs none of it.
+            from .mesh.identity import hub_id_for, load_or_create_identity, peer_id_of
+
+            mesh_key = load_or_create_identity(config.data_dir)
+            derived_id = hub_id_for(peer_id_of(mesh_key))
+        hub_id = derived_id or int.from_bytes(secrets.token_bytes(8), "big") or 1
+        self.store: LogStore | None = None
+        self.consumers: ConsumerRegistry | None = None
+        if config.data_dir is not None:
+            hub_id = self._open_storage(derived_id)
+            if derived_id is not None and hub_id != derived_id:
+                log.warning(
+                    "hub id %016x comes from a data dir older than derived hub ids: peers cannot verify it "
+                    "from this hub's mesh identity and pin it on first contact instead", hub_id,
+                )
+        self.core = HubCore(core_settings(config), hub_id=hub_id, clock=clock, store=self.store,
+                            consumers=self.consumers)  # fmt: skip
+        self.core.status_document = lambda: json.dumps(self.status(), separators=(",", ":")).encode()
+        self.mesh: Mesh | None = None
+        if config.mesh_listen:
+            self.mesh = self._open_mesh(mesh_key)
+            self.core.mesh.attach(self.mesh)
+        self._listener = ClientListener(self.core, write_chunk=config.write_chunk)
+        self._cancel: trio.CancelScope | None = None
+        self._stopped = trio.Event()
+
+    @property
+    def hub_id(self) -> int:
+        return self.core.hub_id
+
+    def _open_storage(self, new_hub_id: int | None) -> int:
+        config = self.config
+        assert config.data_dir is not None
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        settings = LogSettings(
+            segment_bytes=config.segment_bytes,
+            retention_bytes=config.retention_bytes,
+            retention_seconds=config.retention_seconds,
+        )
+        store = LogStore(config.data_dir, settings, durability=config.durability)
+        store.open()
+        self.store = store
+        self.consumers = ConsumerRegistry(config.data_dir, expiry_seconds=config.consumer_expiry_seconds)
+        self.consumers.load()
+        return store.hub_id(new_hub_id)
+
+    def _open_mesh(self, key_pair: Any) -> Mesh:
+        from .core.mesh.config import MeshConfig
+        from .mesh.mesh import Mesh
+
+        config = self.config
+        assert config.mesh_listen is not None
+        mesh_config = MeshConfig(
+            listen=config.mesh_listen,
+            bootstrap=tuple(config.bootstrap),
+            cluster=config.cluster,
+            data_dir=config.data_dir,
+            discovery=config.discovery,
+            max_peers=config.max_peers,
+            heartbeat_interval=config.mesh_heartbeat_interval,
+            heartbeat_misses=config.mesh_heartbeat_misses,
+            resume_linger=config.mesh_resume_linger,
+            write_interval=config.mesh_write_interval,
+            window_max_bytes=config.mesh_window_bytes,
+        )
+        link = self.core.mesh
+        return Mesh(
+            mesh_config,
+            hub_id=self.core.hub_id,
+            on_forward=link.on_forward,
+            resume_positions=link.positions,
+            replay=link if self.store is not None else None,
+            key_pair=key_pair,
+        )
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    # Typed Any: libp2p pulls in trio-typing, whose stale trio-stubs hide trio.TaskStatus from mypy.
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and serve until :meth:`aclose` (or cancellation); the storage is closed on the way out.
+
+        Raises :class:`hub.shell.ports.PortInUseError` when the client or the mesh port has a listener already.
+        """
+        self._stopped = trio.Event()
+        core = self.core
+        core.start()
+        try:
+            host, port = self.config.host_port
+            listeners = await open_client_listeners(host, port)
+            sockname = listeners[0].socket.getsockname()
+            self.address = f"{sockname[0]}:{sockname[1]}"
+            async with trio.open_nursery() as nursery:
+                self._cancel = nursery.cancel_scope
+                nursery.start_soon(run_pump, core)
+                nursery.start_soon(run_heartbeats, core)
+                nursery.start_soon(run_group_deadlines, core)
+                nursery.start_soon(run_rates, core)
+                if self.store is not None:
+                    nursery.start_soon(run_committer, self.store)
+                    nursery.start_soon(run_retention, core, self.store, self.config.retention_check_seconds)
+                if self.consumers is not None:
+                    nursery.start_soon(run_consumer_saves, self.consumers)
+                if self.mesh is not None:
+                    await nursery.start(self.mesh.run)
+                await nursery.start(trio.serve_listeners, self._listener.handle, listeners)
+                log.info("hub %016x listening on %s", core.hub_id, self.address)
+                task_status.started(self.address)
+        finally:
+            self._close_storage()
+            self._stopped.set()
+
+    def _close_storage(self) -> None:
+        if self.consumers is not None:
+            try:
+                self.consumers.save()
+            except OSError as exc:
+                log.error("cannot save consumer positions on the way out: %s", exc)
+        if self.store is not None:
+            self.store.close()
+
+    async def aclose(self) -> None:
+        """Tell every client we are going, give them a moment, then stop."""
+        self.core.shutdown()
+        with trio.move_on_after(1.0):
+            while self.core.sessions:
+                await trio.sleep(0.01)
+        if self._cancel is not None:
+            self._cancel.cancel()
+            # Until serve() has closed the storage, the data directory stays locked: a hub
+            # started again on it right after aclose() would be refused.
+            await self._stopped.wait()
+
+    def status(self) -> dict[str, Any]:
+        doc = hub_status(self.core, listen=self.address)
+        if self.mesh is not None:
+            doc["mesh"] = {**self.mesh.status(), "forwarded_messages_in": self.core.mesh.forwarded_messages_in}
+        return doc

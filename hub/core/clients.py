@@ -1,0 +1,326 @@
+"""One client's session and its subscriptions: what the hub knows of a connection, without its socket.
+
+The shell's connection (``hub.shell.connection``) owns the socket and two tasks;
+it hands received bytes to the core and sends what this session's
+:class:`OutboundQueue` holds.  Everything decided about a client lives here:
+its subscriptions, its bounded queue and the slow-consumer policy applied to it,
+credit, held batches, when it is done, and why.  Output is announced through the
+hub's :class:`OutputBatch` to the session's :class:`Transport`, so a whole input
+chunk's output leaves in one send.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from wire import (
+    CLIENT_TO_HUB_OPCODES,
+    AckMode,
+    Error,
+    ErrorCode,
+    FrameDecoder,
+    Limits,
+    SlowConsumerPolicy,
+    StartPosition,
+)
+
+from .flushing import OutputBatch
+from .outbound import OutboundQueue
+from .stats import HubStats
+
+if TYPE_CHECKING:
+    from ..storage.batches import SharedBatch
+    from .clock import Clock
+    from .consumers import ConsumerState
+    from .work import Job, WorkQueue
+
+log = logging.getLogger("pub0sub.hub.connection")
+
+
+class CloseReason(enum.Enum):
+    """Why a connection ended; carried into logs and ERROR frames."""
+
+    CLIENT_CLOSED = "client closed the connection"
+    CLIENT_ERROR = "client sent ERROR"
+    PROTOCOL_ERROR = "protocol error"
+    HEARTBEAT_TIMEOUT = "heartbeat timeout"
+    LIMIT_EXCEEDED = "limit exceeded"
+    NOT_READING = "client does not read its responses"
+    SHUTDOWN = "hub shutting down"
+    READ_FAILED = "read failed"
+    WRITE_FAILED = "write failed"
+
+
+class Transport(Protocol):
+    """What a session needs from the shell's side of its connection."""
+
+    def flush_now(self) -> None:
+        """Send queued output from the calling task, without waiting (see :mod:`hub.core.flushing`)."""
+        ...
+
+    def wake_writer(self) -> None:
+        """Queued output: the writer task should send it."""
+        ...
+
+    def closing(self) -> None:
+        """The session closed: send what is queued (its ERROR frame), then hang up soon."""
+        ...
+
+
+class SlowConsumers(Protocol):
+    """The slow-consumer policies (``hub.core.subscribing``), applied when a queue is full."""
+
+    def make_room(self, session: ClientSession, sub: Subscription, batch: SharedBatch, nbytes: int) -> bool: ...
+
+    def held_overflow(self, session: ClientSession, sub: Subscription, batch: SharedBatch) -> None: ...
+
+
+#: How a subscription is served: ``live`` (router -> queue), ``follower`` (reads the logs),
+#: ``durable`` (a named follower whose position the hub keeps), ``group`` (a group member).
+SUBSCRIPTION_KINDS = ("live", "follower", "durable", "group")
+
+
+@dataclass(eq=False, kw_only=True)
+class Subscription:
+    """Identity-hashed: the routing table keys on the object itself."""
+
+    session: ClientSession
+    sub_id: int
+    patterns: list[str]
+    start: StartPosition = StartPosition.LATEST
+    policy: SlowConsumerPolicy = SlowConsumerPolicy.CANCEL
+    ack_mode: AckMode = AckMode.NONE
+    #: Messages the client still allows (None: no credit limit).
+    credit: int | None = None
+    closed: bool = False
+    #: True: the router delivers directly; False: a follower or group reads the log.
+    live: bool = True
+    follower: Follower | None = None
+    group: Group | None = None
+    #: durable state (named subscriptions)
+    consumer: ConsumerState | None = None
+    delivered_messages: int = 0
+    dropped_messages: int = 0
+    gap_notices: int = 0
+    #: Messages queued on the connection for this subscription, not yet written.
+    queued_messages: int = 0
+    #: Batches waiting for credit, oldest first.
+    held_batches: list[SharedBatch] = field(default_factory=list)
+
+    def wake(self) -> None:
+        """New data in a followed topic (or new credit): let the follower look."""
+        if self.follower is not None:
+            self.follower.wake()
+
+    @property
+    def kind(self) -> str:
+        """One of :data:`SUBSCRIPTION_KINDS`: how the hub delivers to it (see hub/core/subscribing.py)."""
+        return "group" if self.group else "durable" if self.consumer else "follower" if self.follower else "live"
+
+    def status(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "group": self.group.name if self.group else None,
+            "durable": self.consumer.name if self.consumer else None,
+            "sub_id": self.sub_id,
+            "patterns": list(self.patterns),
+            "start": self.start.name.lower(),
+            "policy": self.policy.name.lower().replace("_", "-"),
+            "credit": self.credit,
+            "delivered_messages": self.delivered_messages,
+            "dropped_messages": self.dropped_messages,
+            "gap_notices": self.gap_notices,
+            "queued_messages": self.queued_messages,
+        }
+
+
+class Follower(Protocol):
+    """A subscription served from the logs (``hub.core.follower.LogFollower``)."""
+
+    def wake(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def patterns_changed(self) -> None: ...
+
+    def position_of(self, topic: str) -> int: ...
+
+    def ack_refusal(self, topic: str, first: int, last: int) -> str | None: ...
+
+
+class Group(Protocol):
+    """The consumer group a subscription is a member of (``hub.core.groups.ConsumerGroup``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def wake(self) -> None: ...
+
+    def ack_refusal(self, topic: str, first: int, last: int) -> str | None: ...
+
+    def ack(self, topic: str, first: int, last: int) -> None: ...
+
+
+class ClientSession:
+    def __init__(
+        self,
+        conn_id: int,
+        peer: str,
+        *,
+        max_body: int,
+        max_pending_bytes: int,
+        clock: Clock,
+        output: OutputBatch,
+        stats: HubStats,
+        work: WorkQueue,
+        policies: SlowConsumers,
+    ) -> None:
+        self.conn_id = conn_id
+        self.peer = peer
+        self.client_name = ""
+        self.decoder = FrameDecoder(limits=Limits(max_body=max_body), accept=CLIENT_TO_HUB_OPCODES)
+        self.out = OutboundQueue(max_pending_bytes)
+        self.subs: dict[int, Subscription] = {}
+        self.topic_count = 0
+        self.greeted = False
+        now = clock.monotonic()
+        self.last_received = now
+        self.last_sent = now
+        self.closing: CloseReason | None = None
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.messages_in = 0
+        #: Set by the shell when its connection starts.
+        self.transport: Transport | None = None
+        #: Log followers and groups that stopped because this queue was over half full.
+        self._room_waiters: dict[Job, None] = {}
+        self._clock = clock
+        self._output = output
+        self._stats = stats
+        self._work = work
+        self._policies = policies
+
+    # -- ending ------------------------------------------------------------------
+
+    def close(self, reason: CloseReason, error: Error | None = None) -> None:
+        """Close once: drop queued output, queue ``error`` (if any), then the shell hangs up."""
+        if self.closing is not None:
+            return
+        self.closing = reason
+        self._stats.discarded_on_close += self.out.clear()
+        if error is not None:
+            self.out.push_control(error.encode())
+            log.info("connection %d (%s): %s: %s", self.conn_id, self.peer, error.code.name, error.reason)
+        if reason is CloseReason.PROTOCOL_ERROR:
+            self._stats.protocol_errors += 1
+        self._wake_room_waiters()  # they find the session closing and stop
+        if self.transport is not None:
+            self.transport.closing()
+
+    def fail(
+        self, code: ErrorCode, reason: str, *, ref: int = 0, why: CloseReason = CloseReason.PROTOCOL_ERROR
+    ) -> None:
+        self.close(why, Error(code=code, reason=reason, ref=ref))
+
+    # -- output ------------------------------------------------------------------
+
+    def _ready(self) -> None:
+        if self.transport is not None:
+            self._output.ready(self.transport)
+
+    def send_control(self, frame: bytes) -> None:
+        if self.closing is not None:
+            return
+        self.out.push_control(frame)
+        if self.out.pending_bytes > 2 * self.out.cap:
+            # Only responses to the client's own requests are queued here: a client
+            # that keeps asking without reading gets cut off, not unbounded memory.
+            self.fail(ErrorCode.LIMIT_EXCEEDED, "responses pile up unread", why=CloseReason.NOT_READING)
+            return
+        self._ready()
+
+    def deliver(self, sub: Subscription, batch: SharedBatch) -> None:
+        """Queue ``batch`` for a live ``sub`` without ever blocking (router hot path)."""
+        if sub.closed or self.closing is not None:
+            return
+        if sub.credit is not None:
+            if sub.credit <= 0:
+                self._hold(sub, batch)
+                return
+            if batch.count > sub.credit:
+                batch, rest = batch.split(sub.credit)
+                self._hold(sub, rest)
+            sub.credit -= batch.count
+        out = self.out
+        nbytes = 9 + len(batch.header) + len(batch.records)
+        if not out.fits(nbytes) and not self._policies.make_room(self, sub, batch, nbytes):
+            return
+        out.push_deliver(sub, batch)
+        self._ready()
+
+    def push_batch(self, sub: Subscription, batch: SharedBatch) -> None:
+        """Queue a batch a follower or group read from the log (they checked for room)."""
+        if sub.closed or self.closing is not None:
+            return
+        self.out.push_deliver(sub, batch)
+        self._ready()
+
+    def queue_gap(self, sub: Subscription, topic: str, first: int, count: int) -> None:
+        """Tell ``sub`` that offsets ``first..first+count-1`` of ``topic`` cannot be delivered."""
+        self.out.push_gap(sub, topic, first, count)
+        self._ready()
+
+    # -- room for log readers ------------------------------------------------------
+
+    def has_room(self) -> bool:
+        """Log followers and groups read only while the queue is at most half full."""
+        return self.closing is None and self.out.pending_bytes <= self.out.cap // 2
+
+    def wait_for_room(self, job: Job) -> None:
+        """``job`` stopped for lack of room: wake it when the queue has drained to half."""
+        self._room_waiters[job] = None
+
+    def sent(self, size: int) -> None:
+        """``size`` queued bytes are on the wire."""
+        self.bytes_out += size
+        self.last_sent = self._clock.monotonic()
+        if self._room_waiters and self.out.pending_bytes <= self.out.cap // 2:
+            self._wake_room_waiters()
+
+    def _wake_room_waiters(self) -> None:
+        waiters, self._room_waiters = self._room_waiters, {}
+        for job in waiters:
+            self._work.wake(job)
+
+    # -- credit ----------------------------------------------------------------------
+
+    def _hold(self, sub: Subscription, batch: SharedBatch) -> None:
+        # Waiting for credit still costs memory: the same cap and policy apply.
+        held_bytes = sum(len(b.records) for b in sub.held_batches)
+        if held_bytes + self.out.pending_bytes + len(batch.records) > self.out.cap and sub.held_batches:
+            self._policies.held_overflow(self, sub, batch)
+            return
+        sub.held_batches.append(batch)
+        sub.queued_messages += batch.count
+
+    def release_held(self, sub: Subscription) -> None:
+        held, sub.held_batches = sub.held_batches, []
+        for batch in held:
+            sub.queued_messages -= batch.count
+            self.deliver(sub, batch)
+
+    def status(self) -> dict[str, object]:
+        return {
+            "id": self.conn_id,
+            "peer": self.peer,
+            "name": self.client_name,
+            "subscriptions": len(self.subs),
+            "pending_bytes": self.out.pending_bytes,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "messages_in": self.messages_in,
+            "dropped_messages": self.out.dropped_messages,
+        }

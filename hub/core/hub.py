@@ -1,0 +1,338 @@
+"""The hub's decisions in one object: client sessions, frames, time, and what the mesh brings.
+
+:class:`HubCore` is what the I/O shell drives, in the manner of h11's
+``Connection``:
+
+* ``open_session(peer)`` when a connection arrives (or the refusal to send it);
+* ``receive_data(session, data)`` with every chunk a connection reads: frames are
+  decoded and handled synchronously, and replies and deliveries are queued on the
+  sessions concerned, announced to their transports at the end of the chunk;
+* ``session_ended(session)`` when the connection is gone;
+* ``tick_heartbeats()``, ``tick_groups()``, ``tick_rates()`` on the shell's timers,
+  and the :attr:`work` queue for the pump;
+* ``mesh`` (:class:`~hub.core.mesh_link.MeshLink`): what the mesh delivers and asks.
+
+It never awaits and never touches a socket; its clock is passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from wire import (
+    CLIENT_PROTOCOL_VERSION,
+    PING,
+    PONG,
+    Ack,
+    Credit,
+    Error,
+    ErrorCode,
+    Frame,
+    Heartbeat,
+    Hello,
+    ProtocolError,
+    Publish,
+    Status,
+    StatusReply,
+    Sub,
+    SubUpdate,
+    Unsub,
+    Welcome,
+)
+
+from ..storage.store import LogStore
+from .acks import AckTracker
+from .clients import ClientSession, CloseReason
+from .clock import Clock
+from .consumers import ConsumerRegistry, ConsumerState, StandingInterest
+from .flushing import OutputBatch
+from .groups import POLL_SECONDS
+from .mesh_link import MeshLink
+from .origin import OriginSequence
+from .publishing import Publisher
+from .routing import RoutingTable
+from .stats import HubStats
+from .subscribing import SubscriptionLimits, Subscriptions
+from .work import WorkQueue
+
+log = logging.getLogger("pub0sub.hub")
+
+PING_FRAME = PING.encode()
+PONG_FRAME = PONG.encode()
+
+#: Seconds between group deadline checks (the shell's timer uses it).
+GROUP_TICK_SECONDS = POLL_SECONDS
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoreSettings:
+    """The settings the core decides with (the app derives them from ``HubConfig``)."""
+
+    name: str = ""
+    #: Largest frame body accepted from a client, checked at the header.
+    max_body: int = 1 << 20
+    #: Client connections beyond this are refused with LIMIT_EXCEEDED.
+    max_connections: int = 10_000
+    #: Bytes queued for one connection before its slow-consumer policy applies.
+    max_pending_bytes: int = 8 << 20
+    #: Seconds between heartbeats on an idle connection; ``heartbeat_misses`` silent ones = dead.
+    heartbeat_interval: float = 5.0
+    heartbeat_misses: int = 3
+    subscriptions: SubscriptionLimits = field(default_factory=SubscriptionLimits)
+
+
+class HubCore:
+    def __init__(
+        self,
+        settings: CoreSettings,
+        *,
+        hub_id: int,
+        clock: Clock,
+        store: LogStore | None = None,
+        consumers: ConsumerRegistry | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.store = store
+        self.consumers = consumers
+        #: When :meth:`start` ran (the clock is not read before: it may be the event loop's).
+        self.started = 0.0
+        self.stats = HubStats()
+        self.output = OutputBatch()
+        self.work = WorkQueue()
+        self.router: RoutingTable[Any] = RoutingTable()
+        self.sessions: dict[int, ClientSession] = {}
+        self._next_conn_id = 1
+        # Our own origin numbering continues after the highest sequence the logs hold.
+        stored = [lg.origins.get(hub_id, 0) for lg in store.logs.values()] if store is not None else []
+        self.origin = OriginSequence(hub_id, last_stored=max(stored, default=0))
+        self.mesh = MeshLink(origin=self.origin, store=store, router=self.router, output=self.output)
+        self.router.on_change = self.mesh.interest_changed
+        self.publisher = Publisher(
+            store=store, router=self.router, stats=self.stats, clock=clock, origin=self.origin, mesh=self.mesh
+        )
+        self.mesh.publisher = self.publisher
+        self.subscriptions = Subscriptions(
+            router=self.router,
+            store=store,
+            consumers=consumers,
+            stats=self.stats,
+            work=self.work,
+            clock=clock,
+            limits=settings.subscriptions,
+            existing_topic=self.publisher.existing,
+            sessions=lambda: self.sessions.values(),
+        )
+        self.rates: dict[str, float] = {"messages_in_per_s": 0.0, "deliveries_per_s": 0.0}
+        self._rates_last = (0.0, 0, 0)
+        self._standing: dict[str, StandingInterest] = {}
+        if consumers is not None:
+            self._clamp_positions(consumers)
+            consumers.on_patterns = self._keep_interest
+            consumers.on_forget = self._drop_interest
+            for state in consumers.states.values():
+                self._keep_interest(state)
+        subs = self.subscriptions
+        self._handlers: dict[type[Frame], Callable[[ClientSession, Any], None]] = {
+            Publish: self.publisher.publish,
+            Heartbeat: self._on_heartbeat,
+            Sub: subs.on_sub,
+            SubUpdate: subs.on_update,
+            Unsub: subs.on_unsub,
+            Credit: subs.on_credit,
+            Ack: subs.on_ack,
+            Status: self._on_status,
+            Error: self._on_client_error,
+            Hello: self._on_hello,
+        }
+        #: Builds the STATUS_REPLY document (the app sets it: the status covers the shell too).
+        self.status_document: Callable[[], bytes] = lambda: b"{}"
+
+    @property
+    def hub_id(self) -> int:
+        return self.origin.hub_id
+
+    def start(self) -> None:
+        """The hub starts serving: uptime and rates count from now."""
+        self.started = self.clock.monotonic()
+        self._rates_last = (self.started, self.stats.messages_in, self.deliveries())
+
+    # -- standing interest of durable names and groups -----------------------------------
+
+    def _keep_interest(self, state: ConsumerState) -> None:
+        """Route ``state``'s topics here while it exists, attached or not (see StandingInterest)."""
+        entry = self._standing.get(state.key)
+        if entry is None:
+            entry = self._standing[state.key] = StandingInterest(state)
+        new, old = set(state.patterns), set(entry.patterns)
+        for pattern in sorted(old - new):
+            self.router.remove(pattern, entry)
+        for pattern in sorted(new - old):
+            self.router.add(pattern, entry)
+        entry.patterns = sorted(new)
+
+    def _drop_interest(self, state: ConsumerState) -> None:
+        entry = self._standing.pop(state.key, None)
+        if entry is not None:
+            for pattern in entry.patterns:
+                self.router.remove(pattern, entry)
+
+    def _clamp_positions(self, consumers: ConsumerRegistry) -> None:
+        """Positions past a log's end mean messages delivered but lost in a crash.
+
+        A torn or unsynced tail cut at recovery hands its offsets to new messages;
+        a consumer left beyond the end would skip those, so it resumes at the end.
+        """
+        for state in consumers.states.values():
+            for topic, tracker in state.positions.items():
+                topic_log = self.store.logs.get(topic) if self.store is not None else None
+                end = topic_log.next_offset if topic_log is not None else 0
+                if tracker.floor > end:
+                    log.warning(
+                        "%s %r: position %d of %r is past the log end %d (messages lost in a crash); resuming at %d",
+                        state.kind, state.name, tracker.floor, topic, end, end,
+                    )
+                    state.positions[topic] = AckTracker(end)
+                    consumers.touch()
+
+    def keep_from(self, topic: str) -> int:
+        """Retention never deletes what a durable subscription or group still needs."""
+        floor = self.consumers.keep_from(topic) if self.consumers is not None else None
+        return floor if floor is not None else 1 << 63
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def open_session(self, peer: str) -> ClientSession | bytes:
+        """A new connection from ``peer``: its session, or the ERROR frame that refuses it."""
+        limit = self.settings.max_connections
+        if len(self.sessions) >= limit:
+            self.stats.connections_refused += 1
+            return Error(code=ErrorCode.LIMIT_EXCEEDED, reason=f"hub is at max_connections={limit}").encode()
+        session = ClientSession(
+            self._next_conn_id,
+            peer,
+            max_body=self.settings.max_body,
+            max_pending_bytes=self.settings.max_pending_bytes,
+            clock=self.clock,
+            output=self.output,
+            stats=self.stats,
+            work=self.work,
+            policies=self.subscriptions,
+        )
+        self._next_conn_id += 1
+        self.sessions[session.conn_id] = session
+        self.stats.connections_total += 1
+        return session
+
+    def receive_data(self, session: ClientSession, data: bytes) -> None:
+        """Bytes ``session``'s connection read: decode and handle every complete frame.
+
+        Handling is synchronous; the output it makes leaves when the chunk is done.
+        """
+        session.last_received = self.clock.monotonic()
+        session.bytes_in += len(data)
+        decoder = session.decoder
+        handlers = self._handlers
+        try:
+            decoder.feed(data)
+            with self.output:
+                while (frame := decoder.next_frame()) is not None:
+                    if not session.greeted and type(frame) is not Hello:
+                        session.fail(ErrorCode.UNEXPECTED_FRAME, f"expected HELLO first, got {frame.name}")
+                        return
+                    handlers[type(frame)](session, frame)
+                    if session.closing is not None:
+                        return
+        except ProtocolError as exc:
+            session.fail(exc.code, str(exc))
+
+    def session_ended(self, session: ClientSession) -> None:
+        """The connection is gone: its subscriptions end with it (durable state stays)."""
+        for sub in list(session.subs.values()):
+            self.subscriptions.remove(session, sub)
+        self.sessions.pop(session.conn_id, None)
+
+    def shutdown(self) -> None:
+        """Tell every client the hub is going."""
+        for session in list(self.sessions.values()):
+            session.close(CloseReason.SHUTDOWN, Error(code=ErrorCode.SHUTTING_DOWN, reason="hub shutting down"))
+
+    # -- frames -------------------------------------------------------------------------
+
+    def _on_hello(self, session: ClientSession, frame: Hello) -> None:
+        if session.greeted:
+            session.fail(ErrorCode.UNEXPECTED_FRAME, "HELLO sent twice")
+            return
+        if frame.version != CLIENT_PROTOCOL_VERSION:
+            session.fail(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"client protocol version {frame.version} not supported (hub speaks {CLIENT_PROTOCOL_VERSION})",
+            )
+            return
+        session.greeted = True
+        session.client_name = frame.client_name
+        welcome = Welcome(
+            version=CLIENT_PROTOCOL_VERSION,
+            hub_id=self.hub_id,
+            max_body=self.settings.max_body,
+            heartbeat_ms=int(self.settings.heartbeat_interval * 1000),
+            hub_name=self.settings.name[:255],
+        )
+        session.send_control(welcome.encode())
+
+    def _on_heartbeat(self, session: ClientSession, frame: Heartbeat) -> None:
+        if frame.word == "ping":
+            session.send_control(PONG_FRAME)
+
+    def _on_client_error(self, session: ClientSession, frame: Error) -> None:
+        log.info("connection %d (%s) sent ERROR %s: %s", session.conn_id, session.peer, frame.code.name, frame.reason)
+        session.close(CloseReason.CLIENT_ERROR)
+
+    def _on_status(self, session: ClientSession, frame: Status) -> None:
+        session.send_control(StatusReply(document=self.status_document()).encode())
+
+    # -- time ---------------------------------------------------------------------------
+
+    def tick_heartbeats(self) -> None:
+        """Every half heartbeat interval: ping idle connections, close silent ones."""
+        interval = self.settings.heartbeat_interval
+        dead_after = interval * self.settings.heartbeat_misses
+        now = self.clock.monotonic()
+        with self.output:
+            for session in list(self.sessions.values()):
+                if session.closing is not None:
+                    continue
+                if now - session.last_received > dead_after:
+                    self.stats.heartbeat_timeouts += 1
+                    session.fail(
+                        ErrorCode.HEARTBEAT_TIMEOUT,
+                        f"nothing received for {now - session.last_received:.1f}s (limit {dead_after:.1f}s)",
+                        why=CloseReason.HEARTBEAT_TIMEOUT,
+                    )
+                elif now - session.last_sent >= interval and not session.out.items:
+                    session.send_control(PING_FRAME)
+
+    def tick_groups(self) -> None:
+        """Every :data:`GROUP_TICK_SECONDS`: wake groups whose ack deadlines passed."""
+        now = self.clock.monotonic()
+        for group in self.subscriptions.groups.values():
+            if group.due(now):
+                group.wake()
+
+    def tick_rates(self) -> None:
+        """Every second: messages in and deliveries per second, for status."""
+        now = (self.clock.monotonic(), self.stats.messages_in, self.deliveries())
+        last = self._rates_last
+        span = max(now[0] - last[0], 1e-9)
+        self.rates = {
+            "messages_in_per_s": round((now[1] - last[1]) / span, 1),
+            "deliveries_per_s": round((now[2] - last[2]) / span, 1),
+        }
+        self._rates_last = now
+
+    def deliveries(self) -> int:
+        live = sum(s.delivered_messages for c in self.sessions.values() for s in c.subs.values())
+        return self.stats.deliveries + live

@@ -1,0 +1,443 @@
+"""Opening, changing and ending subscriptions; acks, credit, slow consumers.
+
+Three kinds of subscription, chosen from the SUB options:
+
+* live: ``start=LATEST``, no durable name, no group -- the router delivers
+  each publish straight into the connection's queue (fastest path);
+  a slow one is cancelled or drops oldest with GAP notices.
+* follower: any other start position or a durable name -- reads the topic
+  logs (:mod:`hub.core.follower`); a slow one lags, nothing is lost.
+* group member: a group name -- the group hands each message to one member
+  (:mod:`hub.core.groups`).
+
+Replay, durable subscriptions and groups need a data directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from wire import (
+    Ack,
+    AckMode,
+    Credit,
+    ErrorCode,
+    SlowConsumerPolicy,
+    StartPosition,
+    Sub,
+    SubEnd,
+    SubOk,
+    SubUpdate,
+    TopicOffset,
+    Unsub,
+    UpdateOp,
+)
+from wire.topics import InvalidTopicError, check_topic, is_pattern
+
+from .clients import ClientSession, Subscription
+from .consumers import ConsumerRegistry, ConsumerState
+from .follower import LogFollower
+from .groups import ConsumerGroup
+from .routing import RoutingTable
+
+if TYPE_CHECKING:
+    from ..storage.batches import SharedBatch
+    from ..storage.store import LogStore
+    from .clock import Clock
+    from .stats import HubStats
+    from .work import WorkQueue
+
+log = logging.getLogger("pub0sub.hub.subscribing")
+
+
+class TopicEnd(Protocol):
+    """What a SUB_OK needs of an existing topic: where its next message will go."""
+
+    @property
+    def next_offset(self) -> int: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubscriptionLimits:
+    #: Open subscriptions per connection.
+    max_subscriptions: int = 1024
+    #: Topics and patterns across all subscriptions of one connection.
+    max_topics_per_connection: int = 10_000
+    #: A group's ack_wait when its first member gives none.
+    ack_wait_seconds: float = 30.0
+
+
+class Subscriptions:
+    """Every client subscription: SUB, SUB_UPDATE, UNSUB, ACK and CREDIT, and the slow-consumer policies."""
+
+    def __init__(
+        self,
+        *,
+        router: RoutingTable[object],
+        store: LogStore | None,
+        consumers: ConsumerRegistry | None,
+        stats: HubStats,
+        work: WorkQueue,
+        clock: Clock,
+        limits: SubscriptionLimits,
+        existing_topic: Callable[[str], TopicEnd | None],
+        sessions: Callable[[], Iterable[ClientSession]],
+    ) -> None:
+        self.router = router
+        self.store = store
+        self.consumers = consumers
+        self.stats = stats
+        self.work = work
+        self.clock = clock
+        self.limits = limits
+        self._existing_topic = existing_topic
+        self._sessions = sessions
+        self.groups: dict[str, ConsumerGroup] = {}
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _refuse(self, session: ClientSession, sub_id: int, code: ErrorCode, reason: str) -> None:
+        session.send_control(SubEnd(sub_id=sub_id, code=code, reason=reason[:1000]).encode())
+
+    def _check_patterns(self, session: ClientSession, sub_id: int, patterns: tuple[str, ...]) -> bool:
+        for pattern in patterns:
+            try:
+                check_topic(pattern, pattern=True)
+            except InvalidTopicError as exc:
+                self._refuse(session, sub_id, ErrorCode.INVALID_TOPIC, str(exc))
+                return False
+        limit = self.limits.max_topics_per_connection
+        if session.topic_count + len(patterns) > limit:
+            self._refuse(
+                session,
+                sub_id,
+                ErrorCode.LIMIT_EXCEEDED,
+                f"connection would hold {session.topic_count + len(patterns)} topics, "
+                f"limit max_topics_per_connection={limit}",
+            )
+            return False
+        return True
+
+    def _offsets(self, sub: Subscription, patterns: list[str] | tuple[str, ...]) -> tuple[TopicOffset, ...]:
+        offsets = []
+        for pattern in patterns:
+            if is_pattern(pattern):
+                continue
+            if sub.follower is not None:
+                offset = sub.follower.position_of(pattern)
+            else:
+                topic = self._existing_topic(pattern)
+                offset = topic.next_offset if topic is not None else 0
+            offsets.append(TopicOffset(topic=pattern, offset=offset))
+        return tuple(offsets)
+
+    # -- SUB -----------------------------------------------------------------------------
+
+    def on_sub(self, session: ClientSession, frame: Sub) -> None:
+        sub_id = frame.sub_id
+        if sub_id in session.subs:
+            session.fail(ErrorCode.DUPLICATE_SUBSCRIPTION, f"subscription id {sub_id} is already open", ref=sub_id)
+            return
+        if len(session.subs) >= self.limits.max_subscriptions:
+            limit = self.limits.max_subscriptions
+            self._refuse(session, sub_id, ErrorCode.LIMIT_EXCEEDED, f"limit max_subscriptions={limit} per connection")
+            return
+        needs_log = frame.start is not StartPosition.LATEST or frame.durable or frame.group
+        if needs_log and self.store is None:
+            self._refuse(
+                session, sub_id, ErrorCode.POSITION_UNAVAILABLE,
+                "replay, durable subscriptions and groups need a hub started with --data-dir",
+            )
+            return
+        patterns = tuple(dict.fromkeys(frame.patterns))
+        if not self._check_patterns(session, sub_id, patterns):
+            return
+        sub = Subscription(
+            session=session,
+            sub_id=sub_id,
+            patterns=list(patterns),
+            start=frame.start,
+            policy=frame.policy,
+            ack_mode=frame.ack_mode,
+            credit=frame.credit or None,
+        )
+        if frame.group:
+            if not self._join_group(session, sub, frame):
+                return
+        elif needs_log:
+            self._start_follower(session, sub, frame)
+        session.subs[sub_id] = sub
+        session.topic_count += len(patterns)
+        router_entry = sub.group if sub.group is not None else sub
+        if sub.group is None:
+            for pattern in patterns:
+                self.router.add(pattern, router_entry)
+        if not self._durable_state_saved(session, sub):
+            return
+        session.send_control(SubOk(sub_id=sub_id, offsets=self._offsets(sub, patterns)).encode())
+
+    def _durable_state_saved(self, session: ClientSession, sub: Subscription) -> bool:
+        """A new durable name or group (or new topics for one) is on disk before SUB_OK confirms it."""
+        consumers = self.consumers
+        if consumers is None:
+            return True
+        try:
+            consumers.save_if_urgent()
+        except OSError as exc:
+            log.error("cannot save durable subscriptions: %s", exc)
+            self.end(session, sub, ErrorCode.STORAGE_ERROR, f"cannot record the durable subscription: {exc}")
+            return False
+        return True
+
+    def _start_follower(self, session: ClientSession, sub: Subscription, frame: Sub) -> None:
+        store, consumers = self.store, self.consumers
+        assert store is not None and consumers is not None
+        consumer = None
+        if frame.durable:
+            consumer = consumers.get("durable", frame.durable)
+            if consumer is None:
+                consumer = ConsumerState("durable", frame.durable, list(sub.patterns), frame.ack_mode)
+                consumers.add(consumer)
+            else:
+                self._take_over(consumer)
+                if consumer.patterns != sub.patterns or consumer.ack_mode is not frame.ack_mode:
+                    consumer.patterns = list(sub.patterns)
+                    consumer.ack_mode = frame.ack_mode
+                    consumers.patterns_changed(consumer)
+            consumer.attached += 1
+            sub.consumer = consumer
+        follower = LogFollower(
+            store=store,
+            sub=sub,
+            work=self.work,
+            start=frame.start,
+            start_value=frame.start_value,
+            offsets={o.topic: o.offset for o in frame.offsets},
+            consumer=consumer,
+            positions_moved=consumers.touch,
+            failed=self.fail_subscription,
+        )
+        sub.live = False
+        sub.follower = follower
+        follower.wake()
+
+    def _take_over(self, consumer: ConsumerState) -> None:
+        """A durable name reattached while its old connection lingers: the newest wins."""
+        for session in list(self._sessions()):
+            for sub in list(session.subs.values()):
+                if sub.consumer is consumer:
+                    reason = "durable subscription taken over by a newer connection"
+                    self.end(session, sub, ErrorCode.UNSUBSCRIBED, reason)
+
+    def _join_group(self, session: ClientSession, sub: Subscription, frame: Sub) -> bool:
+        consumers, store = self.consumers, self.store
+        assert consumers is not None and store is not None
+        name = frame.group
+        state = consumers.get("group", name)
+        if state is None:
+            state = ConsumerState("group", name, list(sub.patterns), AckMode.EXPLICIT)
+            consumers.add(state)
+        elif sorted(state.patterns) != sorted(sub.patterns):
+            if state.attached:
+                self._refuse(
+                    session, sub.sub_id, ErrorCode.INVALID_TOPIC,
+                    f"group {name!r} subscribes to {state.patterns}; members must use the same topics",
+                )
+                return False
+            state.patterns = list(sub.patterns)
+            state.positions = {}
+            consumers.patterns_changed(state)
+        group = self.groups.get(name)
+        if group is None:
+            ack_wait = (frame.ack_wait_ms / 1000) if frame.ack_wait_ms else self.limits.ack_wait_seconds
+            group = self.groups[name] = ConsumerGroup(
+                state, store=store, work=self.work, clock=self.clock, start=frame.start, ack_wait=ack_wait,
+                positions_moved=consumers.touch,
+            )
+            for pattern in state.patterns:
+                self.router.add(pattern, group)
+        sub.live = False
+        sub.group = group
+        sub.ack_mode = AckMode.EXPLICIT
+        group.add_member(sub)
+        return True
+
+    # -- changes and endings ------------------------------------------------------------
+
+    def on_update(self, session: ClientSession, frame: SubUpdate) -> None:
+        sub = session.subs.get(frame.sub_id)
+        if sub is None:
+            self._refuse(session, frame.sub_id, ErrorCode.UNKNOWN_SUBSCRIPTION, "no such subscription")
+            return
+        if sub.group is not None:
+            self._refuse(session, frame.sub_id, ErrorCode.UNEXPECTED_FRAME, "a group member cannot change its topics")
+            return
+        router = self.router
+        if frame.op is UpdateOp.ADD:
+            added = tuple(p for p in dict.fromkeys(frame.patterns) if p not in sub.patterns)
+            if not self._check_patterns(session, sub.sub_id, added):
+                self.end(session, sub, ErrorCode.INVALID_TOPIC, "update refused")
+                return
+            for pattern in added:
+                sub.patterns.append(pattern)
+                router.add(pattern, sub)
+            session.topic_count += len(added)
+            if sub.follower is not None:
+                sub.follower.patterns_changed()
+            if self._durable_patterns_saved(session, sub):
+                session.send_control(SubOk(sub_id=sub.sub_id, offsets=self._offsets(sub, added)).encode())
+        else:
+            for pattern in frame.patterns:
+                if pattern in sub.patterns:
+                    sub.patterns.remove(pattern)
+                    router.remove(pattern, sub)
+                    session.topic_count -= 1
+            if sub.follower is not None:
+                sub.follower.patterns_changed()
+            if self._durable_patterns_saved(session, sub):
+                session.send_control(SubOk(sub_id=sub.sub_id).encode())
+
+    def _durable_patterns_saved(self, session: ClientSession, sub: Subscription) -> bool:
+        """A durable subscription's new topics are on disk before SUB_OK confirms them."""
+        if sub.consumer is not None and self.consumers is not None:
+            sub.consumer.patterns = list(sub.patterns)
+            self.consumers.patterns_changed(sub.consumer)
+        return self._durable_state_saved(session, sub)
+
+    def on_unsub(self, session: ClientSession, frame: Unsub) -> None:
+        sub = session.subs.get(frame.sub_id)
+        if sub is None:
+            self._refuse(session, frame.sub_id, ErrorCode.UNKNOWN_SUBSCRIPTION, "no such subscription")
+            return
+        self.end(session, sub, ErrorCode.UNSUBSCRIBED, "unsubscribed")
+
+    def end(self, session: ClientSession, sub: Subscription, code: ErrorCode, reason: str) -> None:
+        discarded = self.remove(session, sub)
+        if code is ErrorCode.OUT_OF_CAPACITY:
+            self.stats.discarded_on_cancel += discarded
+        session.send_control(SubEnd(sub_id=sub.sub_id, code=code, reason=reason[:1000]).encode())
+
+    def fail_subscription(self, sub: Subscription, reason: str) -> None:
+        """Something went wrong on the hub while serving ``sub``: end it, say so, keep serving."""
+        self.end(sub.session, sub, ErrorCode.INTERNAL, reason)
+
+    def remove(self, session: ClientSession, sub: Subscription) -> int:
+        """Forget ``sub`` everywhere; returns messages that were queued for it."""
+        if sub.closed:
+            return 0
+        sub.closed = True
+        if sub.group is None:
+            for pattern in sub.patterns:
+                self.router.remove(pattern, sub)
+        session.topic_count -= len(sub.patterns)
+        session.subs.pop(sub.sub_id, None)
+        self.stats.deliveries += sub.delivered_messages
+        sub.delivered_messages = 0
+        if sub.follower is not None:
+            sub.follower.stop()
+        if sub.consumer is not None:
+            sub.consumer.attached -= 1
+            sub.consumer.last_active = time.time()
+            if self.consumers is not None:
+                self.consumers.touch()
+        if sub.group is not None:
+            group = self.groups[sub.group.name]
+            group.remove_member(sub)
+            if not group.members:
+                group.close()
+                for pattern in group.state.patterns:
+                    self.router.remove(pattern, group)
+                del self.groups[group.name]
+        held = sum(b.count for b in sub.held_batches)
+        sub.held_batches = []
+        return session.out.discard(sub) + held
+
+    # -- acks and credit ----------------------------------------------------------------
+
+    def on_ack(self, session: ClientSession, frame: Ack) -> None:
+        sub = session.subs.get(frame.sub_id)
+        if sub is None:
+            return  # a race with the subscription's end: nothing left to acknowledge
+        # The whole frame is checked before any of it is applied: a refused ACK changes nothing.
+        refusal = self._ack_refusal(sub, frame)
+        if refusal is not None:
+            self.stats.acks_refused += 1
+            session.fail(ErrorCode.INVALID_ACK, f"subscription {sub.sub_id}: {refusal}", ref=sub.sub_id)
+            return
+        if sub.group is not None:
+            for r in frame.ranges:
+                sub.group.ack(r.topic, r.first_offset, r.last_offset)
+        elif sub.consumer is not None:
+            for r in frame.ranges:
+                tracker = sub.consumer.positions.get(r.topic)
+                if tracker is not None:
+                    tracker.ack(r.first_offset, r.last_offset)
+            if self.consumers is not None:
+                self.consumers.touch()
+
+    @staticmethod
+    def _ack_refusal(sub: Subscription, frame: Ack) -> str | None:
+        """Why ``frame`` must be refused: an ACK settles only offsets delivered to ``sub`` and pending."""
+        if sub.group is not None:
+            check = sub.group.ack_refusal
+        elif sub.consumer is not None and sub.follower is not None and sub.ack_mode is AckMode.EXPLICIT:
+            check = sub.follower.ack_refusal
+        else:
+            return "it takes no acks (only durable subscriptions and groups with ack_mode EXPLICIT do)"
+        for r in frame.ranges:
+            refusal = check(r.topic, r.first_offset, r.last_offset)
+            if refusal is not None:
+                return refusal
+        return None
+
+    def on_credit(self, session: ClientSession, frame: Credit) -> None:
+        sub = session.subs.get(frame.sub_id)
+        if sub is None or sub.credit is None:
+            return  # a race with the subscription's end, or no credit limit: nothing to do
+        sub.credit += frame.credit
+        if sub.live:
+            session.release_held(sub)
+        elif sub.group is not None:
+            sub.group.wake()
+        else:
+            sub.wake()
+
+    # -- slow consumers -----------------------------------------------------------------
+
+    def make_room(self, session: ClientSession, sub: Subscription, batch: SharedBatch, nbytes: int) -> bool:
+        """Apply ``sub``'s policy because ``batch`` does not fit; True if it may be queued now."""
+        if sub.policy is SlowConsumerPolicy.CANCEL:
+            self.cancel_slow(session, sub)
+            return False
+        dropped = session.out.drop_oldest(sub, nbytes)
+        self.stats.dropped_messages += dropped
+        if session.out.fits(nbytes):
+            return True
+        session.out.gap_instead(sub, batch)
+        self.stats.dropped_messages += batch.count
+        return False
+
+    def held_overflow(self, session: ClientSession, sub: Subscription, batch: SharedBatch) -> None:
+        """Batches waiting for credit exceed the cap."""
+        if sub.policy is SlowConsumerPolicy.CANCEL:
+            self.cancel_slow(session, sub)
+            return
+        oldest = sub.held_batches.pop(0)
+        sub.queued_messages -= oldest.count
+        session.out.gap_instead(sub, oldest)
+        self.stats.dropped_messages += oldest.count
+        sub.held_batches.append(batch)
+        sub.queued_messages += batch.count
+
+    def cancel_slow(self, session: ClientSession, sub: Subscription) -> None:
+        self.stats.cancelled_subscriptions += 1
+        reason = (
+            f"subscription {sub.sub_id} cannot keep up: {session.out.pending_bytes} bytes queued, "
+            f"cap max_pending_bytes={session.out.cap}"
+        )
+        log.info("connection %d (%s): %s", session.conn_id, session.peer, reason)
+        self.end(session, sub, ErrorCode.OUT_OF_CAPACITY, reason)

@@ -1,0 +1,78 @@
+"""The hub's own tasks: the pump that runs log followers and groups, and the timers.
+
+Each calls into the core and nothing else: the core decides, these only say when.
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from ..core.consumers import SAVE_INTERVAL, ConsumerRegistry
+from ..core.hub import GROUP_TICK_SECONDS, HubCore
+from ..storage.store import LogStore
+
+
+class TrioClock:
+    """The core's clock in the shell: monotonic time is the event loop's, so the core's
+    deadlines and the shell's sleeps agree (also under trio's test clocks)."""
+
+    def monotonic(self) -> float:
+        return trio.current_time()
+
+    def wall_us(self) -> int:
+        return time.time_ns() // 1000
+
+
+async def run_pump(core: HubCore) -> None:
+    """Run the core's ready followers and groups, one step at a time, yielding between steps.
+
+    A step reads one bounded piece of log per topic; yielding after each keeps a replay
+    from ``earliest`` from holding up every other connection of the hub.
+    """
+    work = core.work
+    wake = trio.Event()
+
+    def on_work() -> None:
+        wake.set()
+
+    work.on_work = on_work
+    while True:
+        if not work:
+            await wake.wait()
+            wake = trio.Event()
+            continue
+        with core.output:  # deliveries of this step leave at its end
+            work.run_one()
+        await trio.lowlevel.checkpoint()
+
+
+async def run_heartbeats(core: HubCore) -> None:
+    while True:
+        await trio.sleep(core.settings.heartbeat_interval / 2)
+        core.tick_heartbeats()
+
+
+async def run_group_deadlines(core: HubCore) -> None:
+    while True:
+        await trio.sleep(GROUP_TICK_SECONDS)
+        core.tick_groups()
+
+
+async def run_rates(core: HubCore) -> None:
+    while True:
+        await trio.sleep(1.0)
+        core.tick_rates()
+
+
+async def run_retention(core: HubCore, store: LogStore, every: float) -> None:
+    while True:
+        await trio.sleep(every)
+        store.enforce_retention(core.clock.wall_us(), core.keep_from)
+
+
+async def run_consumer_saves(consumers: ConsumerRegistry) -> None:
+    while True:
+        await trio.sleep(SAVE_INTERVAL)
+        consumers.tick(time.time())
