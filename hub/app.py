@@ -22,10 +22,10 @@ from .core.consumers import ConsumerRegistry
 from .core.hub import CoreSettings, HubCore
 from .core.status import hub_status
 from .core.subscribing import SubscriptionLimits
+from .shell.clock import TrioClock
 from .shell.committer import run_committer
 from .shell.listener import ClientListener, open_client_listeners
 from .shell.loops import (
-    TrioClock,
     run_consumer_saves,
     run_group_deadlines,
     run_heartbeats,

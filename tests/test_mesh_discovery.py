@@ -27,5 +27,5 @@ async def test_hubs_discover_each_other_and_a_late_joiner() -> None:
 
         # Interest from the late joiner reaches everyone over the discovered links.
         late.announce(["news"])
-        await wait_until(lambda: all(m.interest.patterns_of(late.peer_id) == {"news"} for m in (a, b, c)))
+        await wait_until(lambda: all(m.interest.patterns_of(str(late.peer_id)) == {"news"} for m in (a, b, c)))
         nursery.cancel_scope.cancel()

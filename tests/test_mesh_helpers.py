@@ -133,7 +133,7 @@ def status_of(mesh: Mesh, other: Mesh) -> dict[str, Any]:
 
 
 def interest_of(mesh: Mesh, other: Mesh) -> set[str]:
-    return set(mesh.interest.patterns_of(other.peer_id))
+    return set(mesh.interest.patterns_of(str(other.peer_id)))
 
 
 # -- a seed-only peer: hand-rolled bytes from the seed document, no wire/ ---------------------

@@ -35,11 +35,11 @@ async def test_seed_peer_subscribes_and_receives_byte_exact_forwards() -> None:
     async with trio.open_nursery() as nursery:
         peer = SeedPeer(subscribe=("topic_1", "topic_2"))
         mesh = await _linked(nursery, peer)
-        link = mesh.links[peer.host.get_id()]
+        link = mesh.links[str(peer.host.get_id())]
         assert link.version is not None and link.version.label == "1.0.0"  # negotiated down from v2
         await wait_until(lambda: peer.received(3), what="SUBSCRIBE_ACK to the seed peer")
         assert peer.received(3) == [b"\x01"]
-        assert mesh.interest.patterns_of(link.peer_id) == {"topic_1", "topic_2"}
+        assert mesh.interest.patterns_of(link.key) == {"topic_1", "topic_2"}
 
         mesh.announce(["topic_2", "topic_1"])  # sorted on the wire: the seed's worked example
         await wait_until(lambda: peer.received(2), what="SUBSCRIBE from the hub")
@@ -59,7 +59,7 @@ async def test_seed_peer_subscribes_and_receives_byte_exact_forwards() -> None:
 
         # Withdraw: UNSUBSCRIBE, then forwards stop.
         await peer.send(seed_frame(4, seed_topics("topic_1", "topic_2")))
-        await wait_until(lambda: not mesh.interest.patterns_of(link.peer_id), what="interest withdrawn")
+        await wait_until(lambda: not mesh.interest.patterns_of(link.key), what="interest withdrawn")
         await wait_until(lambda: peer.received(5), what="UNSUBSCRIBE_ACK")
         mesh.forward(3, 0, wire.MessageSet.build(["topic_1"], [(b"", b"late")]))
         assert status_of_peer(mesh, link.peer_id)["messages_sent"] == 1
@@ -72,7 +72,7 @@ async def test_unwanted_forward_is_dropped_and_answered_with_unsubscribe() -> No
         mesh = await _linked(nursery, peer)
         mesh.announce(["wanted"])
         got: list[tuple[int, list[wire.ForwardSet]]] = []
-        mesh.inbound._on_forward = lambda origin, sets, p: got.append((origin, sets))  # type: ignore[assignment]
+        mesh.core.inbound._on_forward = lambda origin, sets, p: got.append((origin, sets))  # type: ignore[assignment]
         body = bytes([1]) + seed_topics("unwanted") + (4).to_bytes(4, "big") + b"data"
         await peer.send(seed_frame(6, body))
         await wait_until(lambda: peer.received(4), what="UNSUBSCRIBE answer")
@@ -93,7 +93,7 @@ async def test_subscribe_without_ack_is_resent_then_the_peer_is_dropped() -> Non
     async with trio.open_nursery() as nursery:
         peer = SeedPeer(ack_subscribe=False)
         mesh = await _linked(nursery, peer, subscribe_ack_timeout=0.2, subscribe_resends=2, heartbeat_interval=5.0)
-        link = mesh.links[peer.host.get_id()]
+        link = mesh.links[str(peer.host.get_id())]
         start = time.monotonic()
         mesh.announce(["topic_1"])
         await wait_until(lambda: link.last_close is not None, timeout=5, what="the peer to be dropped")
@@ -111,15 +111,15 @@ async def test_silent_peer_is_declared_dead_within_the_heartbeat_bound() -> None
     async with trio.open_nursery() as nursery:
         peer = SeedPeer(answer_ping=False, subscribe=("topic_1",))
         mesh = await _linked(nursery, peer, heartbeat_interval=0.2, heartbeat_misses=3)
-        link = mesh.links[peer.host.get_id()]
-        await wait_until(lambda: mesh.interest.patterns_of(link.peer_id) == {"topic_1"}, what="interest")
+        link = mesh.links[str(peer.host.get_id())]
+        await wait_until(lambda: mesh.interest.patterns_of(link.key) == {"topic_1"}, what="interest")
         await wait_until(lambda: link.last_close is not None, timeout=5, what="heartbeat timeout")
         assert link.last_close is CloseReason.HEARTBEAT_TIMEOUT
         await wait_until(lambda: bool(peer.closed), what="the stream to close at the peer")
         # Silent since its SUBSCRIBE_ACK-less start: dead after 3 beats of 0.2 s plus a timer tick.
         silent_for = peer.closed[0] - peer.last_sent
         assert 0.55 <= silent_for < 1.0, silent_for
-        assert not mesh.interest.patterns_of(link.peer_id)  # a dead v1 peer's interest goes at once
+        assert not mesh.interest.patterns_of(link.key)  # a dead v1 peer's interest goes at once
         pings = [b for b in peer.received(1, stream=0) if b == b"ping"]
         assert 2 <= len(pings) <= 4
         nursery.cancel_scope.cancel()
@@ -131,10 +131,10 @@ async def test_a_seed_peer_may_name_any_topic_the_seed_allows() -> None:
     async with trio.open_nursery() as nursery:
         peer = SeedPeer(subscribe=names)
         mesh = await _linked(nursery, peer)
-        link = mesh.links[peer.host.get_id()]
+        link = mesh.links[str(peer.host.get_id())]
         await wait_until(lambda: peer.received(3), what="SUBSCRIBE_ACK to the seed peer")
         assert peer.received(3) == [b"\x01"]
-        assert mesh.interest.patterns_of(link.peer_id) == set(names)
+        assert mesh.interest.patterns_of(link.key) == set(names)
         mesh.forward(1, 0, wire.MessageSet.build(["has space"], [(b"", b"literal")]))
         mesh.forward(2, 0, wire.MessageSet.build(["a.x.b"], [(b"", b"not a pattern")]))
         await wait_until(lambda: peer.received(6), what="FORWARD")

@@ -5,17 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from libp2p.peer.id import ID
-
 import wire
+from hub.core.clock import ManualClock
 from hub.core.mesh.config import MeshConfig
+from hub.core.mesh.core import MeshCore
 from hub.core.mesh.interest import InterestTable, LocalInterest, valid_pattern
 from hub.core.mesh.known_peers import KnownPeer, KnownPeers
+from hub.core.mesh.peer import PeerLink, topic_chunks
 from hub.core.mesh.protocols import encode_forward_batch, encode_forward_set, encode_stored_set, encode_v1_forwards
 from hub.core.mesh.window import ForwardWindow, WindowEntry
-from hub.mesh.mesh import Mesh
-from hub.mesh.peers import PeerLink
-from hub.mesh.session import topic_chunks
 
 GOLDEN_FORWARD = bytes.fromhex("060000001a0207746f7069635f3107746f7069635f320000000568656c6c6f")
 
@@ -143,14 +141,17 @@ def test_replay_starts_after_what_a_known_peer_stored_or_after_its_first_link(tm
     """Position 0 from a known peer means "interested, stored nothing yet": it is replayed from when
     it first linked.  A peer never seen before gets live forwards only, whatever position it claims."""
     source = _Source(next_seq=101)
-    mesh = Mesh(MeshConfig(data_dir=tmp_path, discovery=False), hub_id=7, on_forward=lambda *a: None, replay=source)
-    link = PeerLink(ID(b"\x00\x01peer-b"), mesh.config)
+
+    def core(replay: _Source | None, data_dir: Path | None = tmp_path) -> MeshCore:
+        return MeshCore(MeshConfig(data_dir=data_dir, discovery=False), hub_id=7, clock=ManualClock(),
+                        on_forward=lambda *a: None, replay=replay)  # fmt: skip
+
+    mesh = core(source)
+    link = PeerLink("12D3KooWpeer-b", b"\x00\x0epeer-b", mesh.config)
     assert mesh.replay_after(link, 9, position=1) is None  # first link: recorded at 100, no history
     assert mesh.replay_after(link, 9, position=0) == 100  # known, stored nothing: everything after 100
     source.next_seq = 500
     assert mesh.replay_after(link, 9, position=250) == 250  # known, stored up to 250
     assert mesh.replay_after(link, 9, position=3) == 100  # a low claim does not reach older history
-    restarted = Mesh(MeshConfig(data_dir=tmp_path, discovery=False), hub_id=7, on_forward=lambda *a: None,
-                     replay=source)
-    assert restarted.replay_after(link, 9, position=0) == 100  # the record survives a restart
-    assert Mesh(MeshConfig(discovery=False), hub_id=7, on_forward=lambda *a: None).replay_after(link, 9, 0) is None
+    assert core(source).replay_after(link, 9, position=0) == 100  # the record survives a restart
+    assert core(None, data_dir=None).replay_after(link, 9, 0) is None

@@ -31,7 +31,7 @@ async def test_announce_is_acked_and_forward_reaches_only_interested_peers() -> 
         c.announce(["audit"])
         await wait_until(lambda: interest_of(a, b) == {"orders.*"} and interest_of(a, c) == {"audit"})
         # SUBSCRIBE acked: nothing pending, nothing resent.
-        await wait_until(lambda: not b.links[a.peer_id].session._pending_subs)  # type: ignore[union-attr]
+        await wait_until(lambda: not b.links[str(a.peer_id)].protocol._pending_subs)  # type: ignore[union-attr]
         assert status_of(b, a)["subscribe_resends"] == 0
 
         assert a.forward(1, 10, wire.MessageSet.build(["orders.eu"], [(b"", MSG)] * 3)) == 1
@@ -90,13 +90,13 @@ async def test_resume_after_a_broken_link_loses_and_duplicates_nothing() -> None
                 a.forward(seq, seq, one)
             await trio.sleep(0.005)  # let part of it go out, not all of it be acked
             # Break the link at a, in flight; b redials (it knows a's address).
-            session = a.links[b.peer_id].session
-            assert session is not None
-            session.close(CloseReason.PEER_CLOSED)
+            protocol = a.links[str(b.peer_id)].protocol
+            assert protocol is not None
+            protocol.close(CloseReason.PEER_CLOSED)
             for _ in range(1_000):  # published while the link is down: kept in the window
                 seq += 1
                 a.forward(seq, seq, one)
-            await wait_until(lambda: a.links[b.peer_id].live, what="the link to heal")
+            await wait_until(lambda: a.links[str(b.peer_id)].live, what="the link to heal")
         with trio.fail_after(20):
             await wait_until(lambda: b.store.messages >= seq, timeout=20)  # type: ignore[attr-defined]
         await wait_until(lambda: status_of(a, b)["acked_seq"] == seq, what="everything acked")
@@ -132,9 +132,9 @@ async def test_a_closed_session_says_why_at_once() -> None:
     """Status never shows a peer "not connected" without the reason (the stream's reset may take a second)."""
     async with trio.open_nursery() as nursery:
         a, b = await _pair(nursery)
-        session = a.links[b.peer_id].session
-        assert session is not None
-        session.close(CloseReason.HEARTBEAT_TIMEOUT)
+        protocol = a.links[str(b.peer_id)].protocol
+        assert protocol is not None
+        protocol.close(CloseReason.HEARTBEAT_TIMEOUT)
         entry = status_of(a, b)
         assert (entry["connected"], entry["last_close"]) == (False, "heartbeat_timeout")
         nursery.cancel_scope.cancel()
@@ -181,13 +181,15 @@ class _WriterWakeups(trio.abc.Instrument):
     """Counts how often the writer task of one peer session resumes from waiting on its event
     (a wake-up), as opposed to steps inside a write that went libp2p's slower way."""
 
-    def __init__(self, session: object) -> None:
-        self.session = session
+    def __init__(self, protocol: object) -> None:
+        self.protocol = protocol
         self.wakeups = 0
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         frame = getattr(task.coro, "cr_frame", None)
-        if frame is None or frame.f_code.co_name != "_writer" or frame.f_locals.get("self") is not self.session:
+        if frame is None or frame.f_code.co_name != "_writer":
+            return
+        if getattr(frame.f_locals.get("self"), "protocol", None) is not self.protocol:
             return
         awaited: object = task.coro.cr_await
         while getattr(awaited, "cr_frame", None) is not None and awaited.cr_frame.f_code.co_name == "_hold":  # type: ignore[attr-defined]
@@ -209,7 +211,7 @@ async def test_a_write_that_empties_the_queue_sets_no_timer() -> None:
         await trio.sleep(3 * interval)
         store = b.store  # type: ignore[attr-defined]
         one = wire.MessageSet.build(["spaced"], [(b"", MSG)])
-        counter = _WriterWakeups(a.links[b.peer_id].session)
+        counter = _WriterWakeups(a.links[str(b.peer_id)].protocol)
         trio.lowlevel.add_instrument(counter)
         try:
             for seq in range(1, 11):

@@ -67,7 +67,7 @@ async def bench(messages: int, per_set: int, size: int) -> dict[str, Any]:
         await nursery.start(receiver.run)
         await receiver.connect(sender.listen_addrs[0])
         receiver.announce(["bench"])
-        while not sender.interest.patterns_of(receiver.peer_id):
+        while not sender.interest.patterns_of(str(receiver.peer_id)):
             await trio.sleep(0.01)
         batch = wire.MessageSet.build(["bench"], [(b"", b"x" * size)] * per_set)
         start = time.perf_counter()
@@ -106,7 +106,7 @@ async def bench_replay(messages: int, per_set: int, size: int) -> dict[str, Any]
         # The receiver linked before the sets were published and stored the first one before it
         # went away: it resumes from there (a peer the sender never linked with gets no replay).
         key_pair = create_new_key_pair()
-        sender.known_peers.add(str(ID.from_pubkey(key_pair.public_key)), since=0, hub_id=2)
+        sender.core.known_peers.add(str(ID.from_pubkey(key_pair.public_key)), since=0, hub_id=2)
         receiver = Mesh(MeshConfig(discovery=False), hub_id=2, on_forward=receiving.on_forward,
                         resume_positions=lambda: {server.hub_id: per_set}, key_pair=key_pair)  # fmt: skip
         receiver.announce(["bench"])

@@ -7,13 +7,13 @@ only, readable by the owner alone (mode 0600) because it *is* the hub's identity
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
 
+from ..core.mesh.hub_id import hub_id_for as hub_id_from_bytes
 from ..storage.statefile import replace_atomically
 
 IDENTITY_FILE = "mesh_identity.key"
@@ -51,23 +51,9 @@ def load_or_create_identity(data_dir: Path | None) -> KeyPair:
     return key_pair
 
 
-#: Domain separation for :func:`hub_id_for`: this hash means "pub0sub hub id" and nothing else.
-_HUB_ID_DOMAIN = b"pub0sub/hub-id/1\0"
-
-
 def hub_id_for(peer_id: ID) -> int:
-    """The hub id (origin id) that belongs to ``peer_id``: the first 8 bytes of a hash of it.
-
-    Noise authenticates a peer's key, so any hub can check that a MESH_HELLO's hub id is
-    the one its sender's key gives: nobody can speak for another hub's origin.  Hubs whose
-    data dir predates this keep their random id; peers pin it to their peer id on first
-    contact instead (hub/mesh/known_peers.py).
-
-    >>> hub_id_for(ID(b"\\x00\\x05hello")) == hub_id_for(ID(b"\\x00\\x05hello")) != 0
-    True
-    """
-    digest = hashlib.sha256(_HUB_ID_DOMAIN + peer_id.to_bytes()).digest()
-    return int.from_bytes(digest[:8], "big") or 1
+    """The hub id that belongs to ``peer_id`` (see :func:`hub.core.mesh.hub_id.hub_id_for`)."""
+    return hub_id_from_bytes(peer_id.to_bytes())
 
 
 def peer_id_of(key_pair: KeyPair) -> ID:

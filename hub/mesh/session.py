@@ -1,4 +1,7 @@
-"""One mesh stream with one peer: a reader task, a writer task and a timer task.
+"""One mesh stream with one peer, as I/O: a reader task, a paced writer task, timers, acks.
+
+What the session *means* -- hello, interest, forwards, dedup, replay, timeouts --
+is :class:`hub.core.mesh.peer.PeerProtocol`'s.  This module moves its bytes.
 
 The writer owns the stream's send side and coalesces everything queued
 (control frames first, then forwards) into writes of ``write_chunk`` bytes: a
@@ -10,47 +13,19 @@ await: they append and wake the writer.
 from __future__ import annotations
 
 import logging
-from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 import wire
-from wire.limits import MAX_TOPICS_PER_MESSAGE
 
-from ..core.mesh.inbound import V1_ORIGIN, InboundResult
-from ..core.mesh.interest import valid_pattern
-from ..core.mesh.protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, encode_forward_batch, make_decoder
-from ..core.mesh.replay import Replay
+from ..core.mesh.peer import PeerProtocol
+from ..core.mesh.protocols import make_decoder
 from ..core.mesh.status import CloseReason
 from .fastread import FastStreamReader
 from .fastwrite import FastStreamWriter
 
-if TYPE_CHECKING:
-    from .peers import PeerLink, SessionOwner
-
 log = logging.getLogger("hub.mesh.session")
-
-PING_FRAME = wire.PING.encode()
-PONG_FRAME = wire.PONG.encode()
-#: Positions fit a u16 count in MESH_HELLO.
-MAX_HELLO_POSITIONS = 0xFFFF
-
-
-@dataclass(slots=True)
-class _PendingSubscribe:
-    frame: bytes
-    topics: tuple[str, ...]
-    sent_at: float
-    resends: int = 0
-
-
-def topic_chunks(patterns: list[str]) -> list[tuple[str, ...]]:
-    """SUBSCRIBE/UNSUBSCRIBE carry at most 255 topics each (``wire.Subscribe``)."""
-    ordered = sorted(patterns)
-    return [tuple(ordered[i : i + MAX_TOPICS_PER_MESSAGE]) for i in range(0, len(ordered), MAX_TOPICS_PER_MESSAGE)]
-
 
 #: How long a cumulative FORWARD_ACK may wait to cover more reads (trades nothing: acks only
 #: trim the sender's window; resume after a break uses the receiver's MESH_HELLO position).
@@ -59,23 +34,30 @@ def topic_chunks(patterns: list[str]) -> list[tuple[str, ...]]:
 #: latency with it (docs/benchmarks.md).  The sender's window holds 20 ms more of forwards.
 ACK_DELAY = 0.025
 
-class PeerSession:
-    """Speaks one negotiated mesh version on one libp2p stream until it closes."""
 
-    def __init__(self, owner: SessionOwner, link: PeerLink, stream: Any, version: MeshVersion, *, outbound: bool):
-        self.owner = owner
-        self.link = link
+def remote_address(stream: Any) -> str:
+    """``host:port`` at the other end of a libp2p stream (for logs), or "address unknown"."""
+    try:
+        addr = stream.get_remote_address()
+    except Exception:  # not every libp2p stream type can tell: logging must not break a session
+        addr = None
+    return f"{addr[0]}:{addr[1]}" if addr else "address unknown"
+
+
+class PeerSession:
+    """Runs ``protocol`` on one libp2p stream until it closes."""
+
+    def __init__(self, protocol: PeerProtocol, stream: Any) -> None:
+        self.protocol = protocol
         self.stream = stream
+        self.link = protocol.link
+        self.counters = protocol.counters
+        self.config = protocol.config
         self._out = FastStreamWriter(stream)
         self._in = FastStreamReader(stream)
-        self.version = version
-        self.outbound = outbound
-        self.config = owner.config
-        self.counters = link.counters
-        self.reason: CloseReason | None = None
-        self.started_at = trio.current_time()
         self._scope = trio.CancelScope()
         self._wake = trio.Event()
+        self._ack_wake = trio.Event()
         #: When the pacing lets the next write start (see _writer).
         self._next_write = 0.0
         #: The writer holds queued forwards until the interval ends, with the fallback timer set.
@@ -84,45 +66,27 @@ class PeerSession:
         self._forwards_queued = False
         #: Something that is never held was queued (_kick()): control frames, a replay.
         self._urgent = False
-        self._pending_acks: dict[int, int] = {}
-        self._ack_wake = trio.Event()
-        self._control: list[bytes] = []
-        self._v1_out = bytearray()
-        self._v1_out_frames = 0
-        self._pending_subs: deque[_PendingSubscribe] = deque()
-        self._last_received = trio.current_time()
-        self._last_ping = trio.current_time()
-        self._hello_done = version is MeshVersion.V1
-        self._first_frame = True
-        self._unwanted_replied: dict[str, float] = {}
-        self.remote_hub_id: int | None = None
-        #: The peer's MESH_HELLO position while the replay from the log waits for its interest.
-        self._replay_after: int | None = None
-        self._replay_due_at = 0.0
-        self._replay: Replay | None = None
-
-    # -- lifecycle ---------------------------------------------------------------
+        protocol.remote_address = remote_address(stream)
+        protocol.on_urgent = self._kick
+        protocol.on_forwards = self.wake
+        protocol.on_acks = self._ack_wake.set
+        protocol.on_close = self._scope.cancel
 
     @property
     def alive(self) -> bool:
-        return self.reason is None
+        return self.protocol.alive
+
+    @property
+    def outbound(self) -> bool:
+        return self.protocol.outbound
 
     def close(self, reason: CloseReason) -> None:
-        if self.reason is None:
-            self.reason = reason
-            # Shown at once: the stream's reset below may take up to a second on a dead link,
-            # and status must not say "not connected" without saying why.
-            self.link.last_close = reason
-            log.info("mesh session with %s ended: %s", self.link.short_id, reason.value)
-        self._scope.cancel()
+        self.protocol.close(reason)
 
     async def run(self) -> CloseReason:
         """Run until the session ends; always leaves the stream closed."""
-        self.counters.sessions += 1
         with self._scope:
-            if self.version is MeshVersion.V2:
-                self._queue_control(self._hello_frame())
-            self.announce(list(self.owner.local.patterns))
+            self.protocol.start()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._reader)
                 nursery.start_soon(self._writer)
@@ -133,31 +97,9 @@ class PeerSession:
                 await self.stream.reset()
             except Exception:  # the stream may already be gone; nothing left to do
                 log.debug("reset of a mesh stream failed", exc_info=True)
-        return self.reason or CloseReason.PEER_CLOSED
+        return self.protocol.reason or CloseReason.PEER_CLOSED
 
-    # -- what the mesh asks of a session -----------------------------------------
-
-    def announce(self, patterns: list[str]) -> None:
-        now = trio.current_time()
-        for topics in topic_chunks(patterns):
-            frame = wire.Subscribe(topics=topics).encode()
-            self._pending_subs.append(_PendingSubscribe(frame=frame, topics=topics, sent_at=now))
-            self._queue_raw(frame)
-
-    def withdraw(self, patterns: list[str]) -> None:
-        # Not resent, not waited for (seed: low priority).
-        for topics in topic_chunks(patterns):
-            self._queue_control(wire.Unsubscribe(topics=topics))
-
-    def send_v1(self, frames: bytes, count: int) -> bool:
-        """Queue seed FORWARD frames; False (and counted) when the peer is too far behind."""
-        if len(self._v1_out) + len(frames) > self.config.v1_max_pending_bytes:
-            self.counters.messages_dropped_overflow += count
-            return False
-        self._v1_out += frames
-        self._v1_out_frames += count
-        self.wake()
-        return True
+    # -- waking the writer -------------------------------------------------------
 
     def wake(self) -> None:
         """Forwards are queued: wake the writer if the pacing lets it write now, or if it is
@@ -172,61 +114,6 @@ class PeerSession:
         self._wake.set()
 
     # -- writer ------------------------------------------------------------------
-
-    def _queue_control(self, frame: wire.Frame) -> None:
-        self._queue_raw(frame.encode())
-
-    def _queue_raw(self, encoded: bytes) -> None:
-        self._control.append(encoded)
-        self.counters.frames_sent += 1
-        self._kick()
-
-    def _hello_frame(self) -> wire.MeshHello:
-        positions = sorted(self.owner.hello_positions().items())[:MAX_HELLO_POSITIONS]
-        return wire.MeshHello(
-            hub_id=self.owner.hub_id,
-            positions=tuple(wire.ResumePosition(origin=o, seq=s) for o, s in positions if o != V1_ORIGIN),
-        )
-
-    def _take_chunk(self) -> bytes | None:
-        parts = self._control
-        size = sum(map(len, parts))
-        self._control = []
-        limit = self.config.write_chunk
-        if self.version is MeshVersion.V2:
-            window = self.link.window
-            # Forwards wait while a replay is due but its interest is not known yet; a replay
-            # goes out before anything in the window (origin-sequence order, see replay.py).
-            while self._hello_done and self._replay_after is None and size < limit:
-                if self._replay is None and window.lost_from is not None:
-                    self._replay = self.owner.open_replay(self.link, window.lost_from - 1, window.first_unsent_seq)
-                    window.clear_lost()
-                room = min(MAX_BATCH_BODY, limit - size)
-                if self._replay is not None:
-                    entries = self._replay.take(room, MAX_SETS_PER_BATCH)
-                    if self._replay.done:
-                        self._replay = None
-                    if not entries:
-                        continue
-                    self.counters.messages_replayed += sum(e.count for e in entries)
-                elif window.has_unsent:
-                    entries = window.take_unsent(room, MAX_SETS_PER_BATCH)
-                else:
-                    break
-                frame = encode_forward_batch(self.owner.hub_id, [e.encoded for e in entries])
-                parts.append(frame)
-                size += len(frame)
-                self.counters.frames_sent += 1
-                self.counters.messages_sent += sum(e.count for e in entries)
-        elif self._v1_out:
-            parts.append(bytes(self._v1_out))
-            self._v1_out.clear()
-            self.counters.frames_sent += self._v1_out_frames
-            self.counters.messages_sent += self._v1_out_frames
-            self._v1_out_frames = 0
-        if not parts:
-            return None
-        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def _writer(self) -> None:
         # Writes are paced: the next write starts ``write_interval`` after the last one
@@ -246,9 +133,10 @@ class PeerSession:
         # the interval instead of adding to it.  The fast write does not yield, so this loop
         # yields once per write, in the wait (twice when it holds forwards).
         interval = self.config.write_interval
+        take_chunk = self.protocol.take_chunk
         while True:
             self._urgent = False
-            chunk = self._take_chunk()
+            chunk = take_chunk()
             if chunk is None:
                 # No await between taking the chunk and this: no wake-up can be lost.
                 self._wake = trio.Event()
@@ -290,7 +178,8 @@ class PeerSession:
     # -- reader ------------------------------------------------------------------
 
     async def _reader(self) -> None:
-        decoder = make_decoder(self.version)
+        decoder = make_decoder(self.protocol.version)
+        protocol = self.protocol
         while True:
             try:
                 data, fast = await self._in.read(self.config.read_chunk)
@@ -304,204 +193,34 @@ class PeerSession:
             self.counters.reads += 1
             self.counters.reads_fast += fast
             self.counters.bytes_received += len(data)
-            self._last_received = trio.current_time()
             try:
                 decoder.feed(data)
                 frames = list(decoder)
             except wire.ProtocolError as exc:
-                log.warning("mesh peer %s sent a bad frame (%s): %s", self.link.peer_id, exc.code.name, exc)
+                log.warning("mesh peer %s sent a bad frame (%s): %s", self.link.key, exc.code.name, exc)
                 self.close(CloseReason.PROTOCOL_ERROR)
                 return
             try:
-                await self._handle_chunk(frames)
+                protocol.receive(frames)  # bytes, even part of a frame, are a sign of life
             except Exception:  # one peer's input must never take the hub down: end this session only
-                log.exception("mesh peer %s: handling its frames failed; closing the session", self.link.peer_id)
+                log.exception("mesh peer %s: handling its frames failed; closing the session", self.link.key)
                 self.close(CloseReason.INTERNAL_ERROR)
                 return
-            if not self.alive:
+            if not protocol.alive:
                 return
 
-    async def _handle_chunk(self, frames: list[wire.Frame]) -> None:
-        acks: dict[int, int] = {}
-        v1_forwards: list[wire.Forward] = []
-        subscribed = False
-        for frame in frames:
-            self.counters.frames_received += 1
-            if self._first_frame and self.version is MeshVersion.V2 and not isinstance(frame, wire.MeshHello):
-                log.warning("mesh peer %s: first v2 frame is %s, not MESH_HELLO", self.link.short_id, frame.name)
-                self.close(CloseReason.PROTOCOL_ERROR)
-                return
-            self._first_frame = False
-            if not self.alive:
-                return  # refused (a bad MESH_HELLO): nothing more from this peer is acted on
-            if isinstance(frame, wire.Forward):
-                v1_forwards.append(frame)
-                continue
-            if v1_forwards:
-                await self._receive_v1(v1_forwards)
-                v1_forwards = []
-            if isinstance(frame, wire.ForwardBatch):
-                if frame.origin != self.remote_hub_id:
-                    # In the direct mesh every hub hears from the origin itself: a peer forwards
-                    # its own publishes only.  Anything else would let it forge another hub's
-                    # messages, or poison that origin's dedup position here.
-                    self._refuse(
-                        CloseReason.FORGED_ORIGIN,
-                        f"it forwarded messages of origin {frame.origin:016x}, not its own "
-                        f"({self.remote_hub_id or 0:016x})",
-                    )
-                    return
-                result = await self.owner.inbound.receive_batch(frame.origin, frame.sets, self.link.peer_id)
-                self._account(result)
-                if result.ack_seq is not None:
-                    acks[frame.origin] = result.ack_seq
-            else:
-                subscribed |= isinstance(frame, wire.Subscribe) and not isinstance(frame, wire.Unsubscribe)
-                self._handle_control(frame)
-        if v1_forwards:
-            await self._receive_v1(v1_forwards)
-        if subscribed and self._replay_after is not None:
-            # The peer announces its interest right after MESH_HELLO, in the same write.
-            self._start_replay()
-        if acks:
-            # Acks are cumulative: the latest per origin says everything.  They wait up to
-            # ACK_DELAY so one ack covers every read meanwhile: acking every read doubled the
-            # writes of a busy link.
-            self._pending_acks.update(acks)
-            self._ack_wake.set()
+    # -- timers ------------------------------------------------------------------
 
     async def _ack_flusher(self) -> None:
         while True:
             await self._ack_wake.wait()
             await trio.sleep(ACK_DELAY)
             self._ack_wake = trio.Event()
-            acks, self._pending_acks = self._pending_acks, {}
-            for origin, seq in acks.items():
-                self._queue_control(wire.ForwardAck(origin=origin, seq=seq))
-                self.counters.acks_sent += 1
-
-    async def _receive_v1(self, frames: list[wire.Forward]) -> None:
-        self._account(await self.owner.inbound.receive_v1(frames, self.link.peer_id))
-
-    def _account(self, result: InboundResult) -> None:
-        self.counters.messages_received += result.delivered + result.duplicates + result.dropped_no_interest
-        self.counters.duplicates_dropped += result.duplicates
-        self.counters.forwards_dropped_no_interest += result.dropped_no_interest
-        if result.unwanted_topics:
-            self._reply_unwanted(result.unwanted_topics)
-
-    def _reply_unwanted(self, topics: set[str]) -> None:
-        """Seed: an unwanted FORWARD is answered with UNSUBSCRIBE so the peer stops sending it."""
-        now = trio.current_time()
-        due = [t for t in topics if now - self._unwanted_replied.get(t, -1e9) >= self.config.unwanted_reply_interval]
-        for t in due:
-            self._unwanted_replied[t] = now
-        if due:
-            self.withdraw(due)
-
-    def _handle_control(self, frame: wire.Frame) -> None:
-        if isinstance(frame, wire.Heartbeat):
-            if frame.word == "ping":
-                self._queue_raw(PONG_FRAME)
-        elif isinstance(frame, wire.Unsubscribe):  # before Subscribe: it is a subclass
-            self.owner.peer_unsubscribed(self.link, list(frame.topics))
-            self._queue_control(wire.UnsubscribeAck(success=True))
-        elif isinstance(frame, wire.Subscribe):
-            ok = all(valid_pattern(t) for t in frame.topics)
-            if ok:
-                self.owner.peer_subscribed(self.link, list(frame.topics))
-            self._queue_control(wire.SubscribeAck(success=ok))
-        elif isinstance(frame, wire.UnsubscribeAck):  # before SubscribeAck: it is a subclass
-            pass
-        elif isinstance(frame, wire.SubscribeAck):
-            # Acks carry no id: each answers the oldest SUBSCRIBE still waiting.
-            if self._pending_subs:
-                self._pending_subs.popleft()
-            if not frame.success:
-                self.counters.subscribes_refused += 1
-        elif isinstance(frame, wire.MeshHello):
-            self._on_hello(frame)
-        elif isinstance(frame, wire.ForwardAck):
-            self.counters.acks_received += 1
-            if frame.origin == self.owner.hub_id:
-                self.link.window.ack(frame.seq)
-
-    def _on_hello(self, frame: wire.MeshHello) -> None:
-        if self._hello_done:
-            log.warning("mesh peer %s sent a second MESH_HELLO", self.link.short_id)
-            self.close(CloseReason.PROTOCOL_ERROR)
-            return
-        refusal = self.owner.hello_refusal(self.link, frame.hub_id)
-        if refusal is not None:
-            self._refuse(CloseReason.REFUSED, refusal)
-            return
-        self.remote_hub_id = frame.hub_id
-        self.link.remote_hub_id = frame.hub_id
-        position = next((p.seq for p in frame.positions if p.origin == self.owner.hub_id), 0)
-        # Resume right after what the peer already stored: nothing lost, nothing twice.
-        self.link.window.resume(position)
-        after = self.owner.replay_after(self.link, frame.hub_id, position)
-        if after is not None:
-            # The window may not hold everything after ``position`` (the peer was away past
-            # resume_linger, the window overflowed, this hub restarted): replay it from the
-            # log once the peer's interest is known.  A peer this hub never linked with gets
-            # live forwards only (Mesh.replay_after).
-            self._replay_after = after
-            self._replay_due_at = trio.current_time() + self.config.subscribe_ack_timeout
-        self._hello_done = True
-        self._kick()
-
-    def remote_address(self) -> str:
-        """``host:port`` the peer's connection comes from (for logs), or "address unknown"."""
-        try:
-            addr = self.stream.get_remote_address()
-        except Exception:  # not every libp2p stream type can tell
-            addr = None
-        return f"{addr[0]}:{addr[1]}" if addr else "address unknown"
-
-    def _refuse(self, reason: CloseReason, why: str) -> None:
-        """End the session for something the peer may not do; counted and logged with who it was."""
-        self.counters.refused += 1
-        log.warning("mesh peer %s (%s) refused: %s", self.link.peer_id, self.remote_address(), why)
-        self.close(reason)
-
-    def _start_replay(self) -> None:
-        after = self._replay_after
-        assert after is not None
-        self._replay_after = None
-        # Everything queued so far comes again from the log, filtered by the interest the
-        # peer has now; forwards published from here on queue behind the replay.
-        self.link.window.clear()
-        self._replay = self.owner.open_replay(self.link, after, None)
-        self._kick()
-
-    # -- timers ------------------------------------------------------------------
+            self.protocol.on_acks = self._ack_wake.set
+            self.protocol.take_acks()
 
     async def _timers(self) -> None:
-        cfg = self.config
-        tick = max(0.01, min(cfg.heartbeat_interval, cfg.subscribe_ack_timeout) / 4)
+        tick = self.protocol.tick_interval()
         while True:
             await trio.sleep(tick)
-            now = trio.current_time()
-            if now - self._last_received > cfg.heartbeat_interval * cfg.heartbeat_misses:
-                self.close(CloseReason.HEARTBEAT_TIMEOUT)
-                return
-            if not self._hello_done and now - self.started_at > cfg.hello_timeout:
-                self.close(CloseReason.HELLO_TIMEOUT)
-                return
-            if self._replay_after is not None and now >= self._replay_due_at:
-                self._start_replay()  # the peer announced nothing: replay for what it had
-            if now - self._last_ping >= cfg.heartbeat_interval:
-                self._last_ping = now
-                self._queue_raw(PING_FRAME)
-            for pending in self._pending_subs:
-                if now - pending.sent_at < cfg.subscribe_ack_timeout:
-                    continue
-                if pending.resends >= cfg.subscribe_resends:
-                    log.warning("mesh peer %s never acknowledged SUBSCRIBE %s", self.link.short_id, pending.topics)
-                    self.close(CloseReason.SUBSCRIBE_UNACKED)
-                    return
-                pending.resends += 1
-                pending.sent_at = now
-                self.counters.subscribe_resends += 1
-                self._queue_raw(pending.frame)
+            self.protocol.tick()

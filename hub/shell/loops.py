@@ -14,17 +14,6 @@ from ..core.hub import GROUP_TICK_SECONDS, HubCore
 from ..storage.store import LogStore
 
 
-class TrioClock:
-    """The core's clock in the shell: monotonic time is the event loop's, so the core's
-    deadlines and the shell's sleeps agree (also under trio's test clocks)."""
-
-    def monotonic(self) -> float:
-        return trio.current_time()
-
-    def wall_us(self) -> int:
-        return time.time_ns() // 1000
-
-
 async def run_pump(core: HubCore) -> None:
     """Run the core's ready followers and groups, one step at a time, yielding between steps.
 

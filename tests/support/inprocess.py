@@ -11,9 +11,9 @@ import trio
 
 import wire
 from hub.app import HubServer
-from hub.core.clock import Clock
-from hub.shell.loops import TrioClock
 from hub.config import HubConfig
+from hub.core.clock import Clock
+from hub.shell.clock import TrioClock
 from tests.support.rawclient import RawClient
 
 StartHub = Callable[..., Awaitable[HubServer]]

@@ -8,9 +8,8 @@ reach the hub, so at-least-once forwarding becomes exactly-once storage.
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +22,7 @@ from .interest import LocalInterest
 V1_ORIGIN = 0
 
 #: ``on_forward(origin, sets, peer_id)`` -> last origin seq stored (None: all of them).
-#: It may also be a coroutine function.
-ForwardHandler = Callable[[int, list[wire.ForwardSet], Any], "int | Awaitable[int | None] | None"]
+ForwardHandler = Callable[[int, list[wire.ForwardSet], Any], "int | None"]
 
 
 @dataclass(slots=True)
@@ -67,13 +65,7 @@ class InboundForwards:
     def positions(self) -> dict[int, int]:
         return dict(self._positions)
 
-    async def _deliver(self, origin: int, sets: list[wire.ForwardSet], peer: Any) -> int | None:
-        result = self._on_forward(origin, sets, peer)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
-    async def receive_batch(self, origin: int, sets: tuple[wire.ForwardSet, ...], peer: Any) -> InboundResult:
+    def receive_batch(self, origin: int, sets: tuple[wire.ForwardSet, ...], peer: Any) -> InboundResult:
         out = InboundResult()
         pos = self._positions.get(origin, 0)
         wanted: list[wire.ForwardSet] = []
@@ -93,7 +85,7 @@ class InboundForwards:
         batch_last = max(pos, _last_seq(sets[-1])) if sets else pos
         if wanted:
             target = _last_seq(wanted[-1])
-            stored = await self._deliver(origin, wanted, peer)
+            stored = self._on_forward(origin, wanted, peer)
             out.delivered = sum(s.messages.count for s in wanted)
             if stored is not None and stored < target:
                 # The hub kept less than it was given: acknowledge only that much
@@ -103,7 +95,7 @@ class InboundForwards:
         out.ack_seq = batch_last
         return out
 
-    async def receive_v1(self, frames: list[wire.Forward], peer: Any) -> InboundResult:
+    def receive_v1(self, frames: list[wire.Forward], peer: Any) -> InboundResult:
         """Seed FORWARDs of one read chunk; runs of the same topics become one message set."""
         out = InboundResult()
         sets: list[wire.ForwardSet] = []
@@ -128,6 +120,6 @@ class InboundForwards:
             run.append((b"", frame.data))
         close_run()
         if sets:
-            await self._deliver(V1_ORIGIN, sets, peer)
+            self._on_forward(V1_ORIGIN, sets, peer)
             out.delivered = sum(s.messages.count for s in sets)
         return out
