@@ -12,19 +12,19 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from . import stopping
+from ..tools import stopping
 
 #: subcommand -> (module with ``main(argv) -> int``, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "decode": ("wire.cli", "decode frames from hex, a capture file, a log segment or stdin"),
     "hub": ("hub.cli", "run a hub"),
-    "pub": ("sdk.cli_pub", "publish messages"),
-    "sub": ("sdk.cli_sub", "subscribe and print messages"),
-    "status": ("sdk.cli_status", "show a hub's status"),
-    "bench": ("sdk.bench.cli", "run benchmark scenarios beside Redis and NATS"),
-    "cluster": ("sdk.cluster_cli", "N meshed hubs on loopback: pub0sub cluster up|status|down"),
-    "demo": ("sdk.demo", "start a local demo with traffic you can watch"),
-    "analyze": ("sdk.analyze.cli", "Spark job: per-topic counts, rates and latency from hub data directories"),
+    "pub": ("sdk.cli.pub", "publish messages"),
+    "sub": ("sdk.cli.sub", "subscribe and print messages"),
+    "status": ("sdk.cli.status", "show a hub's status"),
+    "bench": ("sdk.tools.bench.cli", "run benchmark scenarios beside Redis and NATS"),
+    "cluster": ("sdk.cli.cluster", "N meshed hubs on loopback: pub0sub cluster up|status|down"),
+    "demo": ("sdk.tools.demo", "start a local demo with traffic you can watch"),
+    "analyze": ("sdk.spark.analyze.cli", "Spark job: per-topic counts, rates and latency from hub data directories"),
 }
 
 
@@ -49,7 +49,7 @@ def _stop_on_sigterm_as_on_ctrl_c() -> None:
 
     By default they end the process at once and skip its ``finally`` blocks: the hubs of
     ``pub0sub cluster up`` or ``demo`` and the servers of ``bench`` are left running.  The
-    long-running commands go further (:mod:`sdk.stopping`: a clean stop, exit 0, a second
+    long-running commands go further (:mod:`sdk.tools.stopping`: a clean stop, exit 0, a second
     Ctrl-C waits for the cleanup).  ``pub0sub hub`` installs its own handler."""
     stopping.stop_signals_as_ctrl_c()
 
@@ -73,7 +73,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         stopping.ignore_stop_signals()
     return result
-
-
-if __name__ == "__main__":
-    sys.exit(main())

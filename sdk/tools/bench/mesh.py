@@ -7,12 +7,12 @@ beside py-libp2p's GossipSub on three hosts (M1) and two routed nats-servers (L2
   first hub's STATUS shows that interest (otherwise the first messages would be
   published before the mesh knows anyone wants them), then starts the publisher
   on the first hub.
-* GossipSub: ``python -m sdk.bench.mesh gossipsub JSON`` runs three libp2p hosts
+* GossipSub: ``python -m sdk.tools.bench.mesh gossipsub JSON`` runs three libp2p hosts
   (Noise + yamux, like the hubs) in one process, fully connected; a publisher on
   host 1, a subscriber on host 3.  It publishes as fast as ``publish()`` returns
   and counts what arrives within a bounded time -- once as configured by default
   (spam protection: 10 msgs/s per topic per peer) and once with spam protection off.
-* ``nats-cluster``: a :class:`~sdk.bench.peers.NatsCluster`, two nats-servers joined by a
+* ``nats-cluster``: a :class:`~sdk.tools.bench.peers.NatsCluster`, two nats-servers joined by a
   route; L2's NATS method runs L1's nats-py workers across it exactly as pub0sub's run
   across the mesh (subscriber on server B, its interest seen by server A, publisher on A).
 """
@@ -42,7 +42,7 @@ MESH_TIMEOUT = 30.0
 #: GossipSub: messages published per measurement at most, and how long arrivals are awaited after.
 GOSSIP_MAX_MESSAGES = 5_000
 GOSSIP_DRAIN_SECONDS = 5.0
-#: As sdk/bench/pub0sub.py: unpaced publishers must not get a slow subscriber cancelled.
+#: As sdk/tools/bench/pub0sub.py: unpaced publishers must not get a slow subscriber cancelled.
 BENCH_PENDING_BYTES = 1 << 30
 
 
@@ -203,7 +203,7 @@ def _l2(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measu
 def _gossipsub(spam_protection: bool) -> Callable[[Server | None, Params], Measurement]:
     def measure(server: Server | None, p: Params) -> Measurement:
         messages = min(p.messages or GOSSIP_MAX_MESSAGES, GOSSIP_MAX_MESSAGES)
-        argv = python_module("sdk.bench.mesh", "gossipsub", json.dumps(
+        argv = python_module("sdk.tools.bench.mesh", "gossipsub", json.dumps(
             {"messages": messages, "size": p.size, "spam_protection": spam_protection,
              "drain": GOSSIP_DRAIN_SECONDS, "timeout": p.timeout}))  # fmt: skip
         proc = spawn(argv)
@@ -370,7 +370,7 @@ register_method(
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or args[0] != "gossipsub":
-        print("usage: python -m sdk.bench.mesh gossipsub JSON", file=sys.stderr)
+        print("usage: python -m sdk.tools.bench.mesh gossipsub JSON", file=sys.stderr)
         return 2
     gossipsub_worker(**json.loads(args[1]))
     return 0
