@@ -4,19 +4,42 @@ from __future__ import annotations
 
 import contextlib
 import math
+import socket
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import wire
 
+from .batching import Ticket
 from .errors import Pub0subError
 from .messages import Gap, Message
-from .protocol import State
+from .protocol import ClientProtocol, State
 from .subscriptions import SubscriptionView, SubState, checked_names
 
-if TYPE_CHECKING:
-    from .blocking import BlockingClient
+
+class BlockingDriver(Protocol):
+    """What a :class:`BlockingSubscription` uses of its :class:`sdk.BlockingClient`: the protocol
+    core and the socket calls that send, receive and wait.
+
+    Named here, not imported, because the client imports this module to open subscriptions.
+    """
+
+    @property
+    def _proto(self) -> ClientProtocol: ...
+
+    @property
+    def _sock(self) -> socket.socket | None:
+        """``None`` while disconnected."""
+
+    def _send(self) -> None:
+        """Send what the core queued (reconnecting per policy)."""
+
+    def _service(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for input and process it."""
+
+    def _await_ticket(self, ticket: Ticket, timeout: float | None, what: str) -> Any:
+        """The ticket's outcome, servicing the socket meanwhile; ``TimeoutError`` naming ``what``."""
 
 
 class BlockingSubscription(SubscriptionView):
@@ -31,7 +54,9 @@ class BlockingSubscription(SubscriptionView):
     with the next call into the client (``next()``, ``flush()``, ``close()``, ...).
     """
 
-    def __init__(self, client: BlockingClient) -> None:
+    _client: BlockingDriver
+
+    def __init__(self, client: BlockingDriver) -> None:
         self._client = client
         self._state: SubState | None = None
         self._init_batches()  # acks go out with the next call into the client

@@ -3,17 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 
 import wire
 
+from .batching import Ticket
 from .messages import Gap, Message
+from .protocol import ClientProtocol
 from .subscriptions import SubscriptionView, SubState, checked_names
 
-if TYPE_CHECKING:
-    from .client import Client
+
+class AsyncDriver(Protocol):
+    """What a :class:`Subscription` uses of the client that opened it (:class:`sdk.Client`): the
+    protocol core, and the I/O that sends what the core queued and waits for the hub's answers.
+
+    Named here, not imported, because the client imports this module to open subscriptions.
+    """
+
+    @property
+    def _proto(self) -> ClientProtocol: ...
+
+    def _check(self) -> None:
+        """Raise the error the connection failed with, if it did."""
+
+    async def _write(self) -> None:
+        """Send what the core queued."""
+
+    async def _wait(self, ticket: Ticket, timeout: float | None) -> Any:
+        """The ticket's outcome once the hub answered."""
+
+    def _kick(self) -> None:
+        """Have what the core queued (credit, acks) sent soon, without waiting for it."""
 
 
 class Subscription(SubscriptionView):
@@ -52,7 +74,9 @@ class Subscription(SubscriptionView):
     ...     print(sub.gaps)
     """
 
-    def __init__(self, client: Client, topics: str | Sequence[str], **options: Any) -> None:
+    _client: AsyncDriver
+
+    def __init__(self, client: AsyncDriver, topics: str | Sequence[str], **options: Any) -> None:
         self._client = client
         self._topics = topics
         self._options = options

@@ -23,15 +23,15 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
-from sdk.analyze import cli  # noqa: E402
-from sdk.analyze.decode import (  # noqa: E402
+from sdk.spark.analyze import cli  # noqa: E402
+from sdk.spark.analyze.decode import (  # noqa: E402
     MESSAGE_COLUMNS,
     SCHEMA,
     SPARK_DDL,
     decode_segment,
     make_file_decoder,
 )
-from sdk.analyze.inputs import find_hub_dirs, read_hub_id  # noqa: E402
+from sdk.spark.analyze.inputs import find_hub_dirs, read_hub_id  # noqa: E402
 from tests.support.segments import HUB_A, HUB_B, Expected, make_test_cluster  # noqa: E402
 
 HUB_A_HEX, HUB_B_HEX = f"{HUB_A:016x}", f"{HUB_B:016x}"
@@ -204,7 +204,7 @@ def run_unprivileged(*args: str) -> subprocess.CompletedProcess[str]:
     """``pub0sub analyze`` as a subprocess; as 'nobody' when the tests run as root, whom no
     permission bit stops (through setpriv: this machine's root-owned Python is not reachable
     after a setuid from Python itself)."""
-    argv = [sys.executable, "-m", "sdk.commands", "analyze", *args]
+    argv = [sys.executable, "-m", "sdk.cli", "analyze", *args]
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:
             pytest.skip("running as root without setpriv: no user to whom a file can be unreadable")
@@ -227,7 +227,7 @@ def test_unreadable_input_is_one_line_before_spark(shared_copy: Path, what: str)
 
 
 def test_pub0sub_dispatches_analyze(capsys: pytest.CaptureFixture[str]) -> None:
-    from sdk.commands import main
+    from sdk.cli.commands import main
 
     with pytest.raises(SystemExit) as exc:
         main(["analyze", "--help"])
@@ -341,7 +341,7 @@ def _tables(out: Path) -> dict:
 
 
 def _hub_names(cluster: tuple[Path, Expected]) -> dict[str, str]:
-    from sdk.analyze.report import hub_names
+    from sdk.spark.analyze.report import hub_names
 
     root, _ = cluster
     return hub_names(find_hub_dirs([root / "hub-a", root / "hub-b"]))
@@ -363,7 +363,7 @@ def _check_layout(fig) -> None:  # type: ignore[no-untyped-def]
 
 def test_plots_name_hubs_and_keep_legends_outside(analyzed: tuple[Path, Expected, int],
                                                   cluster: tuple[Path, Expected]) -> None:
-    from sdk.analyze.report import bytes_figure, latency_figure, rates_figure
+    from sdk.spark.analyze.report import bytes_figure, latency_figure, rates_figure
 
     out, _, _ = analyzed
     tables, names = _tables(out), _hub_names(cluster)
@@ -386,8 +386,8 @@ def test_plots_name_hubs_and_keep_legends_outside(analyzed: tuple[Path, Expected
 def test_latency_axis_labels_stay_apart_over_many_decades() -> None:
     import pandas as pd
 
-    from sdk.analyze.job import BINS_PER_DECADE
-    from sdk.analyze.report import latency_figure
+    from sdk.spark.analyze.job import BINS_PER_DECADE
+    from sdk.spark.analyze.report import latency_figure
 
     # 1 µs to ~5 ms, as a mesh on one machine gives it: 1-2-5 labels over that range used to collide.
     bins = range(0, int(3.7 * BINS_PER_DECADE))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from sdk.bench.cli import main
+from sdk.tools.bench.cli import main
 
 _runs: dict[str, dict[str, dict[str, Any]]] = {}
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from sdk.bench.cli import main
-from sdk.bench.latency import TICK, _schedule
-from sdk.bench.peers import AnnouncedServer, Server
-from sdk.bench.registry import SCENARIOS, Method, Params, Scenario
-from sdk.bench.relay import whole_frames_end
-from sdk.bench.results import FigureSpec, Measurement, Summary, fill_ratios
-from sdk.bench.runner import run
+from sdk.tools.bench.cli import main
+from sdk.tools.bench.latency import TICK, _schedule
+from sdk.tools.bench.peers import AnnouncedServer, Server
+from sdk.tools.bench.registry import SCENARIOS, Method, Params, Scenario
+from sdk.tools.bench.relay import whole_frames_end
+from sdk.tools.bench.results import FigureSpec, Measurement, Summary, fill_ratios
+from sdk.tools.bench.runner import run
 from tests.support.procstat import running
 
 HAVE_REDIS = shutil.which("redis-server") is not None and shutil.which("redis-benchmark") is not None

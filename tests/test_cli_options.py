@@ -31,7 +31,7 @@ StartHub = Callable[..., HubProcess]
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sdk.commands", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        [sys.executable, "-m", "sdk.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
     )
 
 
@@ -124,7 +124,7 @@ def test_sub_durable_resumes_where_it_stopped(start_hub: StartHub, tmp_path: Pat
 
 def test_sub_group_of_two_shares_the_messages(start_hub: StartHub, tmp_path: Path) -> None:
     hub = start_hub("--data-dir", str(tmp_path / "data"))
-    argv = [sys.executable, "-m", "sdk.commands", "sub", "--hub", hub.address, "--topic", "work", "--group", "g",
+    argv = [sys.executable, "-m", "sdk.cli", "sub", "--hub", hub.address, "--topic", "work", "--group", "g",
             "--start", "earliest", "--json", "--timeout", "3"]  # fmt: skip
     members = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
                for _ in range(2)]  # fmt: skip
@@ -220,7 +220,7 @@ def test_status_compact_wide_and_json(start_hub: StartHub, tmp_path: Path) -> No
     durable = cli("sub", "--hub", first.address, "--topic", "orders", "--durable", "d", "--start", "earliest",
                   "--count", "3")  # fmt: skip
     assert durable.returncode == 0, durable.stderr
-    live = subprocess.Popen([sys.executable, "-m", "sdk.commands", "sub", "--hub", first.address, "--topic", "orders"],
+    live = subprocess.Popen([sys.executable, "-m", "sdk.cli", "sub", "--hub", first.address, "--topic", "orders"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
     try:
         wait_until(lambda: hub_status(first.address)["subscriptions"] == 1, "the live subscriber")

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def cli(*args: str, input: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sdk.commands", *args],
+        [sys.executable, "-m", "sdk.cli", *args],
         input=input,
         capture_output=True,
         text=True,
@@ -31,7 +31,7 @@ def cli(*args: str, input: str | None = None, timeout: float = 30) -> subprocess
 
 def start_sub(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "sdk.commands", "sub", *args],
+        [sys.executable, "-m", "sdk.cli", "sub", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -159,7 +159,7 @@ def test_a_port_that_is_not_a_hub_is_named_in_one_line(server: Any, detail: str)
     with server() as address:
         # The three commands at once: the silent server costs each the handshake timeout.
         procs = {
-            command: subprocess.Popen([sys.executable, "-m", "sdk.commands", *_command_args(command, address)],
+            command: subprocess.Popen([sys.executable, "-m", "sdk.cli", *_command_args(command, address)],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
             for command in ("pub", "sub", "status")
         }  # fmt: skip

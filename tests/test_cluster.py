@@ -462,7 +462,7 @@ def test_sigterm_to_cluster_up_stops_its_hubs(tmp_path: Path, sigint: str) -> No
     # A supervisor stops `pub0sub cluster up` with SIGTERM: its hubs must go with it, not stay
     # behind as orphans still holding their ports and data directories.  Also when it was
     # started as a shell's background job, which ignores SIGINT.
-    argv = [sys.executable, "-c", "import sys; from sdk.commands import main; sys.exit(main())",
+    argv = [sys.executable, "-c", "import sys; from sdk.cli.commands import main; sys.exit(main())",
             "cluster", "up", "--hubs", "2", "--base-port", "0", "--data-root", str(tmp_path)]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_ignore_sigint if sigint == "ignored" else None)  # fmt: skip

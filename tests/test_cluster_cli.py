@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from hub.storage.store import LOCK_FILE as HUB_LOCK_FILE
-from sdk.cluster import port_free
-from sdk.cluster_state import LOCK_FILE, STATE_FILE
+from sdk.tools.cluster import port_free
+from sdk.tools.cluster_state import LOCK_FILE, STATE_FILE
 from tests.support.command import Command, no_traceback
 from tests.support.procstat import children, running
 
@@ -29,12 +29,12 @@ StartCommand = Callable[..., Command]
 
 
 def cluster(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sdk.commands", "cluster", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "sdk.cli", "cluster", *args], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)  # fmt: skip
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sdk.commands", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-m", "sdk.cli", *args], capture_output=True, text=True, timeout=60,
                           cwd=ROOT)  # fmt: skip
 
 

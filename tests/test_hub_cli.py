@@ -149,3 +149,28 @@ def test_mesh_port_in_use_is_refused(start_hub: StartHub, tmp_path: Path) -> Non
     refused = run_refused_hub("--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "b"),
                               "--mesh-listen", f"/ip4/127.0.0.1/tcp/{port}")  # fmt: skip
     assert one_line_error(refused).endswith(f"mesh address 127.0.0.1:{port} is in use")
+
+
+def test_pub0sub_hub_becomes_the_hub_process(tmp_path: Path) -> None:
+    """``pub0sub hub`` runs ``python -m hub`` in its own place (the SDK never imports the hub): one
+    PID, so a supervisor's SIGTERM reaches the hub itself, and the hub's exit status is the command's."""
+    with (tmp_path / "stderr").open("w+") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "sdk.cli", "hub", "--listen", "127.0.0.1:0"],
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)  # fmt: skip
+        assert proc.stdout is not None
+        try:
+            line = proc.stdout.readline()
+            assert line.startswith("listening on "), line
+            assert status(line.split()[-1])["pid"] == proc.pid
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            proc.stdout.close()
+        stderr.seek(0)
+        assert "INFO pub0sub.hub: SIGTERM: shutting down" in stderr.read()
+    refused = subprocess.run([sys.executable, "-m", "sdk.cli", "hub", "--listen", "nonsense"],
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr

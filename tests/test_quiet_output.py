@@ -51,7 +51,7 @@ def test_piped_demo_keeps_multiaddrs_and_peer_ids_whole(tmp_path: Path) -> None:
     # The demo prints through rich, which wraps at 80 columns off a terminal unless told not to.
     # (pub0sub cluster up and the hub print plain lines: nothing to wrap there.)
     result = subprocess.run(
-        [sys.executable, "-m", "sdk.commands", "demo", "--seconds", "1", "--rate", "50", "--data-dir",
+        [sys.executable, "-m", "sdk.cli", "demo", "--seconds", "1", "--rate", "50", "--data-dir",
          str(tmp_path / "data")],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=180, cwd=ROOT, env=piped_env(),
     )  # fmt: skip

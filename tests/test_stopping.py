@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM on the long-running commands (sdk/stopping.py), through the real commands.
+"""Ctrl-C and SIGTERM on the long-running commands (sdk/tools/stopping.py), through the real commands.
 
 Each command runs as a subprocess in its own process group; Ctrl-C is SIGINT to that group, as
 a terminal sends it, SIGTERM goes to the process alone, as a supervisor or ``kill`` sends it.

@@ -205,7 +205,7 @@ async def test_the_sdk_refuses_against_a_real_hub_and_keeps_the_connection(hub_a
 
 def cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sdk.commands", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        [sys.executable, "-m", "sdk.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
     )
 
 

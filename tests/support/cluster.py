@@ -31,7 +31,7 @@ from typing import Any
 import trio
 
 import wire
-from sdk.bench.procs import LineReader
+from sdk.tools.bench.procs import LineReader
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0

@@ -32,7 +32,7 @@ class Command:
     def __init__(self, *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> None:
         self.args = list(args)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sdk.commands", *args],
+            [sys.executable, "-m", "sdk.cli", *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, start_new_session=True,
         )  # fmt: skip

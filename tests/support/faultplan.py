@@ -40,7 +40,7 @@ from libp2p.peer.id import ID
 
 import sdk
 from hub.mesh.identity import load_or_create_identity
-from sdk.bench.procs import free_ports
+from sdk.tools.bench.procs import free_ports
 from tests.support.cluster import Hub, wait_for
 from tests.support.history import History, check
 from tests.support.publisher import Publisher

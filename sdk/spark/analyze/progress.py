@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
-from ..stopping import check_stop
+from ...tools.stopping import check_stop
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -18,10 +18,10 @@ from typing import Any
 
 import wire
 
-from .blocking import connect_blocking
-from .cli_support import add_hub_option, run, topic_usage_error, usage_error
-from .messages import Gap, Message
-from .subscriptions import resolve_ack
+from ..blocking import connect_blocking
+from ..messages import Gap, Message
+from ..subscriptions import resolve_ack
+from .support import add_hub_option, run, topic_usage_error, usage_error
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

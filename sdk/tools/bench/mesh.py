@@ -7,22 +7,20 @@ beside py-libp2p's GossipSub on three hosts (M1) and two routed nats-servers (L2
   first hub's STATUS shows that interest (otherwise the first messages would be
   published before the mesh knows anyone wants them), then starts the publisher
   on the first hub.
-* GossipSub: ``python -m sdk.bench.mesh gossipsub JSON`` runs three libp2p hosts
-  (Noise + yamux, like the hubs) in one process, fully connected; a publisher on
-  host 1, a subscriber on host 3.  It publishes as fast as ``publish()`` returns
+* GossipSub: ``python -m hub.mesh.gossipsub_bench`` (with the hub: it needs the hub's libp2p
+  host) runs three libp2p hosts (Noise + yamux, like the hubs) in one process, fully connected;
+  a publisher on host 1, a subscriber on host 3.  It publishes as fast as ``publish()`` returns
   and counts what arrives within a bounded time -- once as configured by default
   (spam protection: 10 msgs/s per topic per peer) and once with spam protection off.
-* ``nats-cluster``: a :class:`~sdk.bench.peers.NatsCluster`, two nats-servers joined by a
+* ``nats-cluster``: a :class:`~sdk.tools.bench.peers.NatsCluster`, two nats-servers joined by a
   route; L2's NATS method runs L1's nats-py workers across it exactly as pub0sub's run
   across the mesh (subscriber on server B, its interest seen by server A, publisher on A).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +40,7 @@ MESH_TIMEOUT = 30.0
 #: GossipSub: messages published per measurement at most, and how long arrivals are awaited after.
 GOSSIP_MAX_MESSAGES = 5_000
 GOSSIP_DRAIN_SECONDS = 5.0
-#: As sdk/bench/pub0sub.py: unpaced publishers must not get a slow subscriber cancelled.
+#: As sdk/tools/bench/pub0sub.py: unpaced publishers must not get a slow subscriber cancelled.
 BENCH_PENDING_BYTES = 1 << 30
 
 
@@ -203,9 +201,10 @@ def _l2(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measu
 def _gossipsub(spam_protection: bool) -> Callable[[Server | None, Params], Measurement]:
     def measure(server: Server | None, p: Params) -> Measurement:
         messages = min(p.messages or GOSSIP_MAX_MESSAGES, GOSSIP_MAX_MESSAGES)
-        argv = python_module("sdk.bench.mesh", "gossipsub", json.dumps(
-            {"messages": messages, "size": p.size, "spam_protection": spam_protection,
-             "drain": GOSSIP_DRAIN_SECONDS, "timeout": p.timeout}))  # fmt: skip
+        # A process of its own: it needs the hub's libp2p host, and the SDK never imports hub modules.
+        argv = python_module("hub.mesh.gossipsub_bench", "--messages", str(messages), "--size", str(p.size),
+                             "--topic", CHANNEL, "--drain", str(GOSSIP_DRAIN_SECONDS), "--timeout", str(p.timeout),
+                             *([] if spam_protection else ["--no-spam-protection"]))  # fmt: skip
         proc = spawn(argv)
         try:
             line = LineReader(proc).next_line(
@@ -217,91 +216,6 @@ def _gossipsub(spam_protection: bool) -> Callable[[Server | None, Params], Measu
         return Measurement(figures={"delivered": result["rate"]}, details=result)
 
     return measure
-
-
-async def _gossip_run(messages: int, size: int, spam_protection: bool, drain: float, timeout: float) -> dict[str, Any]:
-    import multiaddr
-    import trio
-    from libp2p.crypto.ed25519 import create_new_key_pair
-    from libp2p.peer.peerinfo import info_from_p2p_addr
-    from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
-    from libp2p.pubsub.pubsub import Pubsub
-    from libp2p.tools.anyio_service import background_trio_service
-
-    from hub.mesh.host import make_host, quiet_libp2p_logs
-
-    quiet_libp2p_logs()
-    listen = multiaddr.Multiaddr(f"/ip4/{HOST}/tcp/0")
-    hosts = [make_host(create_new_key_pair(), str(listen)) for _ in range(3)]
-    routers = [
-        GossipSub(protocols=[PROTOCOL_ID_V11, PROTOCOL_ID], degree=6, degree_low=4, degree_high=12,
-                  heartbeat_interval=1, spam_protection_enabled=spam_protection)
-        for _ in hosts
-    ]  # fmt: skip
-    pubsubs = [Pubsub(host, router) for host, router in zip(hosts, routers, strict=True)]
-    received = 0
-    first_pub = last_recv = 0
-    async with contextlib.AsyncExitStack() as stack:
-        for host in hosts:
-            await stack.enter_async_context(host.run([listen]))
-        for service in (*pubsubs, *routers):
-            await stack.enter_async_context(background_trio_service(service))
-        for ps in pubsubs:
-            await ps.wait_until_ready()
-        # Fully connected, like the pub0sub mesh.
-        for i, j in ((0, 1), (1, 2), (0, 2)):
-            await hosts[i].connect(info_from_p2p_addr(hosts[j].get_addrs()[0]))
-        sub = await pubsubs[2].subscribe(CHANNEL)
-        with trio.fail_after(timeout):
-            # Host 3's subscription known to host 1, and host 1's outbound queue to it open.
-            while (
-                hosts[2].get_id() not in pubsubs[0].peer_topics.get(CHANNEL, set())
-                or hosts[2].get_id() not in pubsubs[0].peer_queues
-            ):
-                await trio.sleep(0.01)
-        payload = b"x" * size
-        done = trio.Event()
-
-        async def count() -> None:
-            nonlocal received, last_recv
-            while received < messages:
-                await sub.get()
-                received += 1
-                last_recv = time.monotonic_ns()
-            done.set()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(count)
-            first_pub = time.monotonic_ns()
-            # publish() never blocks on the network: what the queues drop is the loss measured.  One
-            # checkpoint per publish lets the other hosts' tasks (same loop) run, as a polite app would.
-            with trio.move_on_after(timeout):
-                for _ in range(messages):
-                    await pubsubs[0].publish(CHANNEL, payload)
-                    await trio.sleep(0)
-            published_s = (time.monotonic_ns() - first_pub) / 1e9
-            with trio.move_on_after(drain):
-                await done.wait()
-            nursery.cancel_scope.cancel()
-    for host in hosts:
-        await host.close()
-    # Over the whole publishing time at least: a capped topic delivers a few messages early, then nothing.
-    seconds = max((last_recv - first_pub) / 1e9 if last_recv else 0.0, published_s)
-    return {
-        "rate": received / seconds if seconds > 0 else float("nan"),
-        "published": messages,
-        "received": received,
-        "loss": 1 - received / messages if messages else 0.0,
-        "seconds": seconds,
-        "publish_seconds": published_s,
-        "spam_protection": spam_protection,
-    }
-
-
-def gossipsub_worker(*, messages: int, size: int, spam_protection: bool, drain: float, timeout: float) -> None:
-    import trio
-
-    print(json.dumps(trio.run(_gossip_run, messages, size, spam_protection, drain, timeout)), flush=True)
 
 
 # -- registration ---------------------------------------------------------------------------
@@ -365,16 +279,3 @@ register_method(
         tooling="nats-py paced publisher on server A -> route -> nats-py callback subscriber on server B",
     ),
 )
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2 or args[0] != "gossipsub":
-        print("usage: python -m sdk.bench.mesh gossipsub JSON", file=sys.stderr)
-        return 2
-    gossipsub_worker(**json.loads(args[1]))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

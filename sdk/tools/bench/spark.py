@@ -61,8 +61,8 @@ def _s1(server: Server | None, p: Params) -> Measurement:
         raise RuntimeError(f"expected one topic to grow by {p.messages}, got {grown}")
     ((topic, (start, end)),) = grown.items()
 
-    from ..spark import register
-    from ..spark.session import build_session
+    from ...spark import register
+    from ...spark.session import build_session
 
     spark = build_session(MASTER, app_name="pub0sub-bench-S1")
     register(spark)

@@ -1,6 +1,6 @@
 """Scenarios T1, T2, L1 for the peers (Redis, NATS, the raw relay) and the ``wire`` codec.
 
-Importing this module fills :data:`sdk.bench.registry.SCENARIOS`.
+Importing this module fills :data:`sdk.tools.bench.registry.SCENARIOS`.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ class FirstAddress:
 
 
 def missing(*binaries: str) -> Callable[[], str | None]:
-    """A :class:`~sdk.bench.registry.Method`'s ``unavailable``: the binaries not on PATH, if any."""
+    """A :class:`~sdk.tools.bench.registry.Method`'s ``unavailable``: the binaries not on PATH, if any."""
 
     def check() -> str | None:
         gone = [b for b in binaries if shutil.which(b) is None]
@@ -283,4 +283,4 @@ class AnnouncedServer(_ProcessServer):
 
 def relay_server() -> AnnouncedServer:
     """The raw trio relay: the ceiling for a Python hub."""
-    return AnnouncedServer("relay", python_module("sdk.bench.relay", "--listen", f"{HOST}:0"))
+    return AnnouncedServer("relay", python_module("sdk.tools.bench.relay", "--listen", f"{HOST}:0"))

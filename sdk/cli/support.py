@@ -7,8 +7,8 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 
-from .errors import ConnectionLostError, InvalidTopicError, Pub0subError
-from .stopping import run_until_stopped
+from ..errors import ConnectionLostError, InvalidTopicError, Pub0subError
+from ..tools.stopping import run_until_stopped
 
 #: Environment variable giving the default ``--hub``.
 HUB_ENV = "PUB0SUB_HUB"
@@ -46,7 +46,7 @@ def topic_usage_error(prog: str, names: Iterable[str], *, pattern: bool = False)
 def run(prog: str, body: Callable[[], int], *, summary: Callable[[], str] | None = None) -> int:
     """Run a command body: 1 with a one-line message on hub/connection errors, 2 on bad values, no tracebacks.
 
-    Ctrl-C, SIGTERM and SIGHUP are a clean stop (:mod:`sdk.stopping`): exit 0, and
+    Ctrl-C, SIGTERM and SIGHUP are a clean stop (:mod:`sdk.tools.stopping`): exit 0, and
     ``summary()``, if given, printed to stderr as ``PROG: stopped on SIGINT: <summary>``.
     """
     try:

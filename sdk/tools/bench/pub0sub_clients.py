@@ -1,4 +1,4 @@
-"""pub0sub load workers for ``python -m sdk.bench.clients ROLE JSON`` (see :mod:`sdk.bench.pub0sub`)."""
+"""pub0sub load workers for ``python -m sdk.tools.bench.clients ROLE JSON`` (see :mod:`sdk.tools.bench.pub0sub`)."""
 
 from __future__ import annotations
 

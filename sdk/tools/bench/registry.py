@@ -3,15 +3,15 @@
 Extension point for pub0sub's own measurements (T1/T2/L1): register a server
 factory and one :class:`Method` per scenario, e.g.::
 
-    from sdk.bench.peers import AnnouncedServer
-    from sdk.bench.procs import python_module
-    from sdk.bench.registry import Method, register_method, register_server
+    from sdk.tools.bench.peers import AnnouncedServer
+    from sdk.tools.bench.procs import python_module
+    from sdk.tools.bench.registry import Method, register_method, register_server
 
     register_server("pub0sub", lambda: AnnouncedServer("pub0sub", python_module("hub", "--listen", "127.0.0.1:0")))
     register_method("T1", Method(system="pub0sub", method="python", tooling="pub0sub SDK -> SDK",
                                  server="pub0sub", measure=measure_pub0sub_t1))
 
-``measure(server, params)`` returns a :class:`~sdk.bench.results.Measurement`
+``measure(server, params)`` returns a :class:`~sdk.tools.bench.results.Measurement`
 whose ``figures`` hold the scenario's figure names (``delivered`` for T1,
 ``deliveries`` for T2, ``p50``/``p99``/``p99.9`` for L1).  The runner starts
 the server once per scenario (stopping it when the scenario ends), alternates it with
@@ -39,7 +39,7 @@ class Params:
     quick: bool = False
     subscribers: int = 100
     rate: float = 10_000.0
-    #: L1/L2 publishers' shortest sleep (sdk.bench.latency.TICK); 0 sleeps exactly until the next is due.
+    #: L1/L2 publishers' shortest sleep (sdk.tools.bench.latency.TICK); 0 sleeps exactly until the next is due.
     tick: float = 0.001
 
     def to_json(self) -> dict[str, Any]:

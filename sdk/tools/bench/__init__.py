@@ -10,7 +10,7 @@ Modules, one job each:
 * :mod:`.results` -- samples, medians, spreads, ratios, JSON lines.
 * :mod:`.procs` -- free ports, child processes, deadlines, stopping by PID.
 * :mod:`.peers` -- the servers: redis-server, nats-server, the trio relay.
-* :mod:`.relay` -- the trio relay itself (``python -m sdk.bench.relay``).
+* :mod:`.relay` -- the trio relay itself (``python -m sdk.tools.bench.relay``).
 * :mod:`.clients` -- the load workers run as separate processes.
 * :mod:`.orchestrate` -- start subscribers, then a publisher, collect results.
 * :mod:`.scenarios` -- the registry: scenario id -> measured methods.

@@ -3,9 +3,9 @@
 * It starts on a thread of its own.  pyspark's ``SparkContext``, made on the main thread, puts in
   a SIGINT handler that raises on *every* Ctrl-C (a second one breaks ``spark.stop()``) after
   cancelling the jobs through py4j from inside the handler; made elsewhere it leaves SIGINT to
-  :mod:`sdk.stopping`, and the main thread can be interrupted while the JVM starts.
+  :mod:`sdk.tools.stopping`, and the main thread can be interrupted while the JVM starts.
 * Its jobs are cancelled from another thread (:meth:`JobSession.cancel`, for
-  :func:`sdk.stopping.stop_softly`): py4j gives each thread its own connection, and the main
+  :func:`sdk.tools.stopping.stop_softly`): py4j gives each thread its own connection, and the main
   thread's is busy waiting for the job being cancelled.  An interrupt inside that call would
   leave a dead connection, which py4j and the JVM both report with stack traces.
 * It is stopped once, after its start has ended, and only if this job made it: a session that

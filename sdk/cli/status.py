@@ -18,8 +18,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .blocking import connect_blocking
-from .cli_support import add_hub_option, run
+from ..blocking import connect_blocking
+from .support import add_hub_option, run
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..stopping import run_until_stopped, stop_softly
+from ...tools.stopping import run_until_stopped, stop_softly
 from .inputs import Segments, UnreadableInput, UsageError, find_hub_dirs, list_segments
 from .progress import Progress
 

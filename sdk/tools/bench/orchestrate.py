@@ -18,8 +18,8 @@ READY_TIMEOUT = 20.0
 
 
 def worker(role: str, **kwargs: Any) -> list[str]:
-    """argv of a :mod:`sdk.bench.clients` worker process."""
-    return python_module("sdk.bench.clients", role, json.dumps(kwargs))
+    """argv of a :mod:`sdk.tools.bench.clients` worker process."""
+    return python_module("sdk.tools.bench.clients", role, json.dumps(kwargs))
 
 
 def run_pubsub(

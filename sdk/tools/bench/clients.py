@@ -1,4 +1,4 @@
-"""Load workers, each run as its own process: ``python -m sdk.bench.clients ROLE JSON``.
+"""Load workers, each run as its own process: ``python -m sdk.tools.bench.clients ROLE JSON``.
 
 Publisher and subscribers are separate processes because the machine has two
 cores and one GIL per process.  A subscriber prints ``ready`` once its
@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     roles = {**ROLES, **LATENCY_ROLES, **PUB0SUB_ROLES}
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or args[0] not in roles:
-        print(f"usage: python -m sdk.bench.clients {{{','.join(roles)}}} JSON", file=sys.stderr)
+        print(f"usage: python -m sdk.tools.bench.clients {{{','.join(roles)}}} JSON", file=sys.stderr)
         return 2
     roles[args[0]](**json.loads(args[1]))
     return 0

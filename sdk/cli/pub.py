@@ -11,8 +11,8 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 
-from .blocking import BlockingClient, connect_blocking
-from .cli_support import add_hub_option, run, topic_usage_error
+from ..blocking import BlockingClient, connect_blocking
+from .support import add_hub_option, run, topic_usage_error
 
 _CHUNK = 64 * 1024
 

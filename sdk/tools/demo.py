@@ -25,7 +25,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from . import connect
+from .. import connect
 from .cluster import LocalCluster
 from .stopping import run_trio, run_until_stopped
 
@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub demo") -> in
     # across lines; a line is only ever broken by the terminal showing it.
     console = Console(soft_wrap=True)
     console.print(f"starting {HUBS} meshed hubs on 127.0.0.1 ...")
-    # The hubs' output goes to DATA_DIR/hub-<i>.log (sdk/cluster.py), not through the live table.
+    # The hubs' output goes to DATA_DIR/hub-<i>.log (sdk/tools/cluster.py), not through the live table.
     cluster = LocalCluster(HUBS, args.data_dir)
     state = DemoState(addresses=[], data_dir=str(args.data_dir))
 

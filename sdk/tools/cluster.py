@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .blocking import connect_blocking
+from ..blocking import connect_blocking
 
 HUB_START_SECONDS = 30.0
 CONVERGE_SECONDS = 30.0

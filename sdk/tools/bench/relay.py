@@ -7,7 +7,7 @@ frames are forwarded.  A connection says what it is with one byte:
 ``P`` publisher or ``S`` subscriber; a subscriber gets ``K`` back once
 registered, so a benchmark knows it will see everything published afterwards.
 
-Run: ``python -m sdk.bench.relay --listen 127.0.0.1:0``; the first stdout line
+Run: ``python -m sdk.tools.bench.relay --listen 127.0.0.1:0``; the first stdout line
 is the bound ``host:port``.
 """
 
@@ -90,7 +90,7 @@ async def serve(host: str, port: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sdk.bench.relay", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m sdk.tools.bench.relay", description=__doc__.splitlines()[0])
     parser.add_argument("--listen", default="127.0.0.1:0", help="host:port to bind (port 0: any free port)")
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")

@@ -5,7 +5,7 @@
     pub0sub cluster status                  # each hub: up or down, its addresses, peers, topics
     pub0sub cluster down                    # stop the hubs of the state file
 
-``up`` writes ``DATA_ROOT/cluster.json`` (:mod:`sdk.cluster_state`); ``status`` and ``down``
+``up`` writes ``DATA_ROOT/cluster.json`` (:mod:`sdk.tools.cluster_state`); ``status`` and ``down``
 read it, from any terminal.  Exit status: 0 done (``status``: every hub up), 1 a hub failed
 to start or is down, 2 usage errors.
 """
@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .blocking import connect_blocking
-from .cluster import LocalCluster, describe, last_line
-from .cluster_state import ClusterState, HubEntry, stop_hubs
-from .errors import Pub0subError
-from .stopping import run_until_stopped
+from ..blocking import connect_blocking
+from ..errors import Pub0subError
+from ..tools.cluster import LocalCluster, describe, last_line
+from ..tools.cluster_state import ClusterState, HubEntry, stop_hubs
+from ..tools.stopping import run_until_stopped
 
 DEFAULT_ROOT = Path("pub0sub-cluster-data")
 DEFAULT_BASE_PORT = 7420

@@ -1,6 +1,6 @@
 """The Spark pipeline: segment files -> ``messages`` -> ``topics``, ``rates``, ``latency``.
 
-One pass decodes: ``binaryFile`` hands each segment's bytes to :mod:`sdk.analyze.decode` in the
+One pass decodes: ``binaryFile`` hands each segment's bytes to :mod:`sdk.spark.analyze.decode` in the
 executors (``mapInArrow``), and the decoded rows are written once as the ``messages`` table.  The
 per-file summaries and the problems (checksum failures, torn tails) ride along in the same rows
 and are gathered by an ``Observation`` on that same pass, so nothing is decoded twice.  The
@@ -59,7 +59,7 @@ def _split_bytes(total: int, parallelism: int) -> int:
 
 
 def decoded_frame(spark: SparkSession, hubs: Sequence[HubDir]) -> DataFrame:
-    """All segment files of ``hubs`` decoded: :data:`~sdk.analyze.decode.SCHEMA` rows, meta rows included."""
+    """All segment files of ``hubs`` decoded: :data:`~sdk.spark.analyze.decode.SCHEMA` rows, meta rows included."""
     files = (
         spark.read.format("binaryFile")
         .option("pathGlobFilter", "*.log")
