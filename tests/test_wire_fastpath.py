@@ -112,7 +112,7 @@ def spec_accepts(op: Opcode, body: bytes) -> tuple[bool, Any]:
     """Whether the specification accepts ``body``, plus the parsed plain fields.
 
     Rules the fast path adds on top of the construct layout, each documented in
-    wire/frames.py:
+    the frame modules under wire/frames/:
 
     * LOG_BATCH: ``crc`` must be the CRC-32 of the body after it (the layout
       carries it as a plain u32; decoding verifies it, so corruption is never served).
