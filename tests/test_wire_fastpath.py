@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wire
-from tests.wire_strategies import FRAME_STRATEGIES, HOT_OPCODES, minimal_frame, single_byte_edits
+from tests.support.wire_strategies import FRAME_STRATEGIES, HOT_OPCODES, minimal_frame, single_byte_edits
 from wire import AckStatus, Frame, Opcode, RemoteProtocolError
 from wire.limits import MAX_TOPICS_PER_MESSAGE
 from wire.schema import BODIES

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wire
-from tests.wire_strategies import FRAME_STRATEGIES, any_frame, minimal_frame
+from tests.support.wire_strategies import FRAME_STRATEGIES, any_frame, minimal_frame
 from wire import BODY_BOUNDS, FrameDecoder, Limits, Opcode
 
 OPCODES = sorted(FRAME_STRATEGIES, key=int)
