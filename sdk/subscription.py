@@ -156,7 +156,8 @@ class Subscription(SubscriptionView):
                 self._pos = 0
                 self._held = 1
 
-    async def next(self, *, timeout: float | None = None) -> Message | None:
+    # timeout= as documented: None when nothing came, where a cancel scope would raise.
+    async def next(self, *, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message, or ``None`` after ``timeout`` seconds (or when the subscription ended)."""
         try:
             if timeout is None:

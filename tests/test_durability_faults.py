@@ -628,7 +628,7 @@ async def test_replay_to_live_seam_under_concurrent_publishing(start_hub: StartH
             if i == batches // 2:  # ~4.6 MB published: the start of the log is out of the tail cache
                 started.set()
             if i % 20 == 0:
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
         await client.expect(wire.PublishAck, timeout=30, skip=(wire.Heartbeat,))
         await client.aclose()
 

@@ -198,7 +198,7 @@ async def test_concurrent_readers_keep_the_byte_order() -> None:
         nursery.start_soon(reader)
         for start in range(0, len(sent), 1000):
             await other.send_all(sent[start : start + 1000])
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
         await other.aclose()
     assert b"".join(data for _, data in sorted(got)) == sent
 

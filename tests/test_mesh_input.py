@@ -42,8 +42,8 @@ async def expect_nothing(sub: sdk.Subscription, seconds: float) -> None:
         raise AssertionError(f"expected nothing, got {msg.data!r}")
 
 
-async def next_data(sub: sdk.Subscription, timeout: float = 15.0) -> bytes:
-    with trio.fail_after(timeout):
+async def next_data(sub: sdk.Subscription) -> bytes:
+    with trio.fail_after(15):
         return (await sub.__anext__()).data
 
 

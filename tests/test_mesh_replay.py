@@ -200,10 +200,10 @@ def test_replay_reports_what_retention_removed(tmp_path: Path) -> None:
 HEARTBEAT, MISSES, SLACK = 0.5, 3, 1.5
 
 
-async def _collect(client: sdk.Client, topic: str, count: int, *, timeout: float = 20.0) -> list[bytes]:
-    """Everything in ``topic`` from the start, up to ``count`` payloads."""
+async def _collect(client: sdk.Client, topic: str, count: int) -> list[bytes]:
+    """Everything in ``topic`` from the start, up to ``count`` payloads (what arrived within 20 s)."""
     async with client.subscribe(topic, start="earliest") as sub:
-        return await collect(sub, count, timeout)
+        return await collect(sub, count, 20.0)
 
 
 @pytest.mark.slow

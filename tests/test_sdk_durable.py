@@ -242,8 +242,8 @@ async def publish_each(client: sdk.Client, topic: str, values: range) -> None:
         await client.publish_acked(topic, b"%d" % i)
 
 
-async def take(sub: sdk.Subscription, n: int, timeout: float = 10) -> list[sdk.Message]:
-    with anyio.fail_after(timeout):
+async def take(sub: sdk.Subscription, n: int) -> list[sdk.Message]:
+    with anyio.fail_after(10):
         return [await sub.__anext__() for _ in range(n)]
 
 

@@ -190,7 +190,8 @@ class Hub:
 HUB_POLL: dict[str, Any] = {"retry_on": (OSError, HubError), "interval": POLL_INTERVAL}
 
 
-async def collect(sub: Any, count: int, timeout: float) -> list[bytes]:
+# What arrived by the deadline is the result: the test compares it and says what is missing.
+async def collect(sub: Any, count: int, timeout: float) -> list[bytes]:  # noqa: ASYNC109
     """Message payloads from an SDK subscription until ``count`` arrived or ``timeout`` passed."""
     got: list[bytes] = []
     with trio.move_on_after(timeout):
@@ -310,12 +311,14 @@ class Cluster:
         what = f"{at.name} to see {of.name} {'want' if present else 'drop'} {topic!r}"
         wait_until(self.interest_check(at, topic, of, present=present), timeout=timeout, what=what, **HUB_POLL)
 
-    async def await_converged(self, hubs: Iterable[Hub] | None = None, timeout: float = 30.0) -> None:
+    # Passed on to await_until, which fails naming the wait: a caller's cancel scope could not.
+    async def await_converged(self, hubs: Iterable[Hub] | None = None, timeout: float = 30.0) -> None:  # noqa: ASYNC109
         check = self.converged_check(hubs)
         await await_until(check, timeout=timeout, what="mesh convergence", in_thread=True, **HUB_POLL)
 
     async def await_interest(
-        self, at: Hub, topic: str, of: Hub, *, present: bool = True, timeout: float = 15.0
+        # As await_converged.
+        self, at: Hub, topic: str, of: Hub, *, present: bool = True, timeout: float = 15.0  # noqa: ASYNC109
     ) -> None:
         what = f"{at.name} to see {of.name} {'want' if present else 'drop'} {topic!r}"
         check = self.interest_check(at, topic, of, present=present)

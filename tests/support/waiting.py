@@ -52,7 +52,7 @@ async def await_until(
     check: Callable[[], T],
     *,
     # A cancel scope at the call site would end the wait without saying what it awaited.
-    timeout: float,
+    timeout: float,  # noqa: ASYNC109
     what: str | Callable[[], str],
     retry_on: tuple[type[Exception], ...] = (),
     interval: float = POLL_INTERVAL,
