@@ -382,7 +382,8 @@ class Client:
         await self._write()
 
     async def publish_acked(
-        self, topics: str | Sequence[str], data: bytes, *, key: bytes | None = None, timeout: float | None = None
+        # timeout= as in nats.py: the PublishTimeoutError it ends in carries the batch sequence.
+        self, topics: str | Sequence[str], data: bytes, *, key: bytes | None = None, timeout: float | None = None  # noqa: ASYNC109
     ) -> PublishAck:
         """Publish and wait until the hub has stored the message; returns its offsets.
 
@@ -399,7 +400,8 @@ class Client:
         result: PublishAck = await self._wait(ticket, timeout, self._flush_now)
         return result
 
-    async def _wait(self, ticket: Ticket, timeout: float | None, kick: Any = None) -> Any:
+    # Carries publish_acked's and status's timeout= into the error each raises.
+    async def _wait(self, ticket: Ticket, timeout: float | None, kick: Any = None) -> Any:  # noqa: ASYNC109
         if not ticket.done:
             event = anyio.Event()
             ticket.waiter = event
@@ -461,7 +463,8 @@ class Client:
             ack_wait=ack_wait,
         )
 
-    async def status(self, *, timeout: float = 10.0) -> dict[str, Any]:
+    # timeout= as in nats.py, ending in a TimeoutError that says what went unanswered.
+    async def status(self, *, timeout: float = 10.0) -> dict[str, Any]:  # noqa: ASYNC109
         """The hub's status document (STATUS_REPLY JSON) as a dict.
 
         >>> (await client.status())["connections"]   # doctest: +SKIP

@@ -31,7 +31,7 @@ class AsyncDriver(Protocol):
     async def _write(self) -> None:
         """Send what the core queued."""
 
-    async def _wait(self, ticket: Ticket, timeout: float | None) -> Any:
+    async def _wait(self, ticket: Ticket, timeout: float | None) -> Any:  # noqa: ASYNC109 - mirrors Client._wait (the public timeout= arguments)
         """The ticket's outcome once the hub answered."""
 
     def _kick(self) -> None:
@@ -180,7 +180,8 @@ class Subscription(SubscriptionView):
                 self._pos = 0
                 self._held = 1
 
-    async def next(self, *, timeout: float | None = None) -> Message | None:
+    # timeout= as documented: None when nothing came, where a cancel scope would raise.
+    async def next(self, *, timeout: float | None = None) -> Message | None:  # noqa: ASYNC109
         """The next message, or ``None`` after ``timeout`` seconds (or when the subscription ended)."""
         try:
             if timeout is None:

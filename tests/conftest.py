@@ -3,73 +3,14 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.command import Command
-
-ROOT = Path(__file__).resolve().parent.parent
-HUB_START_TIMEOUT = 20.0
-
-
-class HubProcess:
-    """A ``python -m hub`` subprocess; stopped by its PID, never by name."""
-
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.args = ["--listen", "127.0.0.1:0", *args]
-        # stderr to a file: the hub logs at INFO, and a pipe nobody reads would block it once full.
-        self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the hub stops; GC closes it
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hub", *self.args],
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, **(env or {})},
-        )
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + HUB_START_TIMEOUT
-        line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if line.startswith("listening on ") or not line:
-                break
-        if not line.startswith("listening on "):
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait(timeout=10)
-            raise RuntimeError(f"hub did not start: {line!r}\n{self.stderr_text()}")
-        self.address = line.split()[-1]
-        self.host, port = self.address.rsplit(":", 1)
-        self.port = int(port)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stderr_text(self) -> str:
-        """What the hub wrote to stderr so far (its log)."""
-        self._stderr.seek(0)
-        return self._stderr.read()
-
-    def stop(self, timeout: float = 5.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        return self.proc.returncode
+from tests.support.hubprocess import HubProcess
 
 
 @pytest.fixture

@@ -13,45 +13,30 @@ import json
 import re
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import sdk
 import wire
-from tests.conftest import HubProcess
+from tests.support.command import pub0sub
+from tests.support.hubprocess import HubProcess, hub_status, mesh_lines
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 StartHub = Callable[..., HubProcess]
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sdk.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
-
-
 def sub_lines(*args: str) -> list[str]:
-    result = cli("sub", *args)
+    result = pub0sub("sub", *args)
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def hub_status(address: str) -> dict[str, Any]:
-    with sdk.connect_blocking(address, reconnect=None) as client:
-        return client.status()
+#: Between two STATUS checks: each is a fresh client connection to the hub under test.
+STATUS_POLL = 0.05
 
 
 def publish_each(address: str, topic: str, datas: list[bytes]) -> list[sdk.PublishAck]:
@@ -66,7 +51,7 @@ def publish_each(address: str, topic: str, datas: list[bytes]) -> list[sdk.Publi
 def test_version_is_the_installed_distributions() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     for flag in ("--version", "-V"):
-        result = cli(flag)
+        result = pub0sub(flag)
         assert result.returncode == 0 and result.stderr == ""
         assert result.stdout == f"pub0sub {importlib.metadata.version('pub0sub')}\n" == f"pub0sub {pyproject}\n"
 
@@ -77,11 +62,12 @@ def test_version_is_the_installed_distributions() -> None:
 def test_sub_start_at_a_time(start_hub: StartHub, tmp_path: Path) -> None:
     hub = start_hub("--data-dir", str(tmp_path / "data"))
     first = publish_each(hub.address, "t", [b"before"])[0]
-    later = first
-    deadline = time.monotonic() + 10
-    while later.timestamp <= first.timestamp:  # the hub's µs clock must have moved on
-        assert time.monotonic() < deadline
-        later = publish_each(hub.address, "t", [b"at"])[0]
+
+    def publish_later() -> sdk.PublishAck | None:
+        ack = publish_each(hub.address, "t", [b"at"])[0]
+        return ack if ack.timestamp > first.timestamp else None  # the hub's µs clock must have moved on
+
+    later = wait_until(publish_later, timeout=10, what="a publish stamped after the first")
     at = dt.datetime.fromtimestamp(later.timestamp / 1e6, dt.UTC).isoformat(timespec="microseconds")
     lines = sub_lines("--hub", hub.address, "--topic", "t", "--start", at, "--count", "1")
     assert lines == [f"t {later.offsets['t']} at"]
@@ -103,7 +89,7 @@ def test_sub_start_at_a_time(start_hub: StartHub, tmp_path: Path) -> None:
     ],
 )
 def test_sub_says_why_a_start_or_ack_cannot_apply(hub_address: str, args: list[str], message: str) -> None:
-    result = cli("sub", "--hub", hub_address, *args, "--timeout", "5")
+    result = pub0sub("sub", "--hub", hub_address, *args, "--timeout", "5")
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith(f"pub0sub sub: {message}") and result.stderr.count("\n") == 1
 
@@ -129,7 +115,8 @@ def test_sub_group_of_two_shares_the_messages(start_hub: StartHub, tmp_path: Pat
     members = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
                for _ in range(2)]  # fmt: skip
     try:
-        wait_until(lambda: hub_status(hub.address)["subscriptions_by_kind"]["group"] == 2, "both members to join")
+        wait_until(lambda: hub_status(hub.address)["subscriptions_by_kind"]["group"] == 2, timeout=30,
+                   what="both members to join", interval=STATUS_POLL)  # fmt: skip
         publish_each(hub.address, "work", [f"w{i}".encode() for i in range(20)])
         outputs = [m.communicate(timeout=60) for m in members]
     finally:
@@ -176,32 +163,27 @@ def test_every_hub_option_has_help_and_its_default() -> None:
     assert "(default: 604800 = 7 days)" in options["--consumer-expiry-seconds"]
 
 
-def _mesh_lines(hub: HubProcess) -> tuple[str, str]:
-    """The hub's hub id and mesh multiaddr from its start-up lines (after ``listening on``)."""
-    assert hub.proc.stdout is not None
-    hub_id = hub.proc.stdout.readline().split()[-1]
-    multiaddr = hub.proc.stdout.readline().split()[-1]
-    return hub_id, multiaddr
-
-
 def test_hub_logs_mesh_peers_linking_and_leaving_at_info_by_default(start_hub: StartHub) -> None:
     mesh = ["--mesh-listen", "/ip4/127.0.0.1/tcp/0", "--no-discovery"]
     first = start_hub(*mesh, "--name", "hub-1")
-    _, first_addr = _mesh_lines(first)
+    _, first_addr = mesh_lines(first)
     second = start_hub(*mesh, "--name", "hub-2", "--bootstrap", first_addr)
-    _, second_addr = _mesh_lines(second)
+    _, second_addr = mesh_lines(second)
     first_peer, second_peer = first_addr.rsplit("/", 1)[1], second_addr.rsplit("/", 1)[1]
     first_port = first_addr.split("/tcp/")[1].split("/")[0]
 
-    wait_until(lambda: f"mesh peer {second_peer} linked" in first.stderr_text(), "hub-1 to log the link")
-    wait_until(lambda: f"mesh peer {first_peer} linked" in second.stderr_text(), "hub-2 to log the link")
+    wait_until(lambda: f"mesh peer {second_peer} linked" in first.stderr_text(), timeout=30,
+               what="hub-1 to log the link")  # fmt: skip
+    wait_until(lambda: f"mesh peer {first_peer} linked" in second.stderr_text(), timeout=30,
+               what="hub-2 to log the link")  # fmt: skip
     (outbound,) = [line for line in second.stderr_text().splitlines() if "linked" in line]
     assert f" hub-2 INFO hub.mesh: mesh peer {first_peer} linked: outbound link to 127.0.0.1:{first_port}" in outbound
     (inbound,) = [line for line in first.stderr_text().splitlines() if "linked" in line]
     assert re.search(rf" hub-1 INFO .*mesh peer {second_peer} linked: inbound link from 127\.0\.0\.1:\d+", inbound)
 
     second.stop()
-    wait_until(lambda: f"mesh peer {second_peer} left" in first.stderr_text(), "hub-1 to log the leave")
+    wait_until(lambda: f"mesh peer {second_peer} left" in first.stderr_text(), timeout=30,
+               what="hub-1 to log the leave")  # fmt: skip
     (left,) = [line for line in first.stderr_text().splitlines() if " left: " in line]
     assert " INFO " in left and "inbound link from 127.0.0.1:" in left and left.endswith("ended (peer_closed)")
 
@@ -212,18 +194,20 @@ def test_hub_logs_mesh_peers_linking_and_leaving_at_info_by_default(start_hub: S
 def test_status_compact_wide_and_json(start_hub: StartHub, tmp_path: Path) -> None:
     mesh = ["--mesh-listen", "/ip4/127.0.0.1/tcp/0", "--no-discovery"]
     first = start_hub(*mesh, "--name", "hub-1", "--data-dir", str(tmp_path / "one"))
-    first_id, first_addr = _mesh_lines(first)
+    first_id, first_addr = mesh_lines(first)
     second = start_hub(*mesh, "--name", "hub-2", "--bootstrap", first_addr)
-    second_id, _ = _mesh_lines(second)
-    wait_until(lambda: any(p["connected"] for p in hub_status(first.address)["mesh"]["peers"]), "the link")
+    second_id, _ = mesh_lines(second)
+    wait_until(lambda: any(p["connected"] for p in hub_status(first.address)["mesh"]["peers"]), timeout=30,
+               what="the link", interval=STATUS_POLL)  # fmt: skip
     publish_each(first.address, "orders", [b"x" * 1000] * 3)
-    durable = cli("sub", "--hub", first.address, "--topic", "orders", "--durable", "d", "--start", "earliest",
-                  "--count", "3")  # fmt: skip
+    durable = pub0sub("sub", "--hub", first.address, "--topic", "orders", "--durable", "d", "--start", "earliest",
+                      "--count", "3")  # fmt: skip
     assert durable.returncode == 0, durable.stderr
     live = subprocess.Popen([sys.executable, "-m", "sdk.cli", "sub", "--hub", first.address, "--topic", "orders"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
     try:
-        wait_until(lambda: hub_status(first.address)["subscriptions"] == 1, "the live subscriber")
+        wait_until(lambda: hub_status(first.address)["subscriptions"] == 1, timeout=30, what="the live subscriber",
+                   interval=STATUS_POLL)  # fmt: skip
         _check_status_views(first, first_id, second_id)
     finally:
         live.kill()
@@ -231,7 +215,7 @@ def test_status_compact_wide_and_json(start_hub: StartHub, tmp_path: Path) -> No
 
 
 def _check_status_views(first: HubProcess, first_id: str, second_id: str) -> None:
-    compact = cli("status", "--hub", first.address)
+    compact = pub0sub("status", "--hub", first.address)
     assert compact.returncode == 0, compact.stderr
     lines = compact.stdout.splitlines()
     # One screen; only the data directory's path may be as long as it is.
@@ -247,16 +231,16 @@ def _check_status_views(first: HubProcess, first_id: str, second_id: str) -> Non
     (peer,) = [line for line in lines if line.startswith(second_id)]
     assert peer.split()[1].startswith("127.0.0.1:") and "linked, v2, inbound" in peer
 
-    wide = cli("status", "--hub", first.address, "--wide")
+    wide = pub0sub("status", "--hub", first.address, "--wide")
     assert wide.returncode == 0 and "counters:" in wide.stdout and "connections_total" in wide.stdout
-    doc = json.loads(cli("status", "--hub", first.address, "--json").stdout)
+    doc = json.loads(pub0sub("status", "--hub", first.address, "--json").stdout)
     assert doc["hub_id"] == first_id and doc["name"] == "hub-1" and doc["counters"]["messages_in"] == 3
     assert doc["subscriptions_by_kind"] == {"live": 1, "follower": 0, "durable": 0, "group": 0}
-    assert cli("status", "--hub", first.address, "--wide", "--json").returncode == 2
+    assert pub0sub("status", "--hub", first.address, "--wide", "--json").returncode == 2
 
 
 def test_status_compact_of_a_hub_without_data_or_mesh(hub_address: str) -> None:
-    result = cli("status", "--hub", hub_address)
+    result = pub0sub("status", "--hub", hub_address)
     assert result.returncode == 0, result.stderr
     assert "data           none: memory only, live subscriptions only" in result.stdout
     assert "mesh           off (no --mesh-listen)" in result.stdout
@@ -275,11 +259,11 @@ def test_decode_shows_hub_ids_as_16_hex_digits(tmp_path: Path) -> None:
     ]
     capture = tmp_path / "capture.bin"
     capture.write_bytes(b"".join(f.encode() for f in frames))
-    plain = cli("decode", str(capture))
+    plain = pub0sub("decode", str(capture))
     assert plain.returncode == 0, plain.stderr
     assert "origin=f00dcafe00000001" in plain.stdout
     assert "hub_id=0000000000000b0b" in plain.stdout and "origin=0000000000000b0b" in plain.stdout
-    assert "origin: f00dcafe00000001" in cli("decode", "-v", str(capture)).stdout
-    docs = [json.loads(line) for line in cli("decode", "--json", str(capture)).stdout.splitlines()]
+    assert "origin: f00dcafe00000001" in pub0sub("decode", "-v", str(capture)).stdout
+    docs = [json.loads(line) for line in pub0sub("decode", "--json", str(capture)).stdout.splitlines()]
     assert docs[0]["batch"]["origin"] == "f00dcafe00000001"
     assert docs[1]["hub_id"] == docs[2]["origin"] == "0000000000000b0b"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 import sdk
 from sdk.handshake import DEFAULT_HANDSHAKE_TIMEOUT
 from tests.support.nothub import HTTP_400, answering_server, silent_server
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,12 +41,9 @@ def start_sub(*args: str) -> subprocess.Popen[str]:
 
 def wait_for_subscriptions(address: str, count: int, timeout: float = 15.0) -> None:
     """Poll the hub's status until ``count`` subscriptions are open (the subscriber is ready)."""
-    deadline = time.monotonic() + timeout
     with sdk.connect_blocking(address) as client:
-        while client.status()["subscriptions"] < count:
-            if time.monotonic() > deadline:
-                raise AssertionError("subscriber did not subscribe in time")
-            time.sleep(0.02)
+        wait_until(lambda: client.status()["subscriptions"] >= count, timeout=timeout,
+                   what="the subscriber to subscribe", interval=0.02)  # fmt: skip
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 20) -> tuple[int, str, str]:

@@ -22,9 +22,10 @@ import pytest
 import trio
 
 import sdk
-from tests.support.cluster import Cluster, Hub, await_for, collect, wait_for
+from tests.support.cluster import HUB_POLL, Cluster, Hub, collect
 from tests.support.procstat import children, running
 from tests.support.tcpproxy import TcpProxy
+from tests.support.waiting import await_until, wait_until
 
 #: Mesh heartbeats for these tests: a dead link is declared after 0.5 s x 3 = 1.5 s.
 HEARTBEAT = 0.5
@@ -183,7 +184,9 @@ async def test_killed_hub_is_detected_and_rejoins_with_the_same_identity(tmp_pat
             def c_down() -> bool:
                 return all(not (h.peer(c) or {"connected": False})["connected"] for h in (a, b))
 
-            await await_for(c_down, timeout=cl.heartbeat_bound + SLACK, what="A and B to see C down")
+            await await_until(
+                c_down, timeout=cl.heartbeat_bound + SLACK, what="A and B to see C down", in_thread=True, **HUB_POLL
+            )
             detected = time.monotonic() - killed
             assert detected <= cl.heartbeat_bound + SLACK
 
@@ -230,7 +233,10 @@ async def test_link_cut_and_healed_loses_and_duplicates_nothing(tmp_path: Path) 
     with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES) as cl:
         a, c, proxy = proxied_pair(cl)
         try:
-            await await_for(lambda: (c.peer(a) or {}).get("connected"), timeout=10, what="C linked to A via proxy")
+            def linked() -> bool:
+                return bool((c.peer(a) or {}).get("connected"))
+
+            await await_until(linked, timeout=10, what="C linked to A via proxy", in_thread=True, **HUB_POLL)
             topic, total = "cut.heal", 3_000
             async with sdk.connect(c.address) as c_client, c_client.subscribe(topic, start="earliest") as live:
                 await cl.await_interest(a, topic, c)
@@ -239,8 +245,8 @@ async def test_link_cut_and_healed_loses_and_duplicates_nothing(tmp_path: Path) 
                     for i in range(total):
                         if i == cut_at:
                             proxy.cut()
-                            await await_for(lambda: not (c.peer(a) or {}).get("connected"),
-                                            timeout=cl.heartbeat_bound + SLACK, what="C to see the cut")  # fmt: skip
+                            await await_until(lambda: not linked(), timeout=cl.heartbeat_bound + SLACK,
+                                              what="C to see the cut", in_thread=True, **HUB_POLL)  # fmt: skip
                         if i == heal_at:
                             await trio.sleep(cl.heartbeat_bound + 1.0)  # keep it cut past the heartbeat bound
                             proxy.heal()
@@ -263,14 +269,16 @@ def test_blackholed_link_detected_within_three_heartbeats(tmp_path: Path) -> Non
     with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES) as cl:
         a, c, proxy = proxied_pair(cl)
         try:
-            wait_for(lambda: (c.peer(a) or {}).get("connected"), timeout=10, what="C linked to A via proxy")
+            wait_until(lambda: (c.peer(a) or {}).get("connected"), timeout=10, what="C linked to A via proxy",
+                       **HUB_POLL)  # fmt: skip
             proxy.blackhole()
             holed = time.monotonic()
-            wait_for(lambda: not c.peer(a)["connected"], timeout=3 * HEARTBEAT + SLACK, what="C to see the hole")
+            wait_until(lambda: not c.peer(a)["connected"], timeout=3 * HEARTBEAT + SLACK, what="C to see the hole",
+                       **HUB_POLL)  # fmt: skip
             assert time.monotonic() - holed <= 3 * HEARTBEAT + SLACK
             assert c.peer(a)["last_close"] == "heartbeat_timeout"
             proxy.heal()
-            wait_for(lambda: c.peer(a)["connected"], timeout=JOIN_BOUND, what="C relinked after heal")
+            wait_until(lambda: c.peer(a)["connected"], timeout=JOIN_BOUND, what="C relinked after heal", **HUB_POLL)
         finally:
             proxy.stop()
 
@@ -304,7 +312,7 @@ def test_proxy_forwards_cuts_blackholes_stalls_and_heals() -> None:
                 s.settimeout(0.3)
                 with pytest.raises(TimeoutError):
                     s.recv(4)
-                wait_for(lambda: proxy.stats.bytes_swallowed >= 4, timeout=2, what="bytes swallowed")
+                wait_until(lambda: proxy.stats.bytes_swallowed >= 4, timeout=2, what="bytes swallowed")
                 proxy.heal()  # black-holed connections are closed on heal
                 s.settimeout(2)
                 assert _closed(s)
@@ -314,7 +322,7 @@ def test_proxy_forwards_cuts_blackholes_stalls_and_heals() -> None:
                     assert _closed(s)  # accepted and dropped at once
             except ConnectionResetError:
                 pass  # the reset can already reach connect() itself: dropped at once all the same
-            wait_for(lambda: proxy.stats.refused == 1, timeout=2, what="the refused connection counted")
+            wait_until(lambda: proxy.stats.refused == 1, timeout=2, what="the refused connection counted")
             proxy.heal()
             with socket.create_connection(proxy.address, timeout=2) as s:
                 s.sendall(b"back")

@@ -7,14 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import HubProcess
-from tests.test_cli_options import _mesh_lines, cli, hub_status, wait_until
+from tests.support.command import pub0sub
+from tests.support.hubprocess import HubProcess, hub_status, mesh_lines
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def sub_json(*args: str) -> list[dict[str, Any]]:
-    result = cli("sub", *args, "--json")
+    result = pub0sub("sub", *args, "--json")
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
 
@@ -22,29 +23,29 @@ def sub_json(*args: str) -> list[dict[str, Any]]:
 def test_history_and_offsets_are_per_hub(start_hub: Callable[..., HubProcess], tmp_path: Path) -> None:
     mesh = ["--mesh-listen", "/ip4/127.0.0.1/tcp/0", "--no-discovery"]
     hub1 = start_hub(*mesh, "--name", "hub-1", "--data-dir", str(tmp_path / "hub-1"))
-    hub1_id, hub1_addr = _mesh_lines(hub1)
+    hub1_id, hub1_addr = mesh_lines(hub1)
     hub3 = start_hub(*mesh, "--name", "hub-3", "--data-dir", str(tmp_path / "hub-3"), "--bootstrap", hub1_addr)
-    wait_until(lambda: any(p["connected"] for p in hub_status(hub1.address)["mesh"]["peers"]), "the link")
+    wait_until(lambda: any(p["connected"] for p in hub_status(hub1.address)["mesh"]["peers"]), timeout=30,
+               what="the link", interval=0.05)  # fmt: skip
 
-    published = cli("pub", "--hub", hub1.address, "--topic", "orders.eu", "--ack", "before-1", "before-2")
+    published = pub0sub("pub", "--hub", hub1.address, "--topic", "orders.eu", "--ack", "before-1", "before-2")
     assert published.stdout.splitlines() == ["orders.eu@0", "orders.eu@1"]
     # hub-3 did not want orders.eu when they were published: it never received them.
     assert sub_json("--hub", hub3.address, "--topic", "orders.eu", "--start", "earliest", "--timeout", "2") == []
 
     # A durable subscription makes the interest stand while nobody is attached.
-    durable = cli("sub", "--hub", hub3.address, "--topic", "orders.eu", "--durable", "archive", "--timeout", "1")
+    durable = pub0sub("sub", "--hub", hub3.address, "--topic", "orders.eu", "--durable", "archive", "--timeout", "1")
     assert durable.returncode == 0, durable.stderr
     wait_until(lambda: ["orders.eu"] in [p["interest"] for p in hub_status(hub1.address)["mesh"]["peers"]],
-               "hub-3's standing interest to reach hub-1")  # fmt: skip
-    assert cli("pub", "--hub", hub1.address, "--topic", "orders.eu", "--ack", "after-1").stdout == "orders.eu@2\n"
+               timeout=30, what="hub-3's standing interest to reach hub-1", interval=0.05)  # fmt: skip
+    assert pub0sub("pub", "--hub", hub1.address, "--topic", "orders.eu", "--ack", "after-1").stdout == "orders.eu@2\n"
 
-    on_hub3: list[dict[str, Any]] = []
-
-    def stored_on_hub3() -> bool:
-        on_hub3[:] = sub_json("--hub", hub3.address, "--topic", "orders.eu", "--start", "earliest", "--timeout", "1")
-        return bool(on_hub3)
-
-    wait_until(stored_on_hub3, "the forward to be stored on hub-3")
+    on_hub3 = wait_until(
+        lambda: sub_json("--hub", hub3.address, "--topic", "orders.eu", "--start", "earliest", "--timeout", "1"),
+        timeout=30,
+        what="the forward to be stored on hub-3",
+        interval=0.05,
+    )
     on_hub1 = sub_json("--hub", hub1.address, "--topic", "orders.eu", "--start", "earliest", "--count", "3")
     assert [(m["offset"], m["data"]) for m in on_hub1] == [(0, "before-1"), (1, "before-2"), (2, "after-1")]
     (copy,) = on_hub3

@@ -30,11 +30,12 @@ import pytest
 import trio
 
 import wire
-from tests.conftest import ROOT, HubProcess
 from tests.support.history import FAIL, OK, UNKNOWN, History, check
+from tests.support.hubprocess import ROOT, HubProcess
 from tests.support.publisher import Publisher, assert_acked_offsets_hold, wait_progress
 from tests.support.rawclient import RawClient
 from tests.support.syncclient import SyncClient, publish_frame, read_all, topic_ends
+from tests.support.waiting import wait_until
 from wire.frames import HEADER, HEADER_SIZE
 
 StartHub = Callable[..., HubProcess]
@@ -627,7 +628,7 @@ async def test_replay_to_live_seam_under_concurrent_publishing(start_hub: StartH
             if i == batches // 2:  # ~4.6 MB published: the start of the log is out of the tail cache
                 started.set()
             if i % 20 == 0:
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
         await client.expect(wire.PublishAck, timeout=30, skip=(wire.Heartbeat,))
         await client.aclose()
 
@@ -685,17 +686,14 @@ async def test_replay_to_live_seam_under_concurrent_publishing(start_hub: StartH
 
 def wait_consumers_file(data_dir: Path, name: str, topic: str, floor: int, within: float = 5.0) -> None:
     path = data_dir / "consumers.json"
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            doc = json.loads(path.read_text())
-            for c in doc["consumers"]:
-                if c["name"] == name and c["positions"].get(topic) == floor:
-                    return
-        except (OSError, ValueError):
-            pass
-        assert time.monotonic() < deadline, f"{path} never recorded {name} {topic}={floor}"
-        time.sleep(0.05)
+
+    def recorded() -> bool:
+        doc = json.loads(path.read_text())
+        return any(c["name"] == name and c["positions"].get(topic) == floor for c in doc["consumers"])
+
+    # Not written yet, or caught half-written: not yet.
+    wait_until(recorded, timeout=within, what=f"{path} to record {name} {topic}={floor}",
+               retry_on=(OSError, ValueError), interval=0.05)  # fmt: skip
 
 
 def durable_sub(name: str, topic: str, sub_id: int = 3) -> wire.Sub:
@@ -846,14 +844,16 @@ def test_group_redelivers_unacked_messages_to_another_member(start_hub: StartHub
         assert a_got, "member A should have been handed some batches"
         assert sorted(b_acks) == list(range(100)), "every message acked exactly once across the group"
         assert set(a_got) <= set(b_got)
-        deadline = time.monotonic() + 5
-        while True:
+        g: dict | None = None
+
+        def settled() -> bool:
+            nonlocal g
             g = group_status(hub.address, "workers")
             assert g is not None
-            if g["pending_total"] == 0 and g["acked_floor"] == {"grp": 100}:
-                break
-            assert time.monotonic() < deadline, g
-            time.sleep(0.05)
+            return g["pending_total"] == 0 and g["acked_floor"] == {"grp": 100}
+
+        wait_until(settled, timeout=5, what=lambda: f"the group to settle (last status {g})", interval=0.05)
+        assert g is not None
         assert g["redelivered_messages"] >= len(set(a_got))
     finally:
         a.close()

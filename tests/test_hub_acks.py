@@ -18,6 +18,7 @@ import wire
 from hub.core.acks import AckTracker, ack_refusal
 from tests.support.inprocess import StartHub, collect, fill, quiet, start_server
 from tests.support.rawclient import RawClient
+from tests.support.waiting import await_until
 
 __all__ = ["start_server"]  # the fixture, imported for pytest
 
@@ -145,9 +146,7 @@ async def test_a_late_ack_from_a_member_settles_what_it_was_given(start_server: 
     # Acked only now, for the first delivery: still pending, so settled, and no ERROR.
     await member.send(ack(1, "t", first.batch.base_offset, first.batch.last_offset))
     group = server.core.subscriptions.groups["g"]
-    with trio.fail_after(5):
-        while group.state.positions["t"].floor != 2:
-            await trio.sleep(0.01)
+    await await_until(lambda: group.state.positions["t"].floor == 2, timeout=5, what="the group's floor to reach 2")
     with trio.move_on_after(0.4):
         while True:  # redeliveries already on their way may arrive; an ERROR or EOF must not
             frame = await member.recv()

@@ -14,7 +14,7 @@ import pytest
 
 import wire
 from hub.config import load_config
-from tests.conftest import HubProcess
+from tests.support.hubprocess import HubProcess
 
 StartHub = Callable[..., HubProcess]
 

@@ -19,6 +19,7 @@ from hub.mesh.fastread import SOCKET_READ_SIZE, BufferedTCPStream, FastStreamRea
 from hub.mesh.fastwrite import FastStreamWriter
 from tests.support.libp2p_pair import connection_quiet, stream_pair
 from tests.support.ticker import Ticker
+from tests.support.waiting import await_until
 
 
 async def read_all(reader: FastStreamReader, size: int, chunk: int = 1 << 20) -> tuple[bytes, list[bool]]:
@@ -84,9 +85,11 @@ async def test_every_read_lets_other_tasks_run() -> None:
         reader = FastStreamReader(peer)
         ys = peer.muxed_stream
         await stream.write(os.urandom(100_000))
-        with trio.fail_after(10):
-            while len(ys.conn.stream_buffers.get(ys.stream_id, b"")) < 100_000:
-                await trio.sleep(0.01)
+        await await_until(
+            lambda: len(ys.conn.stream_buffers.get(ys.stream_id, b"")) >= 100_000,
+            timeout=10,
+            what="all 100 000 bytes buffered at the peer",
+        )
         ticker = Ticker()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ticker.run)
@@ -195,7 +198,7 @@ async def test_concurrent_readers_keep_the_byte_order() -> None:
         nursery.start_soon(reader)
         for start in range(0, len(sent), 1000):
             await other.send_all(sent[start : start + 1000])
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
         await other.aclose()
     assert b"".join(data for _, data in sorted(got)) == sent
 

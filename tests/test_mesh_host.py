@@ -16,8 +16,7 @@ from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTr
 
 from hub.mesh import Mesh, MeshVersion, load_or_create_identity
 from hub.mesh.identity import IDENTITY_FILE, IdentityError
-
-from .test_mesh_helpers import FAST, Store, start_mesh
+from tests.support.mesh import FAST, Store, start_mesh
 
 
 def test_identity_is_created_once_with_mode_0600(tmp_path: Path) -> None:

@@ -22,8 +22,9 @@ import trio
 
 import sdk
 import wire
-from tests.support.cluster import Cluster, Hub, await_for
+from tests.support.cluster import HUB_POLL, Cluster, Hub
 from tests.support.roguepeer import RoguePeer, raw_forward_batch
+from tests.support.waiting import await_until
 
 HEARTBEAT = 0.5
 MISSES = 3
@@ -41,8 +42,8 @@ async def expect_nothing(sub: sdk.Subscription, seconds: float) -> None:
         raise AssertionError(f"expected nothing, got {msg.data!r}")
 
 
-async def next_data(sub: sdk.Subscription, timeout: float = 15.0) -> bytes:
-    with trio.fail_after(timeout):
+async def next_data(sub: sdk.Subscription) -> bytes:
+    with trio.fail_after(15):
         return (await sub.__anext__()).data
 
 
@@ -136,4 +137,10 @@ async def test_max_peers_counts_inbound_links(tmp_path: Path) -> None:
         mesh = await trio.to_thread.run_sync(h1.mesh)
         assert mesh["refused_inbound"] >= 1
         assert {p["peer_id"] for p in mesh["peers"] if p["connected"]} == {h2.peer_id}
-        await await_for(lambda: h1.connected_peers() == {h2.peer_id}, timeout=5, what="hub 2 still linked")
+        await await_until(
+            lambda: h1.connected_peers() == {h2.peer_id},
+            timeout=5,
+            what="hub 2 still linked",
+            in_thread=True,
+            **HUB_POLL,
+        )

@@ -21,10 +21,10 @@ from hub.app import HubServer
 from hub.config import HubConfig
 from hub.storage.batches import SharedBatch
 from hub.storage.topic_log import LogSettings, TopicLog
-from tests.support.cluster import Cluster, await_for, collect
+from tests.support.cluster import HUB_POLL, Cluster, collect
+from tests.support.mesh import OwnLog, Store, interest_of, new_hub_id, start_mesh, status_of
 from tests.support.tcpproxy import TcpProxy
-
-from .test_mesh_helpers import OwnLog, Store, interest_of, new_hub_id, start_mesh, status_of, wait_until
+from tests.support.waiting import await_until
 
 MSG = b"m" * 64
 
@@ -44,14 +44,14 @@ async def test_window_overflow_during_a_session_is_replayed_from_the_log(with_lo
         b = await start_mesh(nursery)
         await b.connect(a.listen_addrs[0])
         b.announce(["r"])
-        await wait_until(lambda: interest_of(a, b) == {"r"})
+        await await_until(lambda: interest_of(a, b) == {"r"}, timeout=5, what="a to see b's interest")
         # One burst without a checkpoint: the writer cannot run, the 8-set window overflows.
         for i in range(1_000):
             own.publish(a, one("r" if i % 3 else "other"))
         wanted = [seq for seq, m in own.sets if m.topics == ("r",)]
         assert status_of(a, b)["window_evicted_unsent_messages"] == len(wanted) - 8
         if with_log:
-            await wait_until(lambda: b.store.messages == len(wanted), what="the replay")  # type: ignore[attr-defined]
+            await await_until(lambda: b.store.messages == len(wanted), timeout=5, what="the replay")  # type: ignore[attr-defined]
             await trio.sleep(0.1)  # nothing more arrives (no duplicate, no stray topic)
             assert b.store.seqs(a.hub_id) == wanted  # type: ignore[attr-defined]
             to_b = status_of(a, b)
@@ -59,7 +59,7 @@ async def test_window_overflow_during_a_session_is_replayed_from_the_log(with_lo
             assert to_b["messages_replayed"] == len(wanted) - 8  # the last 8 left the window
         else:
             # Without a log the loss is what the counters said; the rest arrives in order.
-            await wait_until(lambda: b.store.messages > 0)  # type: ignore[attr-defined]
+            await await_until(lambda: b.store.messages > 0, timeout=5, what="b to store a first message")  # type: ignore[attr-defined]
             await trio.sleep(0.1)
             assert b.store.seqs(a.hub_id) == wanted[-8:]  # type: ignore[attr-defined]
             assert status_of(a, b)["replays"] == 0
@@ -79,12 +79,12 @@ async def test_hub_back_after_its_interest_was_withdrawn_gets_the_gap_from_the_l
             b = await start_mesh(b_nursery, b_store, hub_id=b_id, key_pair=b_key)
             await b.connect(a.listen_addrs[0])
             b.announce(["r", "s"])
-            await wait_until(lambda: interest_of(a, b) == {"r", "s"})
+            await await_until(lambda: interest_of(a, b) == {"r", "s"}, timeout=5, what="a to see b's interest")
             for _ in range(10):
                 own.publish(a, one())
-            await wait_until(lambda: b_store.messages == 10)
+            await await_until(lambda: b_store.messages == 10, timeout=5, what="the 10 messages stored")
             b_nursery.cancel_scope.cancel()  # b stops; its store (positions) stays
-        await wait_until(lambda: not interest_of(a, b), what="b's interest withdrawn")
+        await await_until(lambda: not interest_of(a, b), timeout=5, what="b's interest withdrawn")
         # While b is away: one topic each, both, one nobody wants.
         for i in range(500):
             own.publish(a, one(("r", "s", "x")[i % 3]))
@@ -92,10 +92,10 @@ async def test_hub_back_after_its_interest_was_withdrawn_gets_the_gap_from_the_l
         back = await start_mesh(nursery, b_store, hub_id=b_id, key_pair=b_key)
         back.announce(["r", "s"])
         await back.connect(a.listen_addrs[0])
-        await wait_until(lambda: interest_of(a, back) == {"r", "s"}, what="b back")
+        await await_until(lambda: interest_of(a, back) == {"r", "s"}, timeout=5, what="b back")
         own.publish(a, one())  # live again: after the replay, never before it
         want = [seq + i for seq, m in own.sets if m.topics != ("x",) for i in range(m.count)]
-        await wait_until(lambda: b_store.messages == len(want), what="the gap")
+        await await_until(lambda: b_store.messages == len(want), timeout=5, what="the gap")
         await trio.sleep(0.1)
         assert b_store.seqs(a.hub_id) == want
         assert status_of(a, back)["replays"] == 1
@@ -200,10 +200,10 @@ def test_replay_reports_what_retention_removed(tmp_path: Path) -> None:
 HEARTBEAT, MISSES, SLACK = 0.5, 3, 1.5
 
 
-async def _collect(client: sdk.Client, topic: str, count: int, *, timeout: float = 20.0) -> list[bytes]:
-    """Everything in ``topic`` from the start, up to ``count`` payloads."""
+async def _collect(client: sdk.Client, topic: str, count: int) -> list[bytes]:
+    """Everything in ``topic`` from the start, up to ``count`` payloads (what arrived within 20 s)."""
     async with client.subscribe(topic, start="earliest") as sub:
-        return await collect(sub, count, timeout)
+        return await collect(sub, count, 20.0)
 
 
 @pytest.mark.slow
@@ -248,7 +248,13 @@ async def test_sender_killed_with_forwards_unacknowledged_replays_them_after_res
         proxy = TcpProxy(("127.0.0.1", a.mesh_port)).start()
         try:
             c = cl.add(f"/ip4/127.0.0.1/tcp/{proxy.port}/p2p/{a.peer_id}", args=["--no-discovery"])
-            await await_for(lambda: (c.peer(a) or {}).get("connected"), timeout=10, what="C linked to A via proxy")
+            await await_until(
+                lambda: (c.peer(a) or {}).get("connected"),
+                timeout=10,
+                what="C linked to A via proxy",
+                in_thread=True,
+                **HUB_POLL,
+            )
             topic = "unacked.replay"
             async with sdk.connect(c.address) as c_client, c_client.subscribe(topic, durable="d"):
                 await cl.await_interest(a, topic, c)
@@ -256,7 +262,13 @@ async def test_sender_killed_with_forwards_unacknowledged_replays_them_after_res
                 for i in range(50):
                     await pub.publish(topic, b"%d" % i)
                 await pub.flush()
-            await await_for(lambda: (a.peer(c) or {}).get("acked_seq", 0) >= 50, timeout=10, what="C acks 50")
+            await await_until(
+                lambda: (a.peer(c) or {}).get("acked_seq", 0) >= 50,
+                timeout=10,
+                what="C acks 50",
+                in_thread=True,
+                **HUB_POLL,
+            )
             proxy.blackhole()  # C stores nothing more, acknowledges nothing more
             async with sdk.connect(a.address) as pub:
                 for i in range(50, 350):

@@ -8,16 +8,8 @@ import trio
 
 import wire
 from hub.mesh import CloseReason
-
-from .test_mesh_helpers import (
-    SeedPeer,
-    parse_seed_topics,
-    seed_frame,
-    seed_topics,
-    start_mesh,
-    status_of_peer,
-    wait_until,
-)
+from tests.support.mesh import SeedPeer, parse_seed_topics, seed_frame, seed_topics, start_mesh, status_of_peer
+from tests.support.waiting import await_until
 
 GOLDEN_SUBSCRIBE = bytes.fromhex("020000001007746f7069635f3107746f7069635f32")
 GOLDEN_FORWARD = bytes.fromhex("060000001a0207746f7069635f3107746f7069635f320000000568656c6c6f")
@@ -37,17 +29,17 @@ async def test_seed_peer_subscribes_and_receives_byte_exact_forwards() -> None:
         mesh = await _linked(nursery, peer)
         link = mesh.links[str(peer.host.get_id())]
         assert link.version is not None and link.version.label == "1.0.0"  # negotiated down from v2
-        await wait_until(lambda: peer.received(3), what="SUBSCRIBE_ACK to the seed peer")
+        await await_until(lambda: peer.received(3), timeout=5, what="SUBSCRIBE_ACK to the seed peer")
         assert peer.received(3) == [b"\x01"]
         assert mesh.interest.patterns_of(link.key) == {"topic_1", "topic_2"}
 
         mesh.announce(["topic_2", "topic_1"])  # sorted on the wire: the seed's worked example
-        await wait_until(lambda: peer.received(2), what="SUBSCRIBE from the hub")
+        await await_until(lambda: peer.received(2), timeout=5, what="SUBSCRIBE from the hub")
         assert GOLDEN_SUBSCRIBE in bytes(peer.raw[0])
 
         before = len(peer.raw[0])
         mesh.forward(1, 0, wire.MessageSet.build(["topic_1", "topic_2"], [(b"", b"hello")]))
-        await wait_until(lambda: peer.received(6), what="FORWARD")
+        await await_until(lambda: peer.received(6), timeout=5, what="FORWARD")
         forwarded = bytes(peer.raw[0][before:])
         assert forwarded.startswith(GOLDEN_FORWARD)
         assert peer.received(6) == [GOLDEN_FORWARD[5:]]
@@ -59,8 +51,8 @@ async def test_seed_peer_subscribes_and_receives_byte_exact_forwards() -> None:
 
         # Withdraw: UNSUBSCRIBE, then forwards stop.
         await peer.send(seed_frame(4, seed_topics("topic_1", "topic_2")))
-        await wait_until(lambda: not mesh.interest.patterns_of(link.key), what="interest withdrawn")
-        await wait_until(lambda: peer.received(5), what="UNSUBSCRIBE_ACK")
+        await await_until(lambda: not mesh.interest.patterns_of(link.key), timeout=5, what="interest withdrawn")
+        await await_until(lambda: peer.received(5), timeout=5, what="UNSUBSCRIBE_ACK")
         mesh.forward(3, 0, wire.MessageSet.build(["topic_1"], [(b"", b"late")]))
         assert status_of_peer(mesh, link.peer_id)["messages_sent"] == 1
         nursery.cancel_scope.cancel()
@@ -75,7 +67,7 @@ async def test_unwanted_forward_is_dropped_and_answered_with_unsubscribe() -> No
         mesh.core.inbound._on_forward = lambda origin, sets, p: got.append((origin, sets))  # type: ignore[assignment]
         body = bytes([1]) + seed_topics("unwanted") + (4).to_bytes(4, "big") + b"data"
         await peer.send(seed_frame(6, body))
-        await wait_until(lambda: peer.received(4), what="UNSUBSCRIBE answer")
+        await await_until(lambda: peer.received(4), timeout=5, what="UNSUBSCRIBE answer")
         assert parse_seed_topics(peer.received(4)[0]) == ["unwanted"]
         assert status_of_peer(mesh, peer.host.get_id())["forwards_dropped_no_interest"] == 1
         assert got == []
@@ -83,7 +75,7 @@ async def test_unwanted_forward_is_dropped_and_answered_with_unsubscribe() -> No
         # A wanted one reaches the hub, as origin 0 (v1 has no origin or sequence).
         body = bytes([1]) + seed_topics("wanted") + (2).to_bytes(4, "big") + b"ok"
         await peer.send(seed_frame(6, body))
-        await wait_until(lambda: bool(got), what="delivery")
+        await await_until(lambda: bool(got), timeout=5, what="delivery")
         origin, sets = got[0]
         assert origin == 0 and list(sets[0].messages.messages()) == [(b"", b"ok")]
         nursery.cancel_scope.cancel()
@@ -96,9 +88,9 @@ async def test_subscribe_without_ack_is_resent_then_the_peer_is_dropped() -> Non
         link = mesh.links[str(peer.host.get_id())]
         start = time.monotonic()
         mesh.announce(["topic_1"])
-        await wait_until(lambda: link.last_close is not None, timeout=5, what="the peer to be dropped")
+        await await_until(lambda: link.last_close is not None, timeout=5, what="the peer to be dropped")
         assert link.last_close is CloseReason.SUBSCRIBE_UNACKED
-        await wait_until(lambda: bool(peer.closed), what="the stream to close at the peer")
+        await await_until(lambda: bool(peer.closed), timeout=5, what="the stream to close at the peer")
         subscribes = peer.received(2, stream=0)
         assert subscribes == [seed_topics("topic_1")] * 3  # the first send + 2 resends
         assert status_of_peer(mesh, link.peer_id)["subscribe_resends"] == 2
@@ -112,10 +104,10 @@ async def test_silent_peer_is_declared_dead_within_the_heartbeat_bound() -> None
         peer = SeedPeer(answer_ping=False, subscribe=("topic_1",))
         mesh = await _linked(nursery, peer, heartbeat_interval=0.2, heartbeat_misses=3)
         link = mesh.links[str(peer.host.get_id())]
-        await wait_until(lambda: mesh.interest.patterns_of(link.key) == {"topic_1"}, what="interest")
-        await wait_until(lambda: link.last_close is not None, timeout=5, what="heartbeat timeout")
+        await await_until(lambda: mesh.interest.patterns_of(link.key) == {"topic_1"}, timeout=5, what="interest")
+        await await_until(lambda: link.last_close is not None, timeout=5, what="heartbeat timeout")
         assert link.last_close is CloseReason.HEARTBEAT_TIMEOUT
-        await wait_until(lambda: bool(peer.closed), what="the stream to close at the peer")
+        await await_until(lambda: bool(peer.closed), timeout=5, what="the stream to close at the peer")
         # Silent since its SUBSCRIBE_ACK-less start: dead after 3 beats of 0.2 s plus a timer tick.
         silent_for = peer.closed[0] - peer.last_sent
         assert 0.55 <= silent_for < 1.0, silent_for
@@ -132,12 +124,12 @@ async def test_a_seed_peer_may_name_any_topic_the_seed_allows() -> None:
         peer = SeedPeer(subscribe=names)
         mesh = await _linked(nursery, peer)
         link = mesh.links[str(peer.host.get_id())]
-        await wait_until(lambda: peer.received(3), what="SUBSCRIBE_ACK to the seed peer")
+        await await_until(lambda: peer.received(3), timeout=5, what="SUBSCRIBE_ACK to the seed peer")
         assert peer.received(3) == [b"\x01"]
         assert mesh.interest.patterns_of(link.key) == set(names)
         mesh.forward(1, 0, wire.MessageSet.build(["has space"], [(b"", b"literal")]))
         mesh.forward(2, 0, wire.MessageSet.build(["a.x.b"], [(b"", b"not a pattern")]))
-        await wait_until(lambda: peer.received(6), what="FORWARD")
+        await await_until(lambda: peer.received(6), timeout=5, what="FORWARD")
         assert peer.received(6) == [bytes([1]) + seed_topics("has space") + (7).to_bytes(4, "big") + b"literal"]
         assert status_of_peer(mesh, link.peer_id)["messages_skipped_no_interest"] == 1
         nursery.cancel_scope.cancel()

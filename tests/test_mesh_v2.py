@@ -6,8 +6,8 @@ import trio
 
 import wire
 from hub.mesh import CloseReason, Mesh
-
-from .test_mesh_helpers import interest_of, start_mesh, status_of, wait_until
+from tests.support.mesh import interest_of, start_mesh, status_of
+from tests.support.waiting import await_until
 
 MSG = b"m" * 64
 
@@ -17,7 +17,7 @@ async def _pair(nursery: trio.Nursery, **overrides: object) -> tuple[Mesh, Mesh]
     b = await start_mesh(nursery, **overrides)
     with trio.fail_after(10):
         await b.connect(a.listen_addrs[0])
-    await wait_until(lambda: b.peer_id in a.connected_peers(), what="the link at a")
+    await await_until(lambda: b.peer_id in a.connected_peers(), timeout=5, what="the link at a")
     return a, b
 
 
@@ -29,15 +29,27 @@ async def test_announce_is_acked_and_forward_reaches_only_interested_peers() -> 
         assert status_of(a, b)["protocol"] == "/pub0sub/mesh/2.0.0"
         b.announce(["orders.*"])
         c.announce(["audit"])
-        await wait_until(lambda: interest_of(a, b) == {"orders.*"} and interest_of(a, c) == {"audit"})
+        await await_until(
+            lambda: interest_of(a, b) == {"orders.*"} and interest_of(a, c) == {"audit"},
+            timeout=5,
+            what="a to see b's and c's interest",
+        )
         # SUBSCRIBE acked: nothing pending, nothing resent.
-        await wait_until(lambda: not b.links[str(a.peer_id)].protocol._pending_subs)  # type: ignore[union-attr]
+        await await_until(
+            lambda: not b.links[str(a.peer_id)].protocol._pending_subs,  # type: ignore[union-attr]
+            timeout=5,
+            what="b's SUBSCRIBE acknowledged",
+        )
         assert status_of(b, a)["subscribe_resends"] == 0
 
         assert a.forward(1, 10, wire.MessageSet.build(["orders.eu"], [(b"", MSG)] * 3)) == 1
         assert a.forward(4, 11, wire.MessageSet.build(["nobody"], [(b"", MSG)])) == 0
         assert a.forward(5, 12, wire.MessageSet.build(["audit", "orders.us"], [(b"", MSG)])) == 2
-        await wait_until(lambda: b.store.messages == 4 and c.store.messages == 1)  # type: ignore[attr-defined]
+        await await_until(
+            lambda: b.store.messages == 4 and c.store.messages == 1,  # type: ignore[attr-defined]
+            timeout=5,
+            what="b and c to store their messages",
+        )
         assert b.store.seqs(a.hub_id) == [1, 2, 3, 5]  # type: ignore[attr-defined]
         assert c.store.seqs(a.hub_id) == [5]  # type: ignore[attr-defined]
         to_b, to_c = status_of(a, b), status_of(a, c)
@@ -47,9 +59,9 @@ async def test_announce_is_acked_and_forward_reaches_only_interested_peers() -> 
         assert status_of(b, a)["forwards_dropped_no_interest"] == 0
 
         b.withdraw(["orders.*"])
-        await wait_until(lambda: not interest_of(a, b), what="withdraw")
+        await await_until(lambda: not interest_of(a, b), timeout=5, what="withdraw")
         assert a.forward(6, 13, wire.MessageSet.build(["orders.eu"], [(b"", MSG)])) == 0
-        await wait_until(lambda: status_of(a, b)["acked_seq"] == 5, what="cumulative ack")
+        await await_until(lambda: status_of(a, b)["acked_seq"] == 5, timeout=5, what="cumulative ack")
         nursery.cancel_scope.cancel()
 
 
@@ -57,15 +69,15 @@ async def test_50k_messages_are_coalesced_into_few_writes_with_cumulative_acks()
     async with trio.open_nursery() as nursery:
         a, b = await _pair(nursery)
         b.announce(["bulk"])
-        await wait_until(lambda: interest_of(a, b) == {"bulk"})
+        await await_until(lambda: interest_of(a, b) == {"bulk"}, timeout=5, what="a to see b's interest")
         writes_before = status_of(a, b)["writes"]
         one = wire.MessageSet.build(["bulk"], [(b"", MSG)])
         total = 50_000
         for seq in range(1, total + 1):  # one message per publish: the worst case for batching
             a.forward(seq, seq, one)
         with trio.fail_after(30):
-            await wait_until(lambda: b.store.messages == total, timeout=30)  # type: ignore[attr-defined]
-        await wait_until(lambda: status_of(a, b)["acked_seq"] == total, what="the last ack")
+            await await_until(lambda: b.store.messages == total, timeout=30, what="b to store every message")  # type: ignore[attr-defined]
+        await await_until(lambda: status_of(a, b)["acked_seq"] == total, timeout=5, what="the last ack")
         assert b.store.seqs(a.hub_id) == list(range(1, total + 1))  # type: ignore[attr-defined]
         sent = status_of(a, b)
         writes = sent["writes"] - writes_before
@@ -81,7 +93,7 @@ async def test_resume_after_a_broken_link_loses_and_duplicates_nothing() -> None
     async with trio.open_nursery() as nursery:
         a, b = await _pair(nursery)
         b.announce(["r"])
-        await wait_until(lambda: interest_of(a, b) == {"r"})
+        await await_until(lambda: interest_of(a, b) == {"r"}, timeout=5, what="a to see b's interest")
         one = wire.MessageSet.build(["r"], [(b"", MSG)])
         seq = 0
         for _ in range(3):
@@ -96,10 +108,10 @@ async def test_resume_after_a_broken_link_loses_and_duplicates_nothing() -> None
             for _ in range(1_000):  # published while the link is down: kept in the window
                 seq += 1
                 a.forward(seq, seq, one)
-            await wait_until(lambda: a.links[str(b.peer_id)].live, what="the link to heal")
+            await await_until(lambda: a.links[str(b.peer_id)].live, timeout=5, what="the link to heal")
         with trio.fail_after(20):
-            await wait_until(lambda: b.store.messages >= seq, timeout=20)  # type: ignore[attr-defined]
-        await wait_until(lambda: status_of(a, b)["acked_seq"] == seq, what="everything acked")
+            await await_until(lambda: b.store.messages >= seq, timeout=20, what="b to store the messages sent so far")  # type: ignore[attr-defined]
+        await await_until(lambda: status_of(a, b)["acked_seq"] == seq, timeout=5, what="everything acked")
         assert b.store.seqs(a.hub_id) == list(range(1, seq + 1))  # type: ignore[attr-defined]
         assert status_of(a, b)["sessions"] >= 4
         nursery.cancel_scope.cancel()
@@ -107,7 +119,7 @@ async def test_resume_after_a_broken_link_loses_and_duplicates_nothing() -> None
 
 async def test_resume_position_survives_a_receiver_restart() -> None:
     """The receiver's MESH_HELLO carries its stored positions: nothing it holds is sent again."""
-    from .test_mesh_helpers import Store
+    from tests.support.mesh import Store
 
     async with trio.open_nursery() as nursery:
         a = await start_mesh(nursery)
@@ -119,10 +131,10 @@ async def test_resume_position_survives_a_receiver_restart() -> None:
         for seq in range(95, 106):
             a.forward(seq, seq, one)  # nobody is linked yet: queued nowhere
         await b.connect(a.listen_addrs[0])
-        await wait_until(lambda: interest_of(a, b) == {"r"})
+        await await_until(lambda: interest_of(a, b) == {"r"}, timeout=5, what="a to see b's interest")
         for seq in range(95, 111):
             a.forward(seq, seq, one)  # a resend of old ones, then new ones
-        await wait_until(lambda: store.messages == 10)
+        await await_until(lambda: store.messages == 10, timeout=5, what="the 10 messages stored")
         assert store.seqs(a.hub_id) == list(range(101, 111))
         assert status_of(b, a)["duplicates_dropped"] == 6
         nursery.cancel_scope.cancel()
@@ -148,7 +160,7 @@ async def test_paced_writes_follow_the_forward_that_ends_the_interval() -> None:
         # Control frames (pings) are not paced: no heartbeat may fall inside the test.
         a, b = await _pair(nursery, write_interval=interval, heartbeat_interval=30.0)
         b.announce(["paced"])
-        await wait_until(lambda: interest_of(a, b) == {"paced"})
+        await await_until(lambda: interest_of(a, b) == {"paced"}, timeout=5, what="a to see b's interest")
         await trio.sleep(2 * interval)  # the announce's SUBSCRIBE_ACK write is paced too
         store = b.store  # type: ignore[attr-defined]
         one = wire.MessageSet.build(["paced"], [(b"", MSG)])
@@ -159,7 +171,7 @@ async def test_paced_writes_follow_the_forward_that_ends_the_interval() -> None:
         first = writes()
         start = trio.current_time()
         a.forward(1, 1, one)  # the link is idle: written at once
-        await wait_until(lambda: store.messages == 1, timeout=interval / 2, what="the idle link's write")
+        await await_until(lambda: store.messages == 1, timeout=interval / 2, what="the idle link's write")
         assert writes() == first + 1
         for seq in (2, 3, 4):  # within the interval: queued, not written
             a.forward(seq, seq, one)
@@ -167,12 +179,12 @@ async def test_paced_writes_follow_the_forward_that_ends_the_interval() -> None:
         assert (writes(), store.messages) == (first + 1, 1)
         await trio.sleep_until(start + interval * 1.1)
         a.forward(5, 5, one)  # after the interval: this forward wakes the writer
-        await wait_until(lambda: store.messages == 5, timeout=interval / 2, what="the write after the interval")
+        await await_until(lambda: store.messages == 5, timeout=interval / 2, what="the write after the interval")
         assert writes() == first + 2  # one write carried 2..5
         a.forward(6, 6, one)  # the last of the burst: only the fallback timer writes it
         await trio.sleep(interval / 2)
         assert store.messages == 5
-        await wait_until(lambda: store.messages == 6, timeout=3 * interval, what="the fallback write")
+        await await_until(lambda: store.messages == 6, timeout=3 * interval, what="the fallback write")
         assert store.seqs(a.hub_id) == [1, 2, 3, 4, 5, 6]
         nursery.cancel_scope.cancel()
 
@@ -207,7 +219,7 @@ async def test_a_write_that_empties_the_queue_sets_no_timer() -> None:
     async with trio.open_nursery() as nursery:
         a, b = await _pair(nursery, write_interval=interval, heartbeat_interval=30.0)
         b.announce(["spaced"])
-        await wait_until(lambda: interest_of(a, b) == {"spaced"})
+        await await_until(lambda: interest_of(a, b) == {"spaced"}, timeout=5, what="a to see b's interest")
         await trio.sleep(3 * interval)
         store = b.store  # type: ignore[attr-defined]
         one = wire.MessageSet.build(["spaced"], [(b"", MSG)])
@@ -216,7 +228,7 @@ async def test_a_write_that_empties_the_queue_sets_no_timer() -> None:
         try:
             for seq in range(1, 11):
                 a.forward(seq, seq, one)
-                await wait_until(lambda n=seq: store.messages == n, timeout=2.0, what="the forward's write")
+                await await_until(lambda n=seq: store.messages == n, timeout=2.0, what="the forward's write")
                 await trio.sleep(3 * interval)
         finally:
             trio.lowlevel.remove_instrument(counter)

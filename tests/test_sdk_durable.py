@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,8 @@ import sdk
 import wire
 from sdk.protocol import ClientProtocol, State
 from sdk.subscriptions import SubState
-from tests.test_sdk_protocol import FakeClock, batch, deliver, frames_of, ready, welcome
+from tests.support.client_protocol import FakeClock, batch, deliver, frames_of, ready, welcome
+from tests.support.waiting import await_until, wait_until
 from wire import StartPosition
 
 BACKENDS = ["trio", "asyncio"]
@@ -242,8 +242,8 @@ async def publish_each(client: sdk.Client, topic: str, values: range) -> None:
         await client.publish_acked(topic, b"%d" % i)
 
 
-async def take(sub: sdk.Subscription, n: int, timeout: float = 10) -> list[sdk.Message]:
-    with anyio.fail_after(timeout):
+async def take(sub: sdk.Subscription, n: int) -> list[sdk.Message]:
+    with anyio.fail_after(10):
         return [await sub.__anext__() for _ in range(n)]
 
 
@@ -339,9 +339,7 @@ def test_sdk_reconnect_resumes_a_durable_without_gap_or_duplicate(durable_hub: A
             got = await take(sub, 3)
             await sub.ack(got[:1])  # hub floor: 1; 1..4 were received, 1..2 handed to the application
             await client.flush()
-            with anyio.fail_after(10):
-                while sub.positions.get("r") != 5:  # everything published so far has arrived
-                    await anyio.sleep(0.01)
+            await await_until(lambda: sub.positions.get("r") == 5, timeout=10, what="everything published so far")
             await client._kill_connection()
             await publish_each(pub, "r", range(5, 10))  # stored while the subscriber is away
             got += await take(sub, 7)
@@ -520,9 +518,13 @@ def test_blocking_reconnect_resumes_a_durable(durable_hub: Any) -> None:
     ):
         pub.publish_acked_many([("br", b"%d" % i, None) for i in range(4)])
         got = [sub.next(timeout=5) for _ in range(2)]
-        deadline = time.monotonic() + 10
-        while sub.positions.get("br") != 4 and time.monotonic() < deadline:
-            client._service(0.05)  # everything published so far has arrived
+
+        def arrived() -> bool:
+            if sub.positions.get("br") != 4:
+                client._service(0.05)  # a blocking client reads only when asked to
+            return sub.positions.get("br") == 4
+
+        wait_until(arrived, timeout=10, what="everything published so far", interval=0)  # arrived() itself waits
         assert client._sock is not None
         client._sock.shutdown(2)  # the connection drops under the client
         pub.publish_acked_many([("br", b"%d" % i, None) for i in range(4, 6)])

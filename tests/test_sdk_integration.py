@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 import sdk
 from tests.support.nothub import HTTP_400, answering_server, silent_server
 from tests.support.ticker import Ticker
+from tests.support.waiting import await_until
 from wire import ErrorCode
 
 BACKENDS = ["trio", "asyncio"]
@@ -21,15 +21,6 @@ FAST_RECONNECT = sdk.Reconnect(50, 0.01, 0.2, 2.0)
 def run(backend: str, scenario: Callable[..., Awaitable[Any]], *args: Any) -> Any:
     """Run an async scenario to completion on ``backend`` (sync tests: the same code on both loops)."""
     return anyio.run(scenario, *args, backend=backend)
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll with a deadline (the state lives in another process or task)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await anyio.sleep(0.01)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -209,9 +200,11 @@ async def test_client_side_slow_consumer_cancel_and_drop_oldest(hub_address: str
         # Consume nothing until the whole burst has reached the client: only then is
         # the client-side cap certain to have been exceeded (under load, consuming
         # while data trickles in could keep both subscriptions under it).
-        with anyio.fail_after(10):
-            while drop._state is None or drop._state.next_offsets.get("slow", 0) < 201:
-                await anyio.sleep(0.01)
+        await await_until(
+            lambda: drop._state is not None and drop._state.next_offsets.get("slow", 0) >= 201,
+            timeout=10,
+            what="the whole burst to reach the client",
+        )
         received = 0
         with pytest.raises(sdk.SlowConsumerError) as info, anyio.fail_after(10):
             async for _ in cancel:
@@ -244,7 +237,7 @@ def test_reconnect_resubscribes_and_resends_acked(hub_address: str, backend: str
             # an acked publish made while the connection is down waits for the reconnect, then is stored
             ack = await client.publish_acked("rc.acked", b"during")
             assert ack.offsets == {"rc.acked": 0}
-            await wait_until(lambda: client.connections == 2 and sub._s.open, what="resubscription")
+            await await_until(lambda: client.connections == 2 and sub._s.open, timeout=10, what="resubscription")
             await pub.publish("rc", b"after")
             msg = await sub.__anext__()
             assert (msg.topic, msg.offset, msg.data) == ("rc", 1, b"after")
@@ -263,7 +256,9 @@ def test_reconnect_after_hub_restart(start_hub: Callable[..., Any]) -> None:
         ):
             hub.stop()
             hub = start_hub("--listen", hub.address)
-            await wait_until(lambda: client.connections == 2 and sub._s.open, what="reconnect to the new hub")
+            await await_until(
+                lambda: client.connections == 2 and sub._s.open, timeout=10, what="reconnect to the new hub"
+            )
             ack = await client.publish_acked("restart", b"new hub")
             assert ack.offsets == {"restart": 0}
             assert (await sub.__anext__()).data == b"new hub"

@@ -2,57 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 import wire
 from sdk import ConnectionLostError, Gap, HubError, ProtocolError, SlowConsumerError, SubscriptionClosedError
 from sdk.messages import PublishAck, Reconnect
 from sdk.protocol import ClientProtocol, State
+from tests.support.client_protocol import FakeClock, batch, deliver, frames_of, ready, welcome
 from wire import ErrorCode, StartPosition
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def frames_of(data: bytes) -> list[Any]:
-    decoder = wire.FrameDecoder(limits=wire.Limits(max_body=1 << 24), accept=wire.CLIENT_TO_HUB_OPCODES)
-    decoder.feed(data)
-    frames = list(decoder)
-    assert decoder.buffered == 0
-    return frames
-
-
-def welcome(heartbeat_ms: int = 1000, max_body: int = 1 << 20) -> bytes:
-    return wire.Welcome(version=1, hub_id=42, max_body=max_body, heartbeat_ms=heartbeat_ms, hub_name="h").encode()
-
-
-def ready(clock: FakeClock | None = None, **kwargs: object) -> ClientProtocol:
-    proto = ClientProtocol(name="t", producer_id=9, clock=clock or FakeClock(), **kwargs)  # type: ignore[arg-type]
-    proto.connection_made()
-    (hello,) = frames_of(proto.data_to_send())
-    assert hello == wire.Hello(client_name="t")
-    proto.receive_data(welcome())
-    assert proto.state == State.READY
-    return proto
-
-
-def batch(topic: str, base: int, *payloads: bytes, ts: int = 5) -> wire.RecordBatch:
-    count, records = wire.encode_records((b"", p) for p in payloads)
-    return wire.RecordBatch(
-        topic=topic, base_offset=base, timestamp=ts, origin=42, origin_seq=1, count=count, records=records
-    )
-
-
-def deliver(sub_id: int, b: wire.RecordBatch) -> bytes:
-    return wire.Deliver(sub_id=sub_id, batch=b).encode()
-
 
 # -- handshake ---------------------------------------------------------------------
 

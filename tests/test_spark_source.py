@@ -9,7 +9,6 @@ The first session costs 8-14 s; everything else here shares it.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,8 @@ from sdk.spark.options import (
     split_range,
 )
 from sdk.spark.writing import producer_id_for, publish_rows
-from tests.conftest import HubProcess
+from tests.support.hubprocess import HubProcess
+from tests.support.waiting import wait_until
 
 # -- options and planning, no Spark ---------------------------------------------------------------
 
@@ -181,14 +181,13 @@ def test_batch_read_data_loss_is_clear(spark: Any, hubs: Callable[..., HubProces
                "--retention-check-seconds", "0.1")  # fmt: skip
     for _ in range(20):  # 20 publish batches: segments roll between them, and retention removes whole segments
         publish_known(hub.address, {"old": 100})
-    deadline = time.monotonic() + 10
-    while True:
+
+    def first_offset() -> int:
         with sdk.connect_blocking(hub.address) as client:
-            first = next(t["first_offset"] for t in client.status()["topic_list"] if t["topic"] == "old")
-        if first > 0 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert first > 0, "retention did not run"
+            return next(t["first_offset"] for t in client.status()["topic_list"] if t["topic"] == "old")
+
+    # Offsets start at 0: a truthy first offset is retention having run.
+    first = wait_until(first_offset, timeout=10, what="retention to remove the oldest segments", interval=0.1)
     with pytest.raises(Exception, match="before the oldest retained offset") as exc:
         reader(spark, hub.address, subscribe="old", startingOffsets='{"old": 0}').count()
     assert "failOnDataLoss=false" in str(exc.value)

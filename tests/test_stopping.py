@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import sdk
-from tests.conftest import HubProcess
 from tests.support.command import Command, no_traceback
+from tests.support.hubprocess import HubProcess
 from tests.support.procstat import children, running
 from tests.support.segments import make_test_cluster
 

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 import sdk
 import wire
-from tests.conftest import HubProcess
+from tests.support.client_protocol import ready
+from tests.support.hubprocess import HubProcess
 from tests.support.rawclient import RawClient
 from tests.support.segments import BatchSpec, Expected, SegmentWriter, init_data_dir
-from tests.test_sdk_protocol import ready
 from wire.topics import RULE, InvalidTopicError, check_topic, topic_problem
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wire
-from tests.wire_strategies import any_frame, frame_streams, frames_of, minimal_frame, single_byte_edits
+from tests.support.wire_strategies import any_frame, frame_streams, frames_of, minimal_frame, single_byte_edits
 from wire import ErrorCode, Frame, FrameDecoder, Limits, Opcode, ProtocolError, RemoteProtocolError
 from wire.decoder import BODY_BOUNDS
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wire
-from tests.wire_strategies import FRAME_STRATEGIES, HOT_OPCODES, minimal_frame, single_byte_edits
+from tests.support.wire_strategies import FRAME_STRATEGIES, HOT_OPCODES, minimal_frame, single_byte_edits
 from wire import AckStatus, Frame, Opcode, RemoteProtocolError
 from wire.limits import MAX_TOPICS_PER_MESSAGE
 from wire.schema import BODIES
@@ -112,7 +112,7 @@ def spec_accepts(op: Opcode, body: bytes) -> tuple[bool, Any]:
     """Whether the specification accepts ``body``, plus the parsed plain fields.
 
     Rules the fast path adds on top of the construct layout, each documented in
-    wire/frames.py:
+    the frame modules under wire/frames/:
 
     * LOG_BATCH: ``crc`` must be the CRC-32 of the body after it (the layout
       carries it as a plain u32; decoding verifies it, so corruption is never served).

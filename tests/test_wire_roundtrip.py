@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wire
-from tests.wire_strategies import FRAME_STRATEGIES, any_frame, minimal_frame
+from tests.support.wire_strategies import FRAME_STRATEGIES, any_frame, minimal_frame
 from wire import BODY_BOUNDS, FrameDecoder, Limits, Opcode
 
 OPCODES = sorted(FRAME_STRATEGIES, key=int)
@@ -163,3 +163,13 @@ def test_unencodable_values_raise_local_protocol_error(make: Callable[[], wire.F
     # encode time -- never struct.error or a construct exception leaking out.
     with pytest.raises(wire.LocalProtocolError):
         make().encode()
+
+
+def test_no_frame_type_is_another_frame_type() -> None:
+    # Frames that share a body layout (SUBSCRIBE/UNSUBSCRIBE, their acks) share it through a
+    # private base: were one to subclass the other, isinstance(frame, Subscribe) would also be
+    # true of an UNSUBSCRIBE and every dispatch would have to test the subclass first.
+    types = list(wire.FRAME_TYPES.values())
+    assert [(a.__name__, b.__name__) for a in types for b in types if a is not b and issubclass(a, b)] == []
+    assert not isinstance(wire.Unsubscribe(topics=("t",)), wire.Subscribe)
+    assert not isinstance(wire.UnsubscribeAck(success=True), wire.SubscribeAck)

@@ -8,55 +8,31 @@ from __future__ import annotations
 
 from .decoder import BODY_BOUNDS, FrameDecoder, check_header
 from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError
-from .frames import (
-    CLIENT_PROTOCOL_VERSION,
-    FRAME_TYPES,
-    HEADER,
-    HEADER_SIZE,
-    PING,
-    PONG,
+from .frames import FRAME_TYPES
+from .frames.base import HEADER, HEADER_SIZE, Frame, plain
+from .frames.client_publish import AckStatus, OffsetRange, Publish, PublishAck, PublishFlags
+from .frames.client_session import CLIENT_PROTOCOL_VERSION, Error, Hello, Status, StatusReply, Welcome
+from .frames.client_subscribe import (
     Ack,
     AckMode,
     AckRange,
-    AckStatus,
     Credit,
     Deliver,
-    Error,
-    Forward,
-    ForwardAck,
-    ForwardBatch,
-    ForwardSet,
-    Frame,
     Gap,
-    Heartbeat,
-    Hello,
-    LogBatch,
-    MeshHello,
-    OffsetRange,
-    Publish,
-    PublishAck,
-    PublishFlags,
-    ResumePosition,
-    SegmentHeader,
     SlowConsumerPolicy,
     StartPosition,
-    Status,
-    StatusReply,
     Sub,
     SubEnd,
     SubOk,
-    Subscribe,
-    SubscribeAck,
     SubUpdate,
     TopicOffset,
     Unsub,
-    Unsubscribe,
-    UnsubscribeAck,
     UpdateOp,
-    Welcome,
     deliver_prefix,
-    plain,
 )
+from .frames.log_segment import LogBatch, SegmentHeader
+from .frames.mesh_v1 import PING, PONG, Forward, Heartbeat, Subscribe, SubscribeAck, Unsubscribe, UnsubscribeAck
+from .frames.mesh_v2 import ForwardAck, ForwardBatch, ForwardSet, MeshHello, ResumePosition
 from .limits import Limits
 from .opcodes import (
     ALL_OPCODES,

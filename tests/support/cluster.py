@@ -13,6 +13,7 @@ PID; every wait polls a hub's STATUS with a deadline (no fixed sleeps).
 Status is read through a raw socket speaking ``wire`` -- it works from any
 thread, so trio tests call the ``a*`` variants, which poll in a worker thread
 and keep their own event loop (and its SDK clients' heartbeats) running.
+Waits of one's own: ``wait_until(check, ..., **HUB_POLL)`` (tests/support/waiting.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import trio
 
 import wire
 from sdk.tools.bench.procs import LineReader
+from tests.support.waiting import await_until, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0
@@ -182,42 +184,14 @@ class Hub:
 
 # -- waiting -------------------------------------------------------------------------------
 
-
-def wait_for(check: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    """Poll ``check`` until it returns something truthy (returned); AssertionError at the deadline."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-        except (OSError, HubError) as exc:  # a hub restarting: keep polling until the deadline
-            last_error = exc
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what} (last error: {last_error!r})")
-        time.sleep(POLL_INTERVAL)
+#: How a wait polls hub processes (keyword arguments for tests.support.waiting): a hub that is
+#: restarting refuses or drops the status connection, which means "not yet"; every STATUS is a
+#: fresh connection to the hub under test, so at most 20 a second.
+HUB_POLL: dict[str, Any] = {"retry_on": (OSError, HubError), "interval": POLL_INTERVAL}
 
 
-async def await_for(check: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    """:func:`wait_for` for trio tests: every check runs in a worker thread, the loop stays live."""
-    import trio
-
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
-        try:
-            result = await trio.to_thread.run_sync(check)
-            if result:
-                return result
-        except (OSError, HubError) as exc:
-            last_error = exc
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what} (last error: {last_error!r})")
-        await trio.sleep(POLL_INTERVAL)
-
-
-async def collect(sub: Any, count: int, timeout: float) -> list[bytes]:
+# What arrived by the deadline is the result: the test compares it and says what is missing.
+async def collect(sub: Any, count: int, timeout: float) -> list[bytes]:  # noqa: ASYNC109
     """Message payloads from an SDK subscription until ``count`` arrived or ``timeout`` passed."""
     got: list[bytes] = []
     with trio.move_on_after(timeout):
@@ -302,7 +276,7 @@ class Cluster:
     def live(self) -> list[Hub]:
         return [h for h in self.hubs if h.alive]
 
-    # -- conditions (each returns a zero-argument check for wait_for / await_for) -------
+    # -- conditions (each returns a zero-argument check for wait_until / await_until) -
 
     def converged_check(self, hubs: Iterable[Hub] | None = None) -> Callable[[], bool]:
         group = list(hubs) if hubs is not None else self.live()
@@ -330,21 +304,25 @@ class Cluster:
 
     def wait_converged(self, hubs: Iterable[Hub] | None = None, timeout: float = 30.0) -> None:
         """Every hub (default: every live one) shows all the others as connected peers."""
-        wait_for(self.converged_check(hubs), timeout=timeout, what="mesh convergence")
+        wait_until(self.converged_check(hubs), timeout=timeout, what="mesh convergence", **HUB_POLL)
 
     def wait_interest(self, at: Hub, topic: str, of: Hub, *, present: bool = True, timeout: float = 15.0) -> None:
         """Hub ``at`` sees (or no longer sees) ``of``'s interest in ``topic``."""
         what = f"{at.name} to see {of.name} {'want' if present else 'drop'} {topic!r}"
-        wait_for(self.interest_check(at, topic, of, present=present), timeout=timeout, what=what)
+        wait_until(self.interest_check(at, topic, of, present=present), timeout=timeout, what=what, **HUB_POLL)
 
-    async def await_converged(self, hubs: Iterable[Hub] | None = None, timeout: float = 30.0) -> None:
-        await await_for(self.converged_check(hubs), timeout=timeout, what="mesh convergence")
+    # Passed on to await_until, which fails naming the wait: a caller's cancel scope could not.
+    async def await_converged(self, hubs: Iterable[Hub] | None = None, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+        check = self.converged_check(hubs)
+        await await_until(check, timeout=timeout, what="mesh convergence", in_thread=True, **HUB_POLL)
 
     async def await_interest(
-        self, at: Hub, topic: str, of: Hub, *, present: bool = True, timeout: float = 15.0
+        # As await_converged.
+        self, at: Hub, topic: str, of: Hub, *, present: bool = True, timeout: float = 15.0  # noqa: ASYNC109
     ) -> None:
         what = f"{at.name} to see {of.name} {'want' if present else 'drop'} {topic!r}"
-        await await_for(self.interest_check(at, topic, of, present=present), timeout=timeout, what=what)
+        check = self.interest_check(at, topic, of, present=present)
+        await await_until(check, timeout=timeout, what=what, in_thread=True, **HUB_POLL)
 
     def close(self) -> None:
         errors: list[BaseException] = []

@@ -28,6 +28,13 @@ ROOT = Path(__file__).resolve().parents[2]
 WAIT_TIMEOUT = 60.0
 
 
+def pub0sub(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``pub0sub *args`` to completion (killed after ``timeout`` seconds); its exit status and output."""
+    return subprocess.run(
+        [sys.executable, "-m", "sdk.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
 class Command:
     def __init__(self, *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> None:
         self.args = list(args)

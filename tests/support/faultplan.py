@@ -41,11 +41,12 @@ from libp2p.peer.id import ID
 import sdk
 from hub.mesh.identity import load_or_create_identity
 from sdk.tools.bench.procs import free_ports
-from tests.support.cluster import Hub, wait_for
+from tests.support.cluster import HUB_POLL, Hub
 from tests.support.history import History, check
 from tests.support.publisher import Publisher
 from tests.support.syncclient import read_all
 from tests.support.tcpproxy import TcpProxy
+from tests.support.waiting import wait_until
 
 HUBS = 3
 HEARTBEAT = 0.5
@@ -182,7 +183,7 @@ class ProxiedMesh:
                     return False
             return True
 
-        wait_for(converged, timeout=timeout, what="the proxied mesh to converge")
+        wait_until(converged, timeout=timeout, what="the proxied mesh to converge", **HUB_POLL)
 
     def apply(self, event: str) -> None:
         verb, where = event.split()
@@ -264,8 +265,8 @@ def run_plan(plan: Sequence[str], base_dir: Path) -> PlanResult:
         with sdk.connect_blocking(h3.address) as client, client.subscribe(topics, durable=DURABLE, start="earliest"):
             pass  # hub 3 wants both topics from here on, attached or not
         for origin, topic in TOPICS.items():
-            wait_for(lambda o=origin, t=topic: t in (mesh.hubs[o].peer(h3) or {}).get("interest", ()),  # type: ignore[misc]
-                     timeout=15, what=f"hub {origin} to see hub 3's interest")  # fmt: skip
+            wait_until(lambda o=origin, t=topic: t in (mesh.hubs[o].peer(h3) or {}).get("interest", ()),  # type: ignore[misc]
+                       timeout=15, what=f"hub {origin} to see hub 3's interest", **HUB_POLL)  # fmt: skip
         for origin, topic in TOPICS.items():
             hub = mesh.hubs[origin]
             pub = Publisher(history, lambda hub=hub: hub.address, [topic], producer=0xF00 + origin,  # type: ignore[misc]

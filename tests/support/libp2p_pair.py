@@ -13,6 +13,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from hub.mesh.host import make_host, quiet_libp2p_logs
+from tests.support.waiting import await_until
 
 PROTO = TProtocol("/pub0sub/test-stream-pair/1.0.0")
 LISTEN = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
@@ -54,9 +55,7 @@ async def stream_pair() -> AsyncIterator[tuple[Any, trio.MemoryReceiveChannel[An
 async def connection_quiet(stream: Any) -> None:
     """Wait out the connection's start-up traffic (identify, pings), which holds its write lock."""
     lock = stream.muxed_stream.conn._write_lock
-    with trio.fail_after(10):
-        while lock.locked():
-            await trio.sleep(0.01)
+    await await_until(lambda: not lock.locked(), timeout=10, what="the connection's write lock to be free")
     await trio.sleep(0.2)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import wire
 from tests.support.history import OK, UNKNOWN, History, Op
 from tests.support.syncclient import ConnectionLost, SyncClient, publish_frame
+from tests.support.waiting import wait_until
 
 
 class Publisher(threading.Thread):
@@ -132,11 +133,15 @@ class Publisher(threading.Thread):
 
 
 def wait_progress(pub: Publisher, more_than: int, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while pub.acked_batches <= more_than:
-        assert time.monotonic() < deadline, f"no publish acknowledged within {within}s ({pub.errors})"
+    """Until ``pub`` has more than ``more_than`` batches acknowledged; fails at once if it died."""
+
+    def progressed() -> bool:
+        if pub.acked_batches > more_than:
+            return True
         assert pub.is_alive(), f"publisher died: {pub.errors}"
-        time.sleep(0.02)
+        return False
+
+    wait_until(progressed, timeout=within, what=lambda: f"more than {more_than} acknowledged batches ({pub.errors})")
 
 
 def assert_acked_offsets_hold(pub: Publisher, reads: dict[str, list[tuple[int, bytes]]]) -> None:

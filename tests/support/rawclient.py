@@ -26,7 +26,8 @@ class RawClient:
     async def send(self, *frames: Frame | bytes) -> None:
         await self.stream.send_all(b"".join(f if isinstance(f, bytes) else f.encode() for f in frames))
 
-    async def recv(self, timeout: float = 5.0) -> Frame | None:
+    # Bounded by default: a silent hub fails the test in seconds, not at pytest's timeout.
+    async def recv(self, timeout: float = 5.0) -> Frame | None:  # noqa: ASYNC109
         """The next frame, or None at EOF."""
         with trio.fail_after(timeout):
             while True:
@@ -45,7 +46,8 @@ class RawClient:
                     continue
                 self.decoder.feed(data)
 
-    async def expect(self, kind: type[Frame], timeout: float = 5.0, *, skip: tuple[type[Frame], ...] = ()) -> Frame:
+    # As recv.
+    async def expect(self, kind: type[Frame], timeout: float = 5.0, *, skip: tuple[type[Frame], ...] = ()) -> Frame:  # noqa: ASYNC109
         while True:
             frame = await self.recv(timeout)
             if isinstance(frame, kind):

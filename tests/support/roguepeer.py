@@ -82,13 +82,15 @@ class RoguePeer:
     async def send(self, *chunks: bytes | wire.Frame) -> None:
         await self.stream.write(b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks))
 
-    async def wait_closed(self, timeout: float) -> bool:
+    # The answer is whether it closed by the deadline, a bool the test asserts on.
+    async def wait_closed(self, timeout: float) -> bool:  # noqa: ASYNC109
         """True if the hub closed (or reset) the stream within ``timeout`` seconds."""
         with trio.move_on_after(timeout):
             await self.closed.wait()
         return self.closed.is_set()
 
-    async def wait_for(self, kind: type[wire.Frame], timeout: float) -> wire.Frame | None:
+    # As wait_closed; None (nothing of that kind came) is an answer tests assert on.
+    async def wait_for(self, kind: type[wire.Frame], timeout: float) -> wire.Frame | None:  # noqa: ASYNC109
         """The first frame of ``kind`` received (waiting up to ``timeout``), or None."""
         with trio.move_on_after(timeout):
             while True:

@@ -14,6 +14,7 @@ import time
 from typing import Any, TypeVar
 
 import wire
+from tests.support.waiting import wait_until
 from wire import HUB_TO_CLIENT_OPCODES, Frame, FrameDecoder, Limits
 
 F = TypeVar("F", bound=Frame)
@@ -47,14 +48,13 @@ class SyncClient:
     @classmethod
     def connect_retry(cls, address: str, *, within: float = 5.0, name: str = "sync") -> SyncClient:
         """Connect, retrying refused connections for at most ``within`` seconds."""
-        deadline = time.monotonic() + within
-        while True:
-            try:
-                return cls.connect(address, timeout=max(0.2, deadline - time.monotonic()), name=name)
-            except (OSError, ConnectionLost):
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.05)
+        return wait_until(
+            lambda: cls.connect(address, timeout=within, name=name),
+            timeout=within,
+            what=f"a connection to {address}",
+            retry_on=(OSError, ConnectionLost),
+            interval=0.05,
+        )
 
     def send(self, *frames: Frame | bytes) -> None:
         data = b"".join(f if isinstance(f, bytes) else f.encode() for f in frames)

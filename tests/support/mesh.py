@@ -1,4 +1,4 @@
-"""Shared helpers for the mesh tests (no tests here): in-process meshes on 127.0.0.1."""
+"""In-process meshes on 127.0.0.1 for the mesh tests, and a seed-only v1 peer built from raw bytes."""
 
 from __future__ import annotations
 
@@ -114,15 +114,6 @@ async def start_mesh(
     mesh.store = store  # type: ignore[attr-defined]
     await nursery.start(mesh.run)
     return mesh
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true; fail after ``timeout`` seconds (no fixed sleeps in tests)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await trio.sleep(0.01)
 
 
 def status_of(mesh: Mesh, other: Mesh) -> dict[str, Any]:

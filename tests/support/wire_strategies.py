@@ -62,6 +62,7 @@ from wire import (
     Welcome,
     encode_records,
 )
+from wire.frames.base import SchemaFrame
 
 # -- scalars -------------------------------------------------------------------
 
@@ -347,10 +348,8 @@ def single_byte_edits(body: bytes) -> list[bytes]:
     return out
 
 
-#: Opcodes whose frames have hand-written struct fast paths (not ``_SchemaFrame``).
-HOT_OPCODES: tuple[Opcode, ...] = tuple(
-    op for op, cls in wire.FRAME_TYPES.items() if not issubclass(cls, wire.frames._SchemaFrame)
-)
+#: Opcodes whose frames have hand-written struct fast paths (not ``SchemaFrame``).
+HOT_OPCODES: tuple[Opcode, ...] = tuple(op for op, cls in wire.FRAME_TYPES.items() if not issubclass(cls, SchemaFrame))
 
 __all__: list[str] = [
     "FRAME_STRATEGIES",

@@ -1,0 +1,86 @@
+"""A hub as a ``python -m hub`` subprocess on 127.0.0.1, and what tests read from one.
+
+The ``start_hub``/``hub`` fixtures (tests/conftest.py) start them and stop them at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import sdk
+
+ROOT = Path(__file__).resolve().parents[2]
+HUB_START_TIMEOUT = 20.0
+
+
+class HubProcess:
+    """A ``python -m hub`` subprocess; stopped by its PID, never by name."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.args = ["--listen", "127.0.0.1:0", *args]
+        # stderr to a file: the hub logs at INFO, and a pipe nobody reads would block it once full.
+        self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the hub stops; GC closes it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hub", *self.args],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + HUB_START_TIMEOUT
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith("listening on ") or not line:
+                break
+        if not line.startswith("listening on "):
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise RuntimeError(f"hub did not start: {line!r}\n{self.stderr_text()}")
+        self.address = line.split()[-1]
+        self.host, port = self.address.rsplit(":", 1)
+        self.port = int(port)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr_text(self) -> str:
+        """What the hub wrote to stderr so far (its log)."""
+        self._stderr.seek(0)
+        return self._stderr.read()
+
+    def stop(self, timeout: float = 5.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return self.proc.returncode
+
+
+def mesh_lines(hub: HubProcess) -> tuple[str, str]:
+    """The hub's hub id and mesh multiaddr from its start-up lines (after ``listening on``)."""
+    assert hub.proc.stdout is not None
+    hub_id = hub.proc.stdout.readline().split()[-1]
+    multiaddr = hub.proc.stdout.readline().split()[-1]
+    return hub_id, multiaddr
+
+
+def hub_status(address: str) -> dict[str, Any]:
+    """The STATUS document of the hub at ``address``."""
+    with sdk.connect_blocking(address, reconnect=None) as client:
+        return client.status()

@@ -1,0 +1,229 @@
+"""Client protocol, subscriptions: open, update and close them; deliveries, acks, credit, notices.
+
+DELIVER, ACK and CREDIT are hot frames with ``struct`` code (proven equal to
+:mod:`wire.schema`); the others are encoded by the schema directly.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import ClassVar
+
+from ..errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from ..opcodes import Opcode
+from ..records import RecordBatch, encode_topic, read_topic
+from .base import U32, U64X2, Frame, SchemaFrame
+
+
+class StartPosition(IntEnum):
+    #: Only messages published after the subscription (live, at-most-once).
+    LATEST = 0
+    #: From the oldest message still in the log.
+    EARLIEST = 1
+    #: From the per-topic offsets in ``offsets``.
+    OFFSET = 2
+    #: From the first message appended at or after ``start_value`` (µs since the epoch).
+    TIMESTAMP = 3
+
+
+class AckMode(IntEnum):
+    #: The hub does not track acknowledgements.
+    NONE = 0
+    #: The hub expects ACK frames and keeps unacknowledged messages pending.
+    EXPLICIT = 1
+
+
+class SlowConsumerPolicy(IntEnum):
+    #: End the subscription with OUT_OF_CAPACITY (the Tendermint ADR 033 choice).
+    CANCEL = 0
+    #: Drop the oldest queued batches and send a GAP notice with the count.
+    DROP_OLDEST = 1
+
+
+class UpdateOp(IntEnum):
+    ADD = 1
+    REMOVE = 2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TopicOffset:
+    topic: str
+    offset: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Sub(SchemaFrame):
+    """Open subscription ``sub_id`` (chosen by the client, unique per connection)."""
+
+    OPCODE: ClassVar[Opcode] = Opcode.SUB
+    sub_id: int
+    patterns: tuple[str, ...]
+    start: StartPosition = StartPosition.LATEST
+    start_value: int = 0
+    ack_mode: AckMode = AckMode.NONE
+    policy: SlowConsumerPolicy = SlowConsumerPolicy.CANCEL
+    credit: int = 0
+    ack_wait_ms: int = 0
+    durable: str = ""
+    group: str = ""
+    offsets: tuple[TopicOffset, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.patterns) <= 0xFFFF:
+            raise LocalProtocolError("a subscription needs 1..65535 topics or patterns")
+        for p in self.patterns:
+            encode_topic(p)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubOk(SchemaFrame):
+    """The subscription is open; ``offsets`` is where it starts on each known topic."""
+
+    OPCODE: ClassVar[Opcode] = Opcode.SUB_OK
+    sub_id: int
+    offsets: tuple[TopicOffset, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Unsub(SchemaFrame):
+    OPCODE: ClassVar[Opcode] = Opcode.UNSUB
+    sub_id: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubUpdate(SchemaFrame):
+    OPCODE: ClassVar[Opcode] = Opcode.SUB_UPDATE
+    sub_id: int
+    op: UpdateOp
+    patterns: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.patterns) <= 0xFFFF:
+            raise LocalProtocolError("an update needs 1..65535 topics or patterns")
+        for p in self.patterns:
+            encode_topic(p)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Deliver(Frame):
+    """One record batch for subscription ``sub_id``.
+
+    A hub encodes the batch once and prefixes it per subscriber with
+    :func:`deliver_prefix`, so fan-out costs one header per subscriber.
+    """
+
+    OPCODE: ClassVar[Opcode] = Opcode.DELIVER
+    sub_id: int
+    batch: RecordBatch
+
+    def encode_body(self) -> bytes:
+        return U32.pack(self.sub_id) + self.batch.encode()
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Frame:
+        end = len(body)
+        if end < 4:
+            raise RemoteProtocolError("subscription id missing", offset=0)
+        (sub_id,) = U32.unpack_from(body, 0)
+        batch, pos = RecordBatch.read(body, 4, end)
+        if pos != end:
+            raise RemoteProtocolError(f"{end - pos} trailing bytes after the record batch", offset=pos)
+        return cls(sub_id=sub_id, batch=batch)
+
+
+_DELIVER_PREFIX = struct.Struct(">BII")
+
+
+def deliver_prefix(sub_id: int, encoded_batch_len: int) -> bytes:
+    """Header + subscription id of a DELIVER whose batch is already encoded."""
+    return _DELIVER_PREFIX.pack(Opcode.DELIVER, 4 + encoded_batch_len, sub_id)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AckRange:
+    topic: str
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ack(Frame):
+    """Consumer acknowledgement of inclusive offset ranges."""
+
+    OPCODE: ClassVar[Opcode] = Opcode.ACK
+    sub_id: int
+    ranges: tuple[AckRange, ...]
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.ranges) <= 0xFFFF:
+            raise LocalProtocolError("an ack carries 1..65535 ranges")
+
+    def encode_body(self) -> bytes:
+        parts = [struct.pack(">IH", self.sub_id, len(self.ranges))]
+        for r in self.ranges:
+            parts.append(encode_topic(r.topic))
+            parts.append(U64X2.pack(r.first_offset, r.last_offset))
+        return b"".join(parts)
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Frame:
+        end = len(body)
+        if end < 6:
+            raise RemoteProtocolError("ack header needs 6 bytes", offset=0)
+        sub_id, n = struct.unpack_from(">IH", body, 0)
+        if n == 0:
+            raise RemoteProtocolError("ack with 0 ranges", offset=4)
+        pos = 6
+        ranges = []
+        for _ in range(n):
+            topic, pos = read_topic(body, pos, end)
+            if end - pos < 16:
+                raise RemoteProtocolError("ack range needs 16 bytes", offset=pos)
+            first, last = U64X2.unpack_from(body, pos)
+            pos += 16
+            ranges.append(AckRange(topic=topic, first_offset=first, last_offset=last))
+        if pos != end:
+            raise RemoteProtocolError(f"{end - pos} trailing bytes after the last range", offset=pos)
+        return cls(sub_id=sub_id, ranges=tuple(ranges))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Credit(Frame):
+    """The subscriber grants ``credit`` more messages to subscription ``sub_id``."""
+
+    OPCODE: ClassVar[Opcode] = Opcode.CREDIT
+    sub_id: int
+    credit: int
+
+    def encode_body(self) -> bytes:
+        return struct.pack(">II", self.sub_id, self.credit)
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Frame:
+        if len(body) != 8:
+            raise RemoteProtocolError(f"credit body is 8 bytes, got {len(body)}", offset=0)
+        sub_id, credit = struct.unpack(">II", body)
+        return cls(sub_id=sub_id, credit=credit)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Gap(SchemaFrame):
+    """``dropped`` messages of ``topic`` from ``first_offset`` on were dropped (drop-oldest)."""
+
+    OPCODE: ClassVar[Opcode] = Opcode.GAP
+    sub_id: int
+    topic: str
+    first_offset: int
+    dropped: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubEnd(SchemaFrame):
+    """The hub ended subscription ``sub_id``."""
+
+    OPCODE: ClassVar[Opcode] = Opcode.SUB_END
+    sub_id: int
+    code: ErrorCode
+    reason: str = ""
