@@ -61,8 +61,8 @@ def test_l2_runs_nats_across_a_route(capsys: pytest.CaptureFixture[str]) -> None
 
 @pytest.mark.parametrize("replay", [False, True], ids=["forward", "replay"])
 def test_in_process_mesh_bench_delivers_everything(replay: bool) -> None:
-    """``python -m hub.mesh.bench [--replay]`` (docs/benchmarks.md): every message arrives."""
-    from hub.mesh.bench import bench, bench_replay
+    """``python -m hub.tools.mesh_bench [--replay]`` (docs/benchmarks.md): every message arrives."""
+    from hub.tools.mesh_bench import bench, bench_replay
 
     result = trio.run(bench_replay if replay else bench, 5_000, 100, 64)
     # The replay's receiver already holds the first set of 100.

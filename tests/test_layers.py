@@ -1,9 +1,13 @@
 """The import rules between and inside the packages, read from the source with ``ast``.
 
 ``sdk`` and ``hub`` never import each other (tests may import both): tools start hubs only as
-processes.  Every import counts -- at the top, inside a function, under ``if TYPE_CHECKING:`` --
-and so does a module named by a string to ``importlib``: ``import_module("hub.cli")`` is an
-import too, even when the name is looked up in a table first.
+processes.  No package has import circles.  Inside ``hub/`` the layers point one way
+(docs/architecture.md): storage <- core <- shell <- app; storage imports only ``wire``
+and the standard library, the core no trio, socket or libp2p.
+
+Every import counts -- at the top, inside a function, under ``if TYPE_CHECKING:`` -- and so
+does a module named by a string to ``importlib``: ``import_module("hub.cli")`` is an import
+too, even when the name is looked up in a table first.
 """
 
 from __future__ import annotations
@@ -162,8 +166,7 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-# hub/ is being layered (issue 15); its circles are checked here once that lands.
-@pytest.mark.parametrize("package", ["sdk", "wire"])
+@pytest.mark.parametrize("package", ["hub", "sdk", "wire"])
 def test_no_import_circles(package: str) -> None:
     found = circles(import_graph(package))
     assert not found, f"import circles in {package}/:\n" + "\n".join(" <-> ".join(c) for c in found)
@@ -172,3 +175,88 @@ def test_no_import_circles(package: str) -> None:
 def test_circles_are_found() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": {"f", "a"}, "g": set()}
     assert circles(graph) == [["a", "b", "c"], ["d", "e"], ["f"]]
+
+
+# -- the hub's layers ---------------------------------------------------------------------
+
+#: Layers from the bottom, each a module prefix.  A module may import its own layer and those below.
+HUB_LAYERS = [
+    ("storage", ("hub.storage",)),
+    ("core", ("hub.core",)),
+    ("shell", ("hub.shell", "hub.mesh")),
+    ("app", ("hub.app", "hub.cli", "hub.config", "hub.tools", "hub.__main__", "hub")),
+]
+#: What the core decides without: any of these imported in hub/core/ is I/O leaking in.
+IO_MODULES = {"trio", "anyio", "asyncio", "socket", "selectors", "libp2p", "multiaddr", "ssl", "threading"}
+#: Longest hub file before it is asked to be split (STYLE.md: "a file that passes ~400 lines is
+#: asking to be split").
+MAX_HUB_FILE_LINES = 420
+
+
+def hub_layer(module: str) -> int:
+    """The index in :data:`HUB_LAYERS` of ``module`` (longest matching prefix wins)."""
+    best, depth = -1, -1
+    for index, (_name, prefixes) in enumerate(HUB_LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and prefix.count(".") > depth:
+                best, depth = index, prefix.count(".")
+    assert best >= 0, f"{module} is in no layer"
+    return best
+
+
+def hub_imports() -> Iterator[Import]:
+    for path in source_files("hub"):
+        yield from imports_of(path, module_name(path))
+
+
+def test_hub_layers_only_import_downward() -> None:
+    upward = []
+    for imp in hub_imports():
+        if imp.target.split(".")[0] != "hub" or imp.target == "hub":
+            continue
+        own, target = hub_layer(imp.importer), hub_layer(imp.target)
+        if target > own:
+            upward.append(f"{imp} ({HUB_LAYERS[own][0]} -> {HUB_LAYERS[target][0]})")
+    assert not upward, "imports that point up the hub's layers:\n" + "\n".join(upward)
+
+
+def test_storage_imports_only_wire_and_the_standard_library() -> None:
+    import sys
+
+    wrong = [
+        str(imp)
+        for imp in hub_imports()
+        if imp.importer.startswith("hub.storage")
+        and (top := imp.target.split(".")[0]) not in sys.stdlib_module_names
+        and top not in ("wire", "__future__")
+        and not imp.target.startswith("hub.storage")
+    ]
+    assert not wrong, "storage imports beyond wire and the standard library:\n" + "\n".join(wrong)
+
+
+def test_the_core_decides_without_io() -> None:
+    io = [
+        str(imp)
+        for imp in hub_imports()
+        if imp.importer.startswith("hub.core") and imp.target.split(".")[0] in IO_MODULES
+    ]
+    assert not io, "the core imports I/O:\n" + "\n".join(io)
+
+
+def test_hub_files_stay_short() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in source_files("hub")
+        if (n := len(p.read_text().splitlines())) > MAX_HUB_FILE_LINES
+    }
+    assert not long, f"hub files over {MAX_HUB_FILE_LINES} lines: {long}"
+
+
+def test_the_layer_rule_catches_an_upward_import(tmp_path: Path) -> None:
+    assert hub_layer("hub.core.hub") < hub_layer("hub.shell.connection") < hub_layer("hub.app")
+    assert hub_layer("hub.mesh.session") == hub_layer("hub.shell.loops")
+    assert hub_layer("hub.storage.store") < hub_layer("hub.core.follower")
+    probe = tmp_path / "probe.py"
+    probe.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hub.shell.connection import X\n")
+    (imp,) = [i for i in imports_of(probe, "hub.core.probe") if i.target.startswith("hub.")]
+    assert hub_layer(imp.target) > hub_layer(imp.importer)

@@ -11,7 +11,8 @@ from hub.core.mesh.config import MeshConfig
 from hub.core.mesh.core import MeshCore
 from hub.core.mesh.interest import InterestTable, LocalInterest, valid_pattern
 from hub.core.mesh.known_peers import KnownPeer, KnownPeers
-from hub.core.mesh.peer import PeerLink, topic_chunks
+from hub.core.mesh.link import PeerLink
+from hub.core.mesh.peer import topic_chunks
 from hub.core.mesh.protocols import encode_forward_batch, encode_forward_set, encode_stored_set, encode_v1_forwards
 from hub.core.mesh.window import ForwardWindow, WindowEntry
 

@@ -54,6 +54,7 @@ from .mesh_link import MeshLink
 from .origin import OriginSequence
 from .publishing import Publisher
 from .routing import RoutingTable
+from .slow_consumers import SlowConsumerPolicies
 from .stats import HubStats
 from .subscribing import SubscriptionLimits, Subscriptions
 from .work import WorkQueue
@@ -135,6 +136,7 @@ class HubCore:
             consumers.on_forget = self._drop_interest
             for state in consumers.states.values():
                 self._keep_interest(state)
+        self.slow_consumers = SlowConsumerPolicies(self.stats, self.subscriptions.end)
         subs = self.subscriptions
         self._handlers: dict[type[Frame], Callable[[ClientSession, Any], None]] = {
             Publish: self.publisher.publish,
@@ -220,7 +222,7 @@ class HubCore:
             output=self.output,
             stats=self.stats,
             work=self.work,
-            policies=self.subscriptions,
+            policies=self.slow_consumers,
         )
         self._next_conn_id += 1
         self.sessions[session.conn_id] = session

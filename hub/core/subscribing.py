@@ -1,10 +1,10 @@
-"""Opening, changing and ending subscriptions; acks, credit, slow consumers.
+"""Opening, changing and ending subscriptions; acks and credit.
 
 Three kinds of subscription, chosen from the SUB options:
 
 * live: ``start=LATEST``, no durable name, no group -- the router delivers
   each publish straight into the connection's queue (fastest path);
-  a slow one is cancelled or drops oldest with GAP notices.
+  a slow one meets its slow-consumer policy (:mod:`hub.core.slow_consumers`).
 * follower: any other start position or a durable name -- reads the topic
   logs (:mod:`hub.core.follower`); a slow one lags, nothing is lost.
 * group member: a group name -- the group hands each message to one member
@@ -26,7 +26,6 @@ from wire import (
     AckMode,
     Credit,
     ErrorCode,
-    SlowConsumerPolicy,
     StartPosition,
     Sub,
     SubEnd,
@@ -45,7 +44,6 @@ from .groups import ConsumerGroup
 from .routing import RoutingTable
 
 if TYPE_CHECKING:
-    from ..storage.batches import SharedBatch
     from ..storage.store import LogStore
     from .clock import Clock
     from .stats import HubStats
@@ -405,39 +403,3 @@ class Subscriptions:
             sub.group.wake()
         else:
             sub.wake()
-
-    # -- slow consumers -----------------------------------------------------------------
-
-    def make_room(self, session: ClientSession, sub: Subscription, batch: SharedBatch, nbytes: int) -> bool:
-        """Apply ``sub``'s policy because ``batch`` does not fit; True if it may be queued now."""
-        if sub.policy is SlowConsumerPolicy.CANCEL:
-            self.cancel_slow(session, sub)
-            return False
-        dropped = session.out.drop_oldest(sub, nbytes)
-        self.stats.dropped_messages += dropped
-        if session.out.fits(nbytes):
-            return True
-        session.out.gap_instead(sub, batch)
-        self.stats.dropped_messages += batch.count
-        return False
-
-    def held_overflow(self, session: ClientSession, sub: Subscription, batch: SharedBatch) -> None:
-        """Batches waiting for credit exceed the cap."""
-        if sub.policy is SlowConsumerPolicy.CANCEL:
-            self.cancel_slow(session, sub)
-            return
-        oldest = sub.held_batches.pop(0)
-        sub.queued_messages -= oldest.count
-        session.out.gap_instead(sub, oldest)
-        self.stats.dropped_messages += oldest.count
-        sub.held_batches.append(batch)
-        sub.queued_messages += batch.count
-
-    def cancel_slow(self, session: ClientSession, sub: Subscription) -> None:
-        self.stats.cancelled_subscriptions += 1
-        reason = (
-            f"subscription {sub.sub_id} cannot keep up: {session.out.pending_bytes} bytes queued, "
-            f"cap max_pending_bytes={session.out.cap}"
-        )
-        log.info("connection %d (%s): %s", session.conn_id, session.peer, reason)
-        self.end(session, sub, ErrorCode.OUT_OF_CAPACITY, reason)

@@ -30,7 +30,8 @@ from ..core.mesh.config import MeshConfig
 from ..core.mesh.core import MeshCore
 from ..core.mesh.inbound import ForwardHandler
 from ..core.mesh.interest import InterestTable, LocalInterest
-from ..core.mesh.peer import PeerLink, PeerProtocol
+from ..core.mesh.link import PeerLink
+from ..core.mesh.peer import PeerProtocol
 from ..core.mesh.protocols import MeshVersion
 from ..core.mesh.replay import ReplaySource
 from ..core.mesh.status import CloseReason

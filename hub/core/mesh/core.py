@@ -22,7 +22,8 @@ from .hub_id import hub_id_for
 from .inbound import ForwardHandler, InboundForwards
 from .interest import InterestTable, LocalInterest, valid_pattern
 from .known_peers import KnownPeers
-from .peer import PeerLink, PeerProtocol
+from .link import PeerLink
+from .peer import PeerProtocol
 from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
 from .replay import Replay, ReplaySource
 from .status import CloseReason

@@ -1,8 +1,8 @@
-"""One peer hub: its record across reconnects, and the protocol state of one mesh stream with it.
+"""The protocol state of one mesh stream with a peer hub.
 
-:class:`PeerLink` outlives streams: counters, the v2 forward window, the hub id
-the peer gave.  :class:`PeerProtocol` speaks one negotiated version on one
-stream, as a state machine without I/O: frames in (:meth:`PeerProtocol.receive`),
+:class:`PeerProtocol` speaks one negotiated version on one stream (the peer's
+record across streams is its :class:`~hub.core.mesh.link.PeerLink`), as a state
+machine without I/O: frames in (:meth:`PeerProtocol.receive`),
 bytes out (:meth:`PeerProtocol.take_chunk`), the time in (:meth:`PeerProtocol.tick`).
 The shell's ``hub.mesh.session.PeerSession`` owns the stream and runs the reader,
 writer (with its pacing), timer and ack tasks around it; a simulator can drive
@@ -15,7 +15,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import wire
 from wire.limits import MAX_TOPICS_PER_MESSAGE
@@ -25,11 +25,11 @@ from .inbound import V1_ORIGIN, InboundForwards, InboundResult
 from .interest import LocalInterest, valid_pattern
 from .protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, encode_forward_batch
 from .replay import Replay, ReplaySource
-from .status import CloseReason, PeerCounters
-from .window import ForwardWindow
+from .status import CloseReason
 
 if TYPE_CHECKING:
     from ..clock import Clock
+    from .link import PeerLink
 
 log = logging.getLogger("hub.mesh.session")
 
@@ -37,63 +37,6 @@ PING_FRAME = wire.PING.encode()
 PONG_FRAME = wire.PONG.encode()
 #: Positions fit a u16 count in MESH_HELLO.
 MAX_HELLO_POSITIONS = 0xFFFF
-
-
-class PeerLink:
-    """One remote hub as this hub knows it, across reconnects.
-
-    ``key`` is the peer id's text form (the shell's libp2p id is ``peer_id``, opaque here);
-    ``peer_bytes`` its binary form, from which its hub id is derived.
-    """
-
-    def __init__(self, key: str, peer_bytes: bytes, config: MeshConfig, *, peer_id: Any = None) -> None:
-        self.key = key
-        self.peer_bytes = peer_bytes
-        self.peer_id: Any = peer_id if peer_id is not None else key
-        self.short_id = key[-8:]
-        #: Where to dial it (opaque to the core: the shell's multiaddrs).
-        self.addrs: list[Any] = []
-        #: configured with --bootstrap while discovery is off: dialed only at these
-        #: addresses (e.g. through a fixed proxy) and never given up on
-        self.static_addrs: list[Any] = []
-        self.counters = PeerCounters()
-        self.window = ForwardWindow(max_sets=config.window_max_sets, max_bytes=config.window_max_bytes)
-        self.protocol: PeerProtocol | None = None
-        self.version: MeshVersion | None = None
-        self.remote_hub_id: int | None = None
-        self.last_close: CloseReason | None = None
-        #: monotonic time the last session ended; None while a session is up.
-        self.down_since: float | None = None
-        self.dialing = False
-        #: an accepted stream whose session has not started yet (counts toward max_peers)
-        self.starting = False
-
-    @property
-    def live(self) -> bool:
-        return self.protocol is not None and self.protocol.alive
-
-    def status(self, interest: frozenset[str]) -> dict[str, Any]:
-        addr = None
-        if self.addrs:
-            addr = f"{self.addrs[0]}/p2p/{self.key}" if "/p2p/" not in str(self.addrs[0]) else str(self.addrs[0])
-        protocol = self.protocol
-        return {
-            "peer_id": self.key,
-            "multiaddr": addr,
-            "hub_id": None if self.remote_hub_id is None else f"{self.remote_hub_id:016x}",
-            "protocol": self.version.protocol_id if self.version else None,
-            "connected": self.live,
-            "direction": None if protocol is None else ("outbound" if protocol.outbound else "inbound"),
-            "last_close": None if self.last_close is None else self.last_close.value,
-            "interest": sorted(interest),
-            "window_sets": len(self.window),
-            "window_unacked": self.window.unacked,
-            "window_bytes": self.window.bytes,
-            "acked_seq": self.window.acked_seq,
-            "window_evicted_unacked_sets": self.window.evicted.unacked_sets,
-            "window_evicted_unsent_messages": self.window.evicted.unsent_messages,
-            **self.counters.as_dict(),
-        }
 
 
 class ProtocolOwner(Protocol):

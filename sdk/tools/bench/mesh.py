@@ -7,7 +7,7 @@ beside py-libp2p's GossipSub on three hosts (M1) and two routed nats-servers (L2
   first hub's STATUS shows that interest (otherwise the first messages would be
   published before the mesh knows anyone wants them), then starts the publisher
   on the first hub.
-* GossipSub: ``python -m hub.mesh.gossipsub_bench`` (with the hub: it needs the hub's libp2p
+* GossipSub: ``python -m hub.tools.gossipsub_bench`` (with the hub: it needs the hub's libp2p
   host) runs three libp2p hosts (Noise + yamux, like the hubs) in one process, fully connected;
   a publisher on host 1, a subscriber on host 3.  It publishes as fast as ``publish()`` returns
   and counts what arrives within a bounded time -- once as configured by default
@@ -202,7 +202,7 @@ def _gossipsub(spam_protection: bool) -> Callable[[Server | None, Params], Measu
     def measure(server: Server | None, p: Params) -> Measurement:
         messages = min(p.messages or GOSSIP_MAX_MESSAGES, GOSSIP_MAX_MESSAGES)
         # A process of its own: it needs the hub's libp2p host, and the SDK never imports hub modules.
-        argv = python_module("hub.mesh.gossipsub_bench", "--messages", str(messages), "--size", str(p.size),
+        argv = python_module("hub.tools.gossipsub_bench", "--messages", str(messages), "--size", str(p.size),
                              "--topic", CHANNEL, "--drain", str(GOSSIP_DRAIN_SECONDS), "--timeout", str(p.timeout),
                              *([] if spam_protection else ["--no-spam-protection"]))  # fmt: skip
         proc = spawn(argv)

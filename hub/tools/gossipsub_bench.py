@@ -1,7 +1,7 @@
 """py-libp2p's own GossipSub on hosts built like a hub's: the baseline ``pub0sub bench`` measures
 beside the pub0sub mesh in scenario M1.  Run as a process; it prints one JSON line.
 
-    python -m hub.mesh.gossipsub_bench --messages 5000 --size 64 [--no-spam-protection]
+    python -m hub.tools.gossipsub_bench --messages 5000 --size 64 [--no-spam-protection]
 
 Three libp2p hosts (Noise + yamux, as :func:`~hub.mesh.host.make_host` builds them) in one
 process on 127.0.0.1, fully connected like the pub0sub mesh; a publisher on host 1, a subscriber
@@ -27,7 +27,7 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 
-from .host import DEFAULT_LISTEN, make_host, quiet_libp2p_logs
+from ..mesh.host import DEFAULT_LISTEN, make_host, quiet_libp2p_logs
 
 
 async def measure(
@@ -104,7 +104,7 @@ async def measure(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hub.mesh.gossipsub_bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hub.tools.gossipsub_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=5_000, help="messages published at most")
     parser.add_argument("--size", type=int, default=64, help="message size in bytes")
     parser.add_argument("--topic", default="bench")

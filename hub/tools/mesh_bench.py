@@ -1,7 +1,7 @@
 """Measure v2 forwarding between two in-process hubs over one libp2p stream on 127.0.0.1.
 
-    python -m hub.mesh.bench --messages 500000 --per-set 100 --size 64
-    python -m hub.mesh.bench --replay --messages 500000 --per-set 100 --size 64
+    python -m hub.tools.mesh_bench --messages 500000 --per-set 100 --size 64
+    python -m hub.tools.mesh_bench --replay --messages 500000 --per-set 100 --size 64
 
 Both hubs share one trio loop (one CPU core), so the figure includes the
 receiver's decoding too.  The clock runs from the first ``forward()`` to the
@@ -29,7 +29,7 @@ from libp2p.peer.id import ID
 import wire
 
 from ..core.mesh.config import MeshConfig
-from .mesh import Mesh
+from ..mesh.mesh import Mesh
 
 
 class _Receiver:
@@ -125,7 +125,7 @@ async def bench_replay(messages: int, per_set: int, size: int) -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hub.mesh.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hub.tools.mesh_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=500_000)
     parser.add_argument("--per-set", type=int, default=100, help="messages per forward() call (publish batch)")
     parser.add_argument("--size", type=int, default=64, help="message size in bytes")

@@ -1,0 +1,90 @@
+"""One peer hub as this hub knows it, across reconnects: counters, forward window, hub id."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from .config import MeshConfig
+from .protocols import MeshVersion
+from .status import CloseReason, PeerCounters
+from .window import ForwardWindow
+
+
+class LinkSession(Protocol):
+    """What the mesh asks of a link's current stream (``hub.core.mesh.peer.PeerProtocol``)."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def outbound(self) -> bool: ...
+
+    @property
+    def version(self) -> MeshVersion: ...
+
+    def close(self, reason: CloseReason) -> None: ...
+
+    def announce(self, patterns: list[str]) -> None: ...
+
+    def withdraw(self, patterns: list[str]) -> None: ...
+
+    def send_v1(self, frames: bytes, count: int) -> bool: ...
+
+    def forwards_queued(self) -> None: ...
+
+
+class PeerLink:
+    """One remote hub as this hub knows it, across reconnects.
+
+    ``key`` is the peer id's text form (the shell's libp2p id is ``peer_id``, opaque here);
+    ``peer_bytes`` its binary form, from which its hub id is derived.
+    """
+
+    def __init__(self, key: str, peer_bytes: bytes, config: MeshConfig, *, peer_id: Any = None) -> None:
+        self.key = key
+        self.peer_bytes = peer_bytes
+        self.peer_id: Any = peer_id if peer_id is not None else key
+        self.short_id = key[-8:]
+        #: Where to dial it (opaque to the core: the shell's multiaddrs).
+        self.addrs: list[Any] = []
+        #: configured with --bootstrap while discovery is off: dialed only at these
+        #: addresses (e.g. through a fixed proxy) and never given up on
+        self.static_addrs: list[Any] = []
+        self.counters = PeerCounters()
+        self.window = ForwardWindow(max_sets=config.window_max_sets, max_bytes=config.window_max_bytes)
+        self.protocol: LinkSession | None = None
+        self.version: MeshVersion | None = None
+        self.remote_hub_id: int | None = None
+        self.last_close: CloseReason | None = None
+        #: monotonic time the last session ended; None while a session is up.
+        self.down_since: float | None = None
+        self.dialing = False
+        #: an accepted stream whose session has not started yet (counts toward max_peers)
+        self.starting = False
+
+    @property
+    def live(self) -> bool:
+        return self.protocol is not None and self.protocol.alive
+
+    def status(self, interest: frozenset[str]) -> dict[str, Any]:
+        addr = None
+        if self.addrs:
+            addr = f"{self.addrs[0]}/p2p/{self.key}" if "/p2p/" not in str(self.addrs[0]) else str(self.addrs[0])
+        protocol = self.protocol
+        return {
+            "peer_id": self.key,
+            "multiaddr": addr,
+            "hub_id": None if self.remote_hub_id is None else f"{self.remote_hub_id:016x}",
+            "protocol": self.version.protocol_id if self.version else None,
+            "connected": self.live,
+            "direction": None if protocol is None else ("outbound" if protocol.outbound else "inbound"),
+            "last_close": None if self.last_close is None else self.last_close.value,
+            "interest": sorted(interest),
+            "window_sets": len(self.window),
+            "window_unacked": self.window.unacked,
+            "window_bytes": self.window.bytes,
+            "acked_seq": self.window.acked_seq,
+            "window_evicted_unacked_sets": self.window.evicted.unacked_sets,
+            "window_evicted_unsent_messages": self.window.evicted.unsent_messages,
+            **self.counters.as_dict(),
+        }
