@@ -1,5 +1,8 @@
+import os
 import sys
 
 from .cli import main
 
-sys.exit(main(prog="python -m hub"))
+# ``pub0sub hub`` execs this module and says so (PUB0SUB_PROG), so usage and errors name the
+# command the user typed.
+sys.exit(main(prog=os.environ.pop("PUB0SUB_PROG", "python -m hub")))

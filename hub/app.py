@@ -139,6 +139,7 @@ class HubServer:
             resume_linger=config.mesh_resume_linger,
             write_interval=config.mesh_write_interval,
             window_max_bytes=config.mesh_window_bytes,
+            plain_io=config.mesh_plain_io,
         )
         link = self.core.mesh
         return Mesh(

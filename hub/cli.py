@@ -97,6 +97,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            "the frames queued meanwhile leave together; 0: no pacing", metavar="SECONDS", type=float)  # fmt: skip
     option("--mesh-window-bytes", "bytes of unacknowledged forwards kept per peer; beyond: replayed from the log",
            metavar="BYTES", type=int)  # fmt: skip
+    option("--mesh-plain-io", "libp2p's own read/write path on every mesh stream, never the fast paths that "
+           "reach into its internals (slower; rules them out when chasing a problem)", shown="fast paths when the "
+           "installed libp2p is the one they were written for", action="store_true")  # fmt: skip
     p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
                    help=f"one of {', '.join(LOG_LEVELS)} (default: {DEFAULT_LOG_LEVEL})")  # fmt: skip
     return p
@@ -109,7 +112,11 @@ async def run_hub(server: HubServer) -> None:
     gc.freeze()
     # The signal handler is in place before the address is printed: a supervisor
     # that signals as soon as it reads the address still gets a clean shutdown.
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    # SIGHUP (a closed terminal) stops it too -- unless it was ignored at start (nohup).
+    stops = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        stops.append(signal.SIGHUP)
+    with trio.open_signal_receiver(*stops) as signals:
         async with trio.open_nursery() as nursery:
             address = await nursery.start(server.serve)
             print(f"listening on {address}", flush=True)
@@ -155,6 +162,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "mesh_resume_linger": args.mesh_resume_linger,
         "mesh_write_interval": args.mesh_write_interval,
         "mesh_window_bytes": args.mesh_window_bytes,
+        "mesh_plain_io": True if args.mesh_plain_io else None,
     }
     try:
         config = load_config(file=args.config, overrides=overrides)

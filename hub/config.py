@@ -75,6 +75,8 @@ class HubConfig:
     #: Bytes of forwards kept in memory per peer until it acknowledges them.  Beyond it the
     #: oldest go; a hub with a data directory sends them again from its logs.
     mesh_window_bytes: int = 256 << 20
+    #: libp2p's own read/write path on every mesh stream (hub/mesh/fastpath.py).
+    mesh_plain_io: bool = False
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

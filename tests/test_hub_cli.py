@@ -174,3 +174,31 @@ def test_pub0sub_hub_becomes_the_hub_process(tmp_path: Path) -> None:
     refused = subprocess.run([sys.executable, "-m", "sdk.cli", "hub", "--listen", "nonsense"],
                              capture_output=True, text=True, timeout=30)  # fmt: skip
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.startswith("pub0sub hub: "), "messages name the command that was typed"
+
+
+@pytest.mark.parametrize("ignored", [False, True], ids=["sighup", "sighup-under-nohup"])
+def test_a_closed_terminal_stops_the_hub_unless_hangups_are_ignored(ignored: bool) -> None:
+    """SIGHUP (the terminal went away) is a clean stop, as SIGINT and SIGTERM are -- but a hub started
+    under ``nohup`` (SIGHUP ignored) keeps running through one."""
+    def start() -> None:
+        if ignored:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen([sys.executable, "-m", "hub", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, preexec_fn=start)  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        address = proc.stdout.readline().split()[-1]
+        proc.send_signal(signal.SIGHUP)
+        if ignored:
+            with pytest.raises(subprocess.TimeoutExpired):
+                proc.wait(1.0)
+            assert status(address)["pid"] == proc.pid, "still serving"
+        else:
+            assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(10)
+        proc.stdout.close()

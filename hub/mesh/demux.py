@@ -24,6 +24,7 @@ sometimes not faster.  Written against py-libp2p 0.8.1 (pinned);
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import Any
 
@@ -31,6 +32,8 @@ from libp2p.io.exceptions import ConnectionClosedError
 from libp2p.stream_muxer.yamux.yamux import HEADER_SIZE, MAX_WINDOW_SIZE, TYPE_DATA, YAMUX_HEADER_FORMAT
 
 from .bytebuf import take_front
+
+log = logging.getLogger("hub.mesh")
 
 _HEADER = struct.Struct(YAMUX_HEADER_FORMAT)
 
@@ -58,7 +61,7 @@ class MeshDemux:
             # older than anything read here.
             self._plain[:0] = session._drain(None)
         if self._passthrough or n is None:
-            self._passthrough = True
+            self._fall_back("a read of everything buffered")
             return await self._take(n)
         if self._body_left:
             data = await self._take(min(n, self._body_left))
@@ -67,13 +70,19 @@ class MeshDemux:
         if n != HEADER_SIZE:
             # Not the header read this expects at a frame boundary: from here on, stay out of
             # the way rather than guess.
-            self._passthrough = True
+            self._fall_back(f"a read of {n} bytes at a frame boundary")
             return await self._take(n)
         header = await self._next_delegated_header()
         _version, typ, _flags, _stream_id, length = _HEADER.unpack(header)
         self._body_left = length if typ == TYPE_DATA else 0
         self.frames_delegated += 1
         return header
+
+    def _fall_back(self, why: str) -> None:
+        if not self._passthrough:
+            self._passthrough = True
+            log.warning("mesh connection demux: libp2p's reader asked for %s; passing its reads through from now on",
+                        why)  # fmt: skip
 
     async def _next_delegated_header(self) -> bytes:
         """Take the complete plain DATA frames at the front; return the header of the first

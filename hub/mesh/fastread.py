@@ -46,12 +46,11 @@ SOCKET_READ_SIZE = 1 << 16
 class FastStreamReader:
     """``await reader.read(max_bytes)`` for one libp2p stream; see the module docstring."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, *, fast: bool = True) -> None:
+        """``fast`` False: libp2p's own read path (``hub/mesh/fastpath.py`` decides)."""
         self.stream = stream
-        self._parts = yamux_of(stream)
-        if self._parts is None:
-            log.debug("mesh stream is not a yamux stream: using libp2p's read path")
-        elif buffer_socket_reads(self._parts[1]):
+        self._parts = yamux_of(stream) if fast else None
+        if self._parts is not None and buffer_socket_reads(self._parts[1]):
             demux.install(self._parts[1])
 
     async def read(self, max_bytes: int) -> tuple[bytes, bool]:

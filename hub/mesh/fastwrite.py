@@ -57,9 +57,10 @@ SEND_BOUND = 2.0
 class FastStreamWriter:
     """``await writer.write(data)`` for one libp2p stream; see the module docstring."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, *, fast: bool = True) -> None:
+        """``fast`` False: libp2p's own write path (``hub/mesh/fastpath.py`` decides)."""
         self.stream = stream
-        self._parts = _resolve(stream)
+        self._parts = _resolve(stream) if fast else None
 
     async def write(self, data: bytes) -> bool:
         """Write ``data``; True if it went the fast way, False if through ``stream.write``."""
@@ -119,7 +120,7 @@ def _resolve(stream: Any) -> tuple[Any, Any, Any, Any] | None:
     muxed = yamux_of(stream)
     lower = noise_over_tcp(muxed[1]) if muxed is not None else None
     if muxed is None or lower is None:
-        log.debug("mesh stream is not Noise/yamux/TCP as expected: using libp2p's write path")
+        log.warning("mesh stream is not Noise/yamux/TCP as the fast writer expects: using libp2p's write path")
         return None
     noise, raw = lower
     return muxed[0], muxed[1], noise, raw.stream

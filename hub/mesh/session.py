@@ -22,6 +22,7 @@ import wire
 from ..core.mesh.peer import PeerProtocol
 from ..core.mesh.protocols import make_decoder
 from ..core.mesh.status import CloseReason
+from .fastpath import GATE
 from .fastread import FastStreamReader
 from .fastwrite import FastStreamWriter
 
@@ -53,8 +54,13 @@ class PeerSession:
         self.link = protocol.link
         self.counters = protocol.counters
         self.config = protocol.config
-        self._out = FastStreamWriter(stream)
-        self._in = FastStreamReader(stream)
+        not_fast = GATE.reason_not_to(stream, plain_io=self.config.plain_io)
+        if not_fast is not None:
+            # A forced plain path is what was asked for; anything else is a fallback to hear about.
+            level = logging.INFO if self.config.plain_io else logging.WARNING
+            log.log(level, "mesh stream with %s uses libp2p's plain read/write path: %s", self.link.key, not_fast)
+        self._out = FastStreamWriter(stream, fast=not_fast is None)
+        self._in = FastStreamReader(stream, fast=not_fast is None)
         self._scope = trio.CancelScope()
         self._wake = trio.Event()
         self._ack_wake = trio.Event()

@@ -79,7 +79,7 @@ def exec_hub(argv: Sequence[str]) -> NoReturn:
     for the hub.
     """
     command = [sys.executable, "-P", "-m", "hub", *argv]
-    os.execv(command[0], command)
+    os.execve(command[0], command, {**os.environ, "PUB0SUB_PROG": "pub0sub hub"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

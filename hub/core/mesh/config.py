@@ -62,6 +62,9 @@ class MeshConfig:
     write_interval: float = 0.0005
     #: Bytes asked of the stream per read.
     read_chunk: int = 1 << 20
+    #: Use libp2p's own read and write path on every stream, never the fast paths that reach
+    #: into its internals (hub/mesh/fastpath.py): slower, and as correct as libp2p itself.
+    plain_io: bool = False
     #: UNSUBSCRIBE in answer to unwanted FORWARDs is repeated at most this often per topic.
     unwanted_reply_interval: float = 1.0
 
