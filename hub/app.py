@@ -198,10 +198,12 @@ class HubServer:
 
     async def aclose(self) -> None:
         """Tell every client we are going, give them a moment, then stop."""
+        gone = trio.Event()
+        self.core.on_no_sessions = gone.set
         self.core.shutdown()
-        with trio.move_on_after(1.0):
-            while self.core.sessions:
-                await trio.sleep(0.01)
+        if self.core.sessions:
+            with trio.move_on_after(1.0):
+                await gone.wait()
         if self._cancel is not None:
             self._cancel.cancel()
             # Until serve() has closed the storage, the data directory stays locked: a hub

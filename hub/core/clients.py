@@ -41,17 +41,27 @@ log = logging.getLogger("pub0sub.hub.connection")
 
 
 class CloseReason(enum.Enum):
-    """Why a connection ended; carried into logs and ERROR frames."""
+    """Why a client connection ended; carried into logs (the mesh's sessions have their own,
+    in the same style: ``hub.core.mesh.status.CloseReason``)."""
 
-    CLIENT_CLOSED = "client closed the connection"
-    CLIENT_ERROR = "client sent ERROR"
-    PROTOCOL_ERROR = "protocol error"
-    HEARTBEAT_TIMEOUT = "heartbeat timeout"
-    LIMIT_EXCEEDED = "limit exceeded"
-    NOT_READING = "client does not read its responses"
-    SHUTDOWN = "hub shutting down"
-    READ_FAILED = "read failed"
-    WRITE_FAILED = "write failed"
+    #: The client closed its side of the connection.
+    CLIENT_CLOSED = "client_closed"
+    #: The client sent an ERROR frame.
+    CLIENT_ERROR = "client_error"
+    #: The client sent bytes that are not a valid frame, or a frame out of place (ERROR sent).
+    PROTOCOL_ERROR = "protocol_error"
+    #: Nothing arrived for ``heartbeat_misses`` heartbeat intervals (ERROR sent).
+    HEARTBEAT_TIMEOUT = "heartbeat_timeout"
+    #: A named limit was hit (ERROR sent).
+    LIMIT_EXCEEDED = "limit_exceeded"
+    #: Replies to the client's own requests piled up unread (ERROR sent).
+    NOT_READING = "not_reading"
+    #: The hub is shutting down (ERROR sent).
+    SHUTDOWN = "shutdown"
+    #: Reading from the socket failed.
+    READ_FAILED = "read_failed"
+    #: Writing to the socket failed.
+    WRITE_FAILED = "write_failed"
 
 
 class Transport(Protocol):

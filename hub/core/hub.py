@@ -152,6 +152,8 @@ class HubCore:
         }
         #: Builds the STATUS_REPLY document (the app sets it: the status covers the shell too).
         self.status_document: Callable[[], bytes] = lambda: b"{}"
+        #: Told when the last session ends (the app waits for it while shutting down).
+        self.on_no_sessions: Callable[[], None] = lambda: None
 
     @property
     def hub_id(self) -> int:
@@ -256,6 +258,8 @@ class HubCore:
         for sub in list(session.subs.values()):
             self.subscriptions.remove(session, sub)
         self.sessions.pop(session.conn_id, None)
+        if not self.sessions:
+            self.on_no_sessions()
 
     def shutdown(self) -> None:
         """Tell every client the hub is going."""

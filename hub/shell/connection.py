@@ -53,7 +53,8 @@ class ClientConnection:
         finally:
             self.core.session_ended(self.session)
             await trio.aclose_forcefully(self.stream)
-            log.debug("connection %d (%s) closed: %s", self.session.conn_id, self.session.peer, self.session.closing)
+            reason = self.session.closing.value if self.session.closing else "ended"
+            log.debug("connection %d (%s) closed: %s", self.session.conn_id, self.session.peer, reason)
 
     # -- Transport ---------------------------------------------------------------------
 
