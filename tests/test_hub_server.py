@@ -103,7 +103,7 @@ class WriterSteps(trio.abc.Instrument):
 
 async def test_deliveries_leave_with_the_publish_that_made_them(start_server: StartHub) -> None:
     """A delivery made while a publish is handled is sent by the publisher's reader before it
-    yields (hub/flushing.py): no writer task has to wake up for it."""
+    yields (hub/core/flushing.py): no writer task has to wake up for it."""
     server = await start_server()
     sub = await RawClient.connect(server.address)
     await subscribe(sub, 1, "t")

@@ -1,7 +1,7 @@
 """Where in a topic log each origin hub's sequence numbers are: a sparse, in-memory index.
 
 The mesh replays a hub's own publishes from its logs to a peer that missed
-them (``hub/meshlink.py``); it must start reading at the first batch after the
+them (``hub/core/mesh_link.py``); it must start reading at the first batch after the
 peer's position without scanning the log from the start.  Within one topic log
 one origin's sequences only grow with the offset (own publishes are appended
 in sequence order, forwards after dedup by (origin, seq)), so a sorted list of

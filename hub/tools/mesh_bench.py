@@ -8,7 +8,7 @@ receiver's decoding too.  The clock runs from the first ``forward()`` to the
 moment the receiver's store holds the last message.
 
 ``--replay`` measures a peer catching up from the sender's topic logs
-(``hub/mesh/replay.py``): a real hub with a data directory stores the
+(``hub/core/mesh/replay.py``): a real hub with a data directory stores the
 messages first (not timed), then a receiver that already holds the first set
 links to it; the clock runs from the link being up to the receiver holding
 the rest.  The logs are fresh, so they are read from the page cache.

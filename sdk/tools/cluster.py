@@ -55,7 +55,7 @@ class HubInfo:
 
 def port_free(port: int) -> bool:
     """Nothing listens on ``127.0.0.1:port``: a trial bind (``SO_REUSEADDR``, as the hub's own
-    check in hub/ports.py, so a stopped hub's connections in TIME_WAIT do not count)."""
+    check in hub/shell/ports.py, so a stopped hub's connections in TIME_WAIT do not count)."""
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -61,7 +61,7 @@ class PeerCounters:
     acks_sent: int = 0
     acks_received: int = 0
     sessions: int = 0
-    #: Replays from this hub's logs to the peer (hub/mesh/replay.py), the messages they sent,
+    #: Replays from this hub's logs to the peer (hub/core/mesh/replay.py), the messages they sent,
     #: and stretches of log they could not read any more (retention, corruption).
     replays: int = 0
     messages_replayed: int = 0
