@@ -35,6 +35,9 @@ EXPECTED_HOT = {
     Opcode.FORWARD,
     Opcode.FORWARD_BATCH,
     Opcode.FORWARD_ACK,
+    Opcode.LINK_STATE,
+    Opcode.ROUTED_SETS,
+    Opcode.ROUTED,
     Opcode.PUBLISH,
     Opcode.PUBLISH_ACK,
     Opcode.DELIVER,
@@ -244,6 +247,26 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
             sets=tuple(wire.ForwardSet(origin_seq=1 + 10 * i, timestamp=9, messages=m) for i, m in enumerate(two_sets)),
         ),
         Opcode.FORWARD_ACK: wire.ForwardAck(origin=1, seq=2),
+        Opcode.LINK_STATE: wire.LinkState(
+            hub_id=9, boot=8, seq=7, peer_key="12D3KooW", addrs=("/ip4/127.0.0.1/tcp/1", ""), neighbors=(1, 2)
+        ),
+        Opcode.ROUTED_SETS: wire.RoutedSets(
+            ttl=7,
+            dests=(3, 4),
+            origin=1,
+            sets=tuple(
+                wire.RoutedSet(origin_seq=5 + 10 * i, timestamp=9, messages=m, prevs=tuple(range(len(m.topics))))
+                for i, m in enumerate(two_sets)
+            ),
+        ),
+        Opcode.ROUTED: wire.Routed(
+            ttl=3,
+            dests=(5, 6),
+            src=2,
+            inner=wire.InterestSet(
+                key="a", full=True, version=3, entries=(wire.InterestEntry(hub=7, patterns=("a.*", "a.b")),)
+            ),
+        ),
         Opcode.PUBLISH: wire.Publish(producer_id=1, sequence=2, flags=wire.PublishFlags.ACK, sets=two_sets),
         Opcode.PUBLISH_ACK: wire.PublishAck(
             producer_id=1,

@@ -107,6 +107,10 @@ _LONGEST_STR16 = "r" * 0xFFFF
         wire.SubEnd(sub_id=0, code=wire.ErrorCode.INTERNAL, reason=_LONGEST_STR16),
         wire.Error(code=wire.ErrorCode.INTERNAL, reason=_LONGEST_STR16),
         wire.SegmentHeader(topic=_LONGEST_TOPIC, base_offset=0, created=0),
+        wire.Watch(key=_LONGEST_TOPIC),
+        wire.Joined(key=_LONGEST_TOPIC, since=0),
+        wire.Repair(topic=_LONGEST_TOPIC, after=0, upto=1),
+        wire.Repaired(topic=_LONGEST_TOPIC, upto=1),
     ],
     ids=lambda f: f.name,
 )
@@ -122,7 +126,8 @@ def test_upper_bound_is_the_largest_frame(frame: wire.Frame) -> None:
 def test_every_bounded_opcode_has_an_upper_bound_case() -> None:
     # Keeps the parametrised list above in step with BODY_BOUNDS.
     fixed = {op for op, (low, high) in BODY_BOUNDS.items() if high is not None and high != low}
-    covered = {Opcode.HELLO, Opcode.WELCOME, Opcode.GAP, Opcode.SUB_END, Opcode.ERROR, Opcode.SEGMENT_HEADER}
+    covered = {Opcode.HELLO, Opcode.WELCOME, Opcode.GAP, Opcode.SUB_END, Opcode.ERROR, Opcode.SEGMENT_HEADER,
+               Opcode.WATCH, Opcode.JOINED, Opcode.REPAIR, Opcode.REPAIRED}  # fmt: skip
     assert fixed == covered
 
 

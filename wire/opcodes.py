@@ -5,7 +5,8 @@ capture or log segment without being told which protocol it holds:
 
 * 1-6      mesh v1, exactly as in the seed design (``/pub0sub/mesh/1.0.0``);
            opcode 1 (heartbeat) is also used on client connections.
-* 0x10-1F  mesh v2 additions (``/pub0sub/mesh/2.0.0``).
+* 0x10-12  mesh v2 additions (``/pub0sub/mesh/2.0.0``).
+* 0x13-1D  mesh v3 additions (``/pub0sub/mesh/3.0.0``, the overlay).
 * 0x20-3F  client <-> hub protocol.
 * 0x40-4F  on-disk log segments.
 """
@@ -35,6 +36,29 @@ class Opcode(IntEnum):
     FORWARD_BATCH = 0x11
     #: Mesh v2 cumulative ack: everything from ``origin`` up to ``seq`` is stored.
     FORWARD_ACK = 0x12
+
+    #: Mesh v3 link-state advertisement: a hub, where to dial it, its live links.
+    LINK_STATE = 0x13
+    #: Mesh v3 data: message sets of one origin, the hubs they are for, per-topic chains.
+    ROUTED_SETS = 0x14
+    #: Mesh v3 envelope: one control frame on its way between hubs, hop by hop.
+    ROUTED = 0x15
+    #: (routed) A hub's patterns under one rendezvous key.
+    INTEREST = 0x16
+    #: (routed) A publishing hub asks a rendezvous for a key's interest and its changes.
+    WATCH = 0x17
+    #: (routed) A rendezvous tells a watcher the hubs' patterns under a key.
+    INTEREST_SET = 0x18
+    #: (routed) An origin tells a hub where its sets for a key start.
+    JOINED = 0x19
+    #: (routed) An origin's last sequence per topic.
+    HEADS = 0x1A
+    #: (routed) A hub asks an origin for HEADS of the topics it wants.
+    SYNC = 0x1B
+    #: (routed) A hub asks an origin to resend a range of its sets on one topic.
+    REPAIR = 0x1C
+    #: (routed) An origin has resent what it still has of a REPAIR's range.
+    REPAIRED = 0x1D
 
     #: Client greeting: protocol version, client name, optional token.
     HELLO = 0x20
@@ -90,6 +114,23 @@ MESH_V2_OPCODES = MESH_V1_OPCODES | {
     Opcode.FORWARD_BATCH,
     Opcode.FORWARD_ACK,
 }
+#: Control frames that travel inside a ROUTED envelope (never bare on a link).
+ROUTED_CONTROL_OPCODES = frozenset(
+    {
+        Opcode.INTEREST,
+        Opcode.WATCH,
+        Opcode.INTEREST_SET,
+        Opcode.JOINED,
+        Opcode.HEADS,
+        Opcode.SYNC,
+        Opcode.REPAIR,
+        Opcode.REPAIRED,
+    }
+)
+#: Frames on a v3 link: v2's greeting and heartbeat, link state, routed data and control.
+MESH_V3_OPCODES = frozenset(
+    {Opcode.HEARTBEAT, Opcode.MESH_HELLO, Opcode.LINK_STATE, Opcode.ROUTED_SETS, Opcode.ROUTED}
+)
 #: Frames a client may send to a hub.
 CLIENT_TO_HUB_OPCODES = frozenset(
     {

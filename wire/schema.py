@@ -37,13 +37,14 @@ from construct import (
     Prefixed,
     Rebuild,
     Struct,
+    Switch,
     Terminated,
     len_,
     this,
 )
 
 from .limits import MAX_U64
-from .opcodes import Opcode
+from .opcodes import ROUTED_CONTROL_OPCODES, Opcode
 
 #: ``[u8 len][UTF-8 bytes]``, 1..255 bytes.
 Topic = ExprValidator(PascalString(Int8ub, "utf8"), lambda obj, ctx: len(obj) > 0)
@@ -101,6 +102,39 @@ def _positions_distinct(ctx: Any) -> bool:
     """A MESH_HELLO names each origin (never 0: no hub has that id) at most once."""
     origins = [p.origin for p in ctx.positions]
     return 0 not in origins and len(set(origins)) == len(origins)
+
+
+# -- mesh v3 rules ---------------------------------------------------------------------------
+
+
+def _neighbors_valid(ctx: Any) -> bool:
+    """A LINK_STATE's neighbors are hubs (never 0), distinct, and never the hub itself."""
+    hubs = list(ctx.neighbors)
+    return 0 not in hubs and ctx.hub_id not in hubs and len(set(hubs)) == len(hubs)
+
+
+def _prevs_before(ctx: Any) -> bool:
+    """Each prev names a set before this one (0: none)."""
+    return all(p < ctx.origin_seq for p in ctx.prevs)
+
+
+def _entries_distinct(ctx: Any) -> bool:
+    hubs = [e.hub for e in ctx.entries]
+    return 0 not in hubs and len(set(hubs)) == len(hubs)
+
+
+#: The hop budget and destinations that start every routed body (ROUTED_SETS, ROUTED).
+_ROUTE = [
+    "ttl" / Int8ub,
+    "dest_count" / Rebuild(Int16ub, len_(this.dests)),
+    Check(this.dest_count >= 1),
+    "dests" / Array(this.dest_count, Int64ub),
+    Check(lambda ctx: 0 not in ctx.dests),
+]
+PatternList = Struct(
+    "pattern_count" / Rebuild(Int16ub, len_(this.patterns)),
+    "patterns" / Array(this.pattern_count, Topic),
+)
 
 
 #: Messages that share one topic set (PUBLISH, FORWARD_BATCH).
@@ -164,6 +198,66 @@ BODIES: dict[Opcode, Construct] = {
         Terminated,
     ),
     Opcode.FORWARD_ACK: Struct("origin" / Int64ub, Check(this.origin >= 1), "seq" / Int64ub, Terminated),
+    # -- mesh v3 ---------------------------------------------------------------
+    Opcode.LINK_STATE: Struct(
+        "hub_id" / Int64ub,
+        Check(this.hub_id >= 1),
+        "boot" / Int64ub,
+        "seq" / Int64ub,
+        "peer_key" / Topic,
+        "addr_count" / Rebuild(Int8ub, len_(this.addrs)),
+        "addrs" / Array(this.addr_count, Str8),
+        "neighbor_count" / Rebuild(Int16ub, len_(this.neighbors)),
+        "neighbors" / Array(this.neighbor_count, Int64ub),
+        Check(_neighbors_valid),
+        Terminated,
+    ),
+    Opcode.ROUTED_SETS: Struct(
+        *_ROUTE,
+        "origin" / Int64ub,
+        Check(this.origin >= 1),
+        "set_count" / Rebuild(Int16ub, len_(this.sets)),
+        Check(this.set_count >= 1),
+        "sets"
+        / Array(
+            this.set_count,
+            Struct(
+                "origin_seq" / Int64ub,
+                "timestamp" / Int64ub,
+                "messages" / MessageSet,
+                Check(_set_fits),
+                "prevs" / Array(lambda ctx: len(ctx.messages.topics), Int64ub),
+                Check(_prevs_before),
+            ),
+        ),
+        Check(_sets_ascend),
+        Terminated,
+    ),
+    Opcode.INTEREST: Struct("key" / Topic, *PatternList.subcons, Terminated),
+    Opcode.WATCH: Struct("key" / Topic, "on" / OneOf(Int8ub, [0, 1]), "version" / Int32ub, Terminated),
+    Opcode.INTEREST_SET: Struct(
+        "key" / Topic,
+        "full" / OneOf(Int8ub, [0, 1]),
+        "version" / Int32ub,
+        "entry_count" / Rebuild(Int16ub, len_(this.entries)),
+        "entries" / Array(this.entry_count, Struct("hub" / Int64ub, *PatternList.subcons)),
+        Check(_entries_distinct),
+        Terminated,
+    ),
+    Opcode.JOINED: Struct("key" / Topic, "since" / Int64ub, Terminated),
+    Opcode.HEADS: Struct(
+        "head_count" / Rebuild(Int16ub, len_(this.heads)),
+        Check(this.head_count >= 1),
+        "heads" / Array(this.head_count, Struct("topic" / Topic, "last" / Int64ub, Check(this.last >= 1))),
+        Terminated,
+    ),
+    Opcode.SYNC: Struct("key" / Topic, *PatternList.subcons, Check(this.pattern_count >= 1), Terminated),
+    Opcode.REPAIR: Struct(
+        "topic" / Topic, "after" / Int64ub, "upto" / Int64ub, Check(this.upto > this.after), Terminated
+    ),
+    Opcode.REPAIRED: Struct(
+        "topic" / Topic, "upto" / Int64ub, Check(this.upto >= 1), "missing" / Int64ub, Terminated
+    ),
     # -- client protocol -------------------------------------------------------
     Opcode.HELLO: Struct(
         "version" / Int16ub,
@@ -280,3 +374,17 @@ BODIES: dict[Opcode, Construct] = {
         Terminated,
     ),
 }
+
+#: ROUTED carries one whole control frame (its 5-byte header, then the body), so it is
+#: described after the table it refers to.
+BODIES[Opcode.ROUTED] = Struct(
+    *_ROUTE,
+    "src" / Int64ub,
+    Check(this.src >= 1),
+    "frame"
+    / Struct(
+        "opcode" / OneOf(Int8ub, sorted(int(op) for op in ROUTED_CONTROL_OPCODES)),
+        "body" / Prefixed(Int32ub, Switch(this.opcode, {int(op): BODIES[op] for op in ROUTED_CONTROL_OPCODES})),
+    ),
+    Terminated,
+)

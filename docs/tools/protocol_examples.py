@@ -12,6 +12,7 @@ import sys
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
 from wire import *
 from wire.frames import SEGMENT_MAGIC
+from wire.frames.mesh_v3 import routed_sets_frame
 
 TS = 1_700_000_000_000_000          # 2023-11-14T22:13:20Z in µs
 EXAMPLES: dict[str, tuple[str, str]] = {}   # key -> (frame name, markdown block)
@@ -145,6 +146,59 @@ ex_frame("fwd_batch", fb,
          + message_set(["orders.eu", "audit"], [(b"", b"c")]))
 ex_frame("fwd_ack", ForwardAck(origin=3, seq=44), [u64(3, "origin 3"), u64(44, "seq 44: everything from origin 3 up to 44 is stored")])
 
+# ---------------- mesh v3 ----------------
+def route(ttl, dests):
+    return [u8(ttl, f"ttl {ttl}: hops it may take after the receiver"), u16(len(dests), f"dest_count {len(dests)}")] + \
+        [u64(d, f"dests[{i}]: hub {d}") for i, d in enumerate(dests)]
+def pattern_list(patterns, what="pattern"):
+    return [u16(len(patterns), f"pattern_count {len(patterns)}")] + [topic(p, what) for p in patterns]
+ex_frame("link_state", LinkState(hub_id=7, boot=TS, seq=3, peer_key="12D3KooWExamplePeerOfHub7",
+                                 addrs=("/ip4/10.0.0.7/tcp/4001",), neighbors=(3, 9)),
+         [u64(7, "hub_id 7 (whose advertisement this is)"), u64(TS, f"boot {TS} µs: when hub 7 started"),
+          u64(3, "seq 3: hub 7's third advertisement"), str8("12D3KooWExamplePeerOfHub7", "peer_key (made up)"),
+          u8(1, "addr_count 1"), str8("/ip4/10.0.0.7/tcp/4001", "addrs[0]"),
+          u16(2, "neighbor_count 2"), u64(3, "neighbors[0]: hub 3"), u64(9, "neighbors[1]: hub 9")])
+rs = RoutedSets(ttl=32, dests=(9, 12), origin=3, sets=(
+    RoutedSet(origin_seq=42, timestamp=TS, messages=MessageSet.build(["orders.eu"], [(b"k1", b"a"), (b"", b"b")]), prevs=(40,)),
+    RoutedSet(origin_seq=44, timestamp=TS + 250, messages=MessageSet.build(["orders.eu", "audit"], [(b"", b"c")]), prevs=(43, 0)),
+))
+ex_frame("routed_sets", rs,
+         route(32, (9, 12)) + [u64(3, "origin hub id 3"), u16(2, "set_count 2"),
+          u64(42, "set 0: origin_seq 42 (records get 42, 43)"), u64(TS, f"set 0: timestamp {TS} µs")]
+         + message_set(["orders.eu"], [(b"k1", b"a"), (b"", b"b")])
+         + [u64(40, "set 0: prevs[orders.eu] 40: origin 3's previous set on orders.eu ended at 40"),
+            u64(44, "set 1: origin_seq 44"), u64(TS + 250, f"set 1: timestamp {TS + 250} µs")]
+         + message_set(["orders.eu", "audit"], [(b"", b"c")])
+         + [u64(43, "set 1: prevs[orders.eu] 43 (set 0 ended there)"), u64(0, "set 1: prevs[audit] 0: origin 3's first set on audit")])
+assert routed_sets_frame(32, (9, 12), rs.payload()) == rs.encode()
+interest = Interest(key="orders", patterns=("orders.*", "orders.eu"))
+ex_frame("routed", Routed(ttl=32, dests=(5, 9), src=12, inner=interest),
+         route(32, (5, 9)) + [u64(12, "src: hub 12 (the subscriber hub)"),
+                              hdr(Opcode.INTEREST, len(interest.encode()) - 5), topic("orders", "key")]
+         + pattern_list(["orders.*", "orders.eu"]))
+ex_frame("interest", Interest(key="audit"), [topic("audit", "key"), u16(0, "pattern_count 0: nothing under audit any more")])
+ex_frame("watch", Watch(key="orders", on=True, version=0),
+         [topic("orders", "key"), u8(1, "on 1: watch (0 = stop watching)"), u32(0, "version 0: I hold none, send everything")])
+ex_frame("interest_set", InterestSet(key="orders", full=True, version=1000, entries=(
+    InterestEntry(hub=12, patterns=("orders.*", "orders.eu")), InterestEntry(hub=15, patterns=("orders.>",)))),
+         [topic("orders", "key"), u8(1, "full 1: every hub's patterns under the key"), u32(1000, "version 1000"),
+          u16(2, "entry_count 2"), u64(12, "entries[0].hub 12")] + pattern_list(["orders.*", "orders.eu"])
+         + [u64(15, "entries[1].hub 15")] + pattern_list(["orders.>"]))
+ex_frame("interest_set_change", InterestSet(key="orders", full=False, version=1001, entries=(InterestEntry(hub=15, patterns=()),)),
+         [topic("orders", "key"), u8(0, "full 0: changes only"), u32(1001, "version 1001: the next after 1000"),
+          u16(1, "entry_count 1"), u64(15, "entries[0].hub 15"), u16(0, "pattern_count 0: hub 15 wants nothing under orders now")])
+ex_frame("joined", Joined(key="orders", since=43),
+         [topic("orders", "key"), u64(43, "since 43: your sets under orders start after my sequence 43")])
+ex_frame("heads", Heads(heads=(Head(topic="orders.eu", last=44), Head(topic="audit", last=44))),
+         [u16(2, "head_count 2"), topic("orders.eu", "heads[0].topic"), u64(44, "heads[0].last 44"),
+          topic("audit", "heads[1].topic"), u64(44, "heads[1].last 44")])
+ex_frame("sync", Sync(key="orders", patterns=("orders.*",)), [topic("orders", "key")] + pattern_list(["orders.*"]))
+ex_frame("repair", Repair(topic="orders.eu", after=40, upto=43),
+         [topic("orders.eu"), u64(40, "after 40: I hold your orders.eu chain up to 40"), u64(43, "upto 43: resend through 43")])
+ex_frame("repaired", Repaired(topic="orders.eu", upto=43, missing=2),
+         [topic("orders.eu"), u64(43, "upto 43: everything I still have up to 43 was resent"),
+          u64(2, "missing 2: two messages of the range are gone here")])
+
 # ---------------- client ----------------
 ex_frame("hello", Hello(version=1, client_name="demo", token=b"s3cret"),
          [u16(1, "version 1"), str8("demo", "client_name"), S([b16(6), b"s3cret"], 'token (u16 length 6) b"s3cret"')])
@@ -258,6 +312,23 @@ invalid("fwd_wrap", bytes([0x11]) + len(_wrap_body).to_bytes(4, "big") + _wrap_b
                ("ffffffffffffffff", "set 0: origin_seq 2^64-1 ..."),
                ("0000000000000000", "set 0: timestamp"),
                (_wrap_set.hex(), "... and 2 records: sequence 2^64 does not exist")]))
+_not_control = bytes.fromhex("20" "0001" "0000000000000009" "000000000000000c") + ForwardAck(origin=3, seq=44).encode()
+invalid("routed_not_control", bytes([Opcode.ROUTED]) + len(_not_control).to_bytes(4, "big") + _not_control,
+        align([("15 " + len(_not_control).to_bytes(4, "big").hex(), f"header: ROUTED, body length {len(_not_control)}"),
+               ("20", "ttl 32"), ("0001", "dest_count 1"), ("0000000000000009", "dests[0]: hub 9"),
+               ("000000000000000c", "src: hub 12"),
+               ("12 00000010", "inner header: FORWARD_ACK, body length 16: not a routed control frame"),
+               (_not_control[-16:].hex(), "(never parsed)")]))
+_rs_bad = RoutedSets(ttl=1, dests=(9,), origin=3, sets=(
+    RoutedSet(origin_seq=42, timestamp=TS, messages=MessageSet.build(["t"], [(b"", b"a")]), prevs=(41,)),)).encode()
+_rs_bad = _rs_bad[:-8] + b64(42)
+invalid("routed_sets_prev", _rs_bad,
+        align([("14 " + _rs_bad[1:5].hex(), f"header: ROUTED_SETS, body length {len(_rs_bad) - 5}"),
+               ("01", "ttl 1"), ("0001", "dest_count 1"), ("0000000000000009", "dests[0]: hub 9"),
+               ("0000000000000003", "origin 3"), ("0001", "set_count 1"),
+               ("000000000000002a", "set 0 (at byte 26): origin_seq 42"), (b64(TS).hex(), "set 0: timestamp"),
+               (_rs_bad[42:-8].hex(), 'set 0: MessageSet, topic "t", one record "a"'),
+               ("000000000000002a", "set 0: prevs[t] 42: not before the set's own origin_seq 42")]))
 invalid("too_large", bytes.fromhex("02ffffffff"), align([("02 ffffffff", "SUBSCRIBE, body length 4294967295: refused at the header")]))
 invalid("unknown", bytes.fromhex("0700000000"), align([("07 00000000", "opcode 7 is not assigned")]))
 invalid("zero_topic", bytes.fromhex("02000000020000"), align([("02 00000002", "SUBSCRIBE, body length 2"), ("00 00", "a topic of length 0 (twice)")]))

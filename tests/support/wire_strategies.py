@@ -208,6 +208,57 @@ def forward_sets(draw: st.DrawFn) -> tuple[ForwardSet, ...]:
     return tuple(out)
 
 
+@st.composite
+def routed_sets(draw: st.DrawFn) -> tuple[wire.RoutedSet, ...]:
+    """Sets as :func:`forward_sets` makes them, each with one prev per topic before it."""
+    out = []
+    for s in draw(forward_sets()):
+        prevs = tuple(draw(st.integers(0, s.origin_seq - 1)) for _ in s.messages.topics)
+        out.append(wire.RoutedSet(origin_seq=s.origin_seq, timestamp=s.timestamp, messages=s.messages, prevs=prevs))
+    return tuple(out)
+
+
+dest_lists = st.lists(hub_ids, min_size=1, max_size=4).map(tuple)
+pattern_lists = _small_tuple(topic)
+
+ROUTED_CONTROL_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
+    Opcode.INTEREST: st.builds(wire.Interest, key=topic, patterns=pattern_lists),
+    Opcode.WATCH: st.builds(wire.Watch, key=topic, on=st.booleans(), version=u32),
+    Opcode.INTEREST_SET: st.builds(
+        wire.InterestSet,
+        key=topic,
+        full=st.booleans(),
+        version=u32,
+        entries=st.lists(
+            st.builds(wire.InterestEntry, hub=hub_ids, patterns=pattern_lists), max_size=3, unique_by=lambda e: e.hub
+        ).map(tuple),
+    ),
+    Opcode.JOINED: st.builds(wire.Joined, key=topic, since=u64),
+    Opcode.HEADS: st.builds(
+        wire.Heads, heads=_small_tuple(st.builds(wire.Head, topic=topic, last=st.integers(1, MAX_U64)), min_size=1)
+    ),
+    Opcode.SYNC: st.builds(wire.Sync, key=topic, patterns=_small_tuple(topic, min_size=1)),
+    Opcode.REPAIR: st.tuples(u64, st.integers(1, 1 << 20), topic).filter(lambda t: t[0] + t[1] <= MAX_U64).map(
+        lambda t: wire.Repair(topic=t[2], after=t[0], upto=t[0] + t[1])
+    ),
+    Opcode.REPAIRED: st.builds(wire.Repaired, topic=topic, upto=st.integers(1, MAX_U64), missing=u64),
+}
+
+
+@st.composite
+def _link_state(draw: st.DrawFn) -> wire.LinkState:
+    hub = draw(hub_ids)
+    neighbors = draw(st.lists(hub_ids.filter(lambda h: h != hub), max_size=4, unique=True))
+    return wire.LinkState(
+        hub_id=hub,
+        boot=draw(u64),
+        seq=draw(u64),
+        peer_key=draw(topic),
+        addrs=draw(_small_tuple(short_str())),
+        neighbors=tuple(neighbors),
+    )
+
+
 FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
     Opcode.HEARTBEAT: st.builds(Heartbeat, word=st.sampled_from(["ping", "pong"])),
     Opcode.SUBSCRIBE: st.builds(Subscribe, topics=topics()),
@@ -223,6 +274,12 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
     ),
     Opcode.FORWARD_BATCH: st.builds(ForwardBatch, origin=hub_ids, sets=forward_sets()),
     Opcode.FORWARD_ACK: st.builds(ForwardAck, origin=hub_ids, seq=u64),
+    Opcode.LINK_STATE: _link_state(),
+    Opcode.ROUTED_SETS: st.builds(wire.RoutedSets, ttl=u8, dests=dest_lists, origin=hub_ids, sets=routed_sets()),
+    Opcode.ROUTED: st.builds(
+        wire.Routed, ttl=u8, dests=dest_lists, src=hub_ids, inner=st.one_of(*ROUTED_CONTROL_STRATEGIES.values())
+    ),
+    **ROUTED_CONTROL_STRATEGIES,
     Opcode.HELLO: st.builds(Hello, version=u16, client_name=short_str(), token=st.binary(max_size=24)),
     Opcode.WELCOME: st.builds(Welcome, version=u16, hub_id=u64, max_body=u32, heartbeat_ms=u32, hub_name=short_str()),
     Opcode.PUBLISH: st.builds(
@@ -310,6 +367,22 @@ def minimal_frame(op: Opcode) -> Frame:
             origin=1, sets=(wire.ForwardSet(origin_seq=1, timestamp=0, messages=one_record),)
         ),
         Opcode.FORWARD_ACK: lambda: wire.ForwardAck(origin=1, seq=0),
+        Opcode.LINK_STATE: lambda: wire.LinkState(hub_id=1, boot=0, seq=0, peer_key="k"),
+        Opcode.ROUTED_SETS: lambda: wire.RoutedSets(
+            ttl=0,
+            dests=(1,),
+            origin=1,
+            sets=(wire.RoutedSet(origin_seq=1, timestamp=0, messages=one_record, prevs=(0,)),),
+        ),
+        Opcode.ROUTED: lambda: wire.Routed(ttl=0, dests=(1,), src=1, inner=wire.Interest(key="a")),
+        Opcode.INTEREST: lambda: wire.Interest(key="a"),
+        Opcode.WATCH: lambda: wire.Watch(key="a"),
+        Opcode.INTEREST_SET: lambda: wire.InterestSet(key="a", full=False, version=0),
+        Opcode.JOINED: lambda: wire.Joined(key="a", since=0),
+        Opcode.HEADS: lambda: wire.Heads(heads=(wire.Head(topic="a", last=1),)),
+        Opcode.SYNC: lambda: wire.Sync(key="a", patterns=("a",)),
+        Opcode.REPAIR: lambda: wire.Repair(topic="a", after=0, upto=1),
+        Opcode.REPAIRED: lambda: wire.Repaired(topic="a", upto=1),
         Opcode.HELLO: lambda: wire.Hello(),
         Opcode.WELCOME: lambda: wire.Welcome(version=1, hub_id=0, max_body=0, heartbeat_ms=0),
         Opcode.PUBLISH: lambda: wire.Publish(sets=(one_record,)),

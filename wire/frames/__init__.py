@@ -5,6 +5,8 @@ One module per protocol, so each reads on its own:
 * :mod:`.base` -- the 5-byte header, :class:`Frame` and the construct-driven codec;
 * :mod:`.mesh_v1` -- the seed's opcodes 1-6 (HEARTBEAT serves client links too);
 * :mod:`.mesh_v2` -- MESH_HELLO, FORWARD_BATCH, FORWARD_ACK;
+* :mod:`.mesh_v3` -- the overlay: LINK_STATE, ROUTED_SETS, the ROUTED envelope and
+  the control frames it carries;
 * :mod:`.client_session`, :mod:`.client_publish`, :mod:`.client_subscribe` -- the
   client protocol: the connection itself, publishing, subscriptions and delivery;
 * :mod:`.log_segment` -- SEGMENT_HEADER and LOG_BATCH, the on-disk log.
@@ -23,39 +25,42 @@ from .client_subscribe import Ack, Credit, Deliver, Gap, Sub, SubEnd, SubOk, Sub
 from .log_segment import SEGMENT_MAGIC, LogBatch, SegmentHeader, log_batch_head
 from .mesh_v1 import Forward, Heartbeat, Subscribe, SubscribeAck, Unsubscribe, UnsubscribeAck
 from .mesh_v2 import ForwardAck, ForwardBatch, MeshHello
+from .mesh_v3 import ROUTED_CONTROL_TYPES, LinkState, Routed, RoutedSets
 
-FRAME_TYPES: dict[Opcode, type[Frame]] = {
-    cls.OPCODE: cls
-    for cls in (
-        Heartbeat,
-        Subscribe,
-        SubscribeAck,
-        Unsubscribe,
-        UnsubscribeAck,
-        Forward,
-        MeshHello,
-        ForwardBatch,
-        ForwardAck,
-        Hello,
-        Welcome,
-        Publish,
-        PublishAck,
-        Sub,
-        SubOk,
-        Unsub,
-        SubUpdate,
-        Deliver,
-        Ack,
-        Credit,
-        Gap,
-        SubEnd,
-        Error,
-        Status,
-        StatusReply,
-        SegmentHeader,
-        LogBatch,
-    )
-}
+_FRAME_CLASSES: tuple[type[Frame], ...] = (
+    Heartbeat,
+    Subscribe,
+    SubscribeAck,
+    Unsubscribe,
+    UnsubscribeAck,
+    Forward,
+    MeshHello,
+    ForwardBatch,
+    ForwardAck,
+    LinkState,
+    RoutedSets,
+    Routed,
+    *ROUTED_CONTROL_TYPES,
+    Hello,
+    Welcome,
+    Publish,
+    PublishAck,
+    Sub,
+    SubOk,
+    Unsub,
+    SubUpdate,
+    Deliver,
+    Ack,
+    Credit,
+    Gap,
+    SubEnd,
+    Error,
+    Status,
+    StatusReply,
+    SegmentHeader,
+    LogBatch,
+)
+FRAME_TYPES: dict[Opcode, type[Frame]] = {cls.OPCODE: cls for cls in _FRAME_CLASSES}
 assert set(FRAME_TYPES) == set(Opcode), "every opcode needs a frame type"
 
 # What importers take from the package itself (the frames come through ``wire``).
