@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .config import HubConfig
+from .core.auth_file import AuthFileError
 from .core.clock import Clock
 from .core.consumers import ConsumerRegistry
 from .core.hub import CoreSettings, HubCore
 from .core.status import hub_status
 from .core.subscribing import SubscriptionLimits
+from .shell.auth import read_auth_file
 from .shell.clock import TrioClock
 from .shell.committer import run_committer
 from .shell.listener import ClientListener, open_client_listeners
@@ -33,6 +35,7 @@ from .shell.loops import (
     run_rates,
     run_retention,
 )
+from .shell.tls import server_context
 from .storage.store import LogStore
 from .storage.topic_log import LogSettings
 
@@ -50,6 +53,7 @@ def core_settings(config: HubConfig) -> CoreSettings:
         max_pending_bytes=config.max_pending_bytes,
         heartbeat_interval=config.heartbeat_interval,
         heartbeat_misses=config.heartbeat_misses,
+        hello_timeout=config.hello_timeout,
         subscriptions=SubscriptionLimits(
             max_subscriptions=config.max_subscriptions,
             max_topics_per_connection=config.max_topics_per_connection,
@@ -70,6 +74,10 @@ class HubServer:
         self.config = config
         self.address = ""
         clock = clock or TrioClock()
+        # Read before the data directory is opened: a bad users file or certificate stops the hub
+        # with one line (AuthFileError, TlsSetupError) before it locks or recovers anything.
+        auth = read_auth_file(config.auth_file) if config.auth_file is not None else None
+        self._tls = server_context(config.tls_cert, config.tls_key, config.tls_client_ca) if config.tls_cert else None
         # With a mesh, the hub id is derived from the mesh identity, so peers can check that a
         # hub speaks only for its own origin (hub.mesh.identity.hub_id_for).
         mesh_key: Any = None
@@ -98,6 +106,8 @@ class HubServer:
             self.mesh = self._open_mesh(mesh_key)
             self.core.mesh.attach(self.mesh)
         self._listener = ClientListener(self.core, write_chunk=config.write_chunk)
+        if auth is not None:
+            self.core.use_auth(auth)
         self._cancel: trio.CancelScope | None = None
         self._stopped = trio.Event()
 
@@ -164,8 +174,8 @@ class HubServer:
         core.start()
         try:
             host, port = self.config.host_port
-            listeners = await open_client_listeners(host, port)
-            sockname = listeners[0].socket.getsockname()
+            sockets, listeners = await open_client_listeners(host, port, tls=self._tls)
+            sockname = sockets[0].socket.getsockname()
             self.address = f"{sockname[0]}:{sockname[1]}"
             async with trio.open_nursery() as nursery:
                 self._cancel = nursery.cancel_scope
@@ -181,11 +191,45 @@ class HubServer:
                 if self.mesh is not None:
                     await nursery.start(self.mesh.run)
                 await nursery.start(trio.serve_listeners, self._listener.handle, listeners)
-                log.info("hub %016x listening on %s", core.hub_id, self.address)
+                log.info("hub %016x listening on %s%s", core.hub_id, self.address, " (TLS)" if self._tls else "")
+                self._say_how_open()
                 task_status.started(self.address)
         finally:
             self._close_storage()
             self._stopped.set()
+
+    def _say_how_open(self) -> None:
+        """Loudly, at start: who may do what on the client port (docs/security.md)."""
+        config = self.config
+        if config.auth_file is None:
+            log.warning(
+                "OPEN HUB: no --auth-file, so any client that reaches %s may publish and subscribe to every topic",
+                self.address,
+            )
+        else:
+            auth = self.core.auth.status()
+            anonymous = "allowed (per [anonymous])" if auth["anonymous_allowed"] else "refused"
+            log.info("users file %s: %d users, anonymous clients %s; SIGHUP reloads it",
+                     config.auth_file, auth["users"], anonymous)  # fmt: skip
+        if self._tls is None and config.host_port[0] not in ("127.0.0.1", "::1", "localhost"):
+            log.warning("no --tls-cert: clients' credentials and messages cross the network in the clear")
+
+    def reload_auth(self) -> bool:
+        """Read the users file again and put it in force (SIGHUP); a file that cannot be used
+        leaves the one in force unchanged.  False if there is no users file or it failed."""
+        path = self.config.auth_file
+        if path is None:
+            return False
+        try:
+            config = read_auth_file(path)
+        except AuthFileError as exc:
+            self.core.auth.reload_failed(str(exc))
+            log.error("users file NOT reloaded, the previous one stays in force: %s", exc)
+            return False
+        ended, closed = self.core.use_auth(config)
+        log.info("users file %s reloaded: %d users; %d subscriptions and %d connections ended by revoked grants",
+                 path, len(config.users), ended, closed)  # fmt: skip
+        return True
 
     def _close_storage(self) -> None:
         if self.consumers is not None:
@@ -212,6 +256,7 @@ class HubServer:
 
     def status(self) -> dict[str, Any]:
         doc = hub_status(self.core, listen=self.address)
+        doc["tls"] = {"enabled": self._tls is not None, "client_certificates": self.config.tls_client_ca is not None}
         if self.mesh is not None:
             doc["mesh"] = {**self.mesh.status(), "forwarded_messages_in": self.core.mesh.forwarded_messages_in}
         return doc

@@ -1,4 +1,4 @@
-"""``pub0sub hub``: run a hub until SIGINT/SIGTERM."""
+"""``pub0sub hub``: run a hub until SIGINT/SIGTERM (SIGHUP reloads its users file, if it has one)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import trio
 
 from .app import HubServer
 from .config import HubConfig, load_config
+from .core.auth_file import AuthFileError
 from .shell.ports import PortInUseError, check_port_free
+from .shell.tls import TlsSetupError
 from .storage.store import DataDirInUseError
 
 #: The built-in settings, shown as each option's default.
@@ -71,6 +73,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--heartbeat-interval", "seconds between heartbeats on idle client connections", metavar="SECONDS",
            type=float)  # fmt: skip
     option("--heartbeat-misses", "silent intervals before a client is declared dead", metavar="N", type=int)
+    option("--hello-timeout", "seconds from accept (TLS handshake included) to WELCOME; a client not welcomed by "
+           "then is closed", metavar="SECONDS", type=float)  # fmt: skip
+    option("--auth-file", "users, hashed secrets and topic grants (TOML, docs/security.md; `pub0sub auth` makes "
+           "entries); SIGHUP reloads it; none: an OPEN hub, anyone may publish and subscribe to anything",
+           metavar="FILE", type=Path)  # fmt: skip
+    option("--tls-cert", "certificate chain (PEM): with --tls-key the client port speaks TLS only",
+           metavar="FILE", type=Path)  # fmt: skip
+    option("--tls-key", "private key (PEM) of --tls-cert", metavar="FILE", type=Path)
+    option("--tls-client-ca", "CA (PEM) that must have signed each client's certificate (mutual TLS)",
+           metavar="FILE", type=Path)  # fmt: skip
     option("--durability", "when a publish is acknowledged: once written to the OS, or once fsync'ed",
            choices=("received", "fsync"))  # fmt: skip
     option("--segment-bytes", "roll a topic's log segment past this size", metavar="BYTES", type=int)
@@ -112,11 +124,14 @@ async def run_hub(server: HubServer) -> None:
     gc.freeze()
     # The signal handler is in place before the address is printed: a supervisor
     # that signals as soon as it reads the address still gets a clean shutdown.
-    # SIGHUP (a closed terminal) stops it too -- unless it was ignored at start (nohup).
-    stops = [signal.SIGINT, signal.SIGTERM]
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-        stops.append(signal.SIGHUP)
-    with trio.open_signal_receiver(*stops) as signals:
+    # SIGHUP reloads the users file of a hub that has one (the daemon convention, as
+    # nats-server does).  Without one, SIGHUP (a closed terminal) stops the hub -- unless it
+    # was ignored at start (nohup).
+    reloads = server.config.auth_file is not None
+    watched = [signal.SIGINT, signal.SIGTERM]
+    if reloads or signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        watched.append(signal.SIGHUP)
+    with trio.open_signal_receiver(*watched) as signals:
         async with trio.open_nursery() as nursery:
             address = await nursery.start(server.serve)
             print(f"listening on {address}", flush=True)
@@ -125,6 +140,9 @@ async def run_hub(server: HubServer) -> None:
                 for addr in server.mesh.listen_addrs:
                     print(f"mesh listening on {addr}", flush=True)
             async for signum in signals:
+                if signum == signal.SIGHUP and reloads:
+                    server.reload_auth()
+                    continue
                 # A stop asked for is the normal end of a hub: INFO, not a warning.
                 logging.getLogger("pub0sub.hub").info("%s: shutting down", signal.Signals(signum).name)
                 break
@@ -145,6 +163,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "max_pending_bytes": args.max_pending_bytes,
         "heartbeat_interval": args.heartbeat_interval,
         "heartbeat_misses": args.heartbeat_misses,
+        "hello_timeout": args.hello_timeout,
+        "auth_file": args.auth_file,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+        "tls_client_ca": args.tls_client_ca,
         "durability": args.durability,
         "segment_bytes": args.segment_bytes,
         "retention_bytes": args.retention_bytes,
@@ -181,6 +204,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         return 1
     try:
         server = HubServer(config)  # locks, opens and recovers the data directory
+    except (AuthFileError, TlsSetupError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
     except DataDirInUseError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1

@@ -36,6 +36,15 @@ class HubConfig:
     heartbeat_interval: float = 5.0
     #: Heartbeat intervals of silence before a client is declared dead.
     heartbeat_misses: int = 3
+    #: Seconds from accept (TLS handshake included) until the hub must have welcomed the client.
+    hello_timeout: float = 3.0
+    #: Users, hashed secrets and topic grants (docs/security.md); None = an open hub. SIGHUP reloads it.
+    auth_file: Path | None = None
+    #: Certificate chain and private key (PEM): with both, the client port speaks TLS only.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: CA (PEM) that must have signed every client's certificate (mutual TLS); needs tls_cert.
+    tls_client_ca: Path | None = None
     #: Bytes the writer takes from the queue for one socket send.
     write_chunk: int = 256 << 10
     #: ``received``: ack once written to the OS; ``fsync``: ack once on disk (group commit).
@@ -94,6 +103,12 @@ class HubConfig:
                 raise ValueError(f"{name} must be positive")
         if self.heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be positive")
+        if self.hello_timeout <= 0:
+            raise ValueError("hello_timeout must be positive")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both, or neither for plain TCP")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("tls_client_ca needs tls_cert and tls_key: client certificates are checked under TLS")
         if self.mesh_write_interval < 0:
             raise ValueError("mesh_write_interval must be >= 0")
         if self.durability not in ("received", "fsync"):

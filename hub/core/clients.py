@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -33,6 +34,7 @@ from .stats import HubStats
 
 if TYPE_CHECKING:
     from ..storage.batches import SharedBatch
+    from .auth import Identity, Verification
     from .clock import Clock
     from .consumers import ConsumerState
     from .work import Job, WorkQueue
@@ -62,6 +64,8 @@ class CloseReason(enum.Enum):
     READ_FAILED = "read_failed"
     #: Writing to the socket failed.
     WRITE_FAILED = "write_failed"
+    #: Bad or missing credentials, or credentials a reload revoked (ERROR sent).
+    NOT_AUTHORIZED = "not_authorized"
 
 
 class Transport(Protocol):
@@ -112,6 +116,9 @@ class Subscription:
     group: Group | None = None
     #: durable state (named subscriptions)
     consumer: ConsumerState | None = None
+    #: A subscription narrowed by its user's deny rules (``hub.core.acl``): topics it says
+    #: True for are never delivered to it.  None: nothing to hold back (most subscriptions).
+    denied: Callable[[str], bool] | None = None
     delivered_messages: int = 0
     dropped_messages: int = 0
     gap_notices: int = 0
@@ -196,6 +203,10 @@ class ClientSession:
         self.subs: dict[int, Subscription] = {}
         self.topic_count = 0
         self.greeted = False
+        #: Who the client is (``hub.core.auth``); None on a hub without a users file.
+        self.identity: Identity | None = None
+        #: HELLO's secret waiting for its slow hash check (the shell runs it, then ``HubCore.verified``).
+        self.auth_job: Verification | None = None
         now = clock.monotonic()
         self.last_received = now
         self.last_sent = now
@@ -327,6 +338,7 @@ class ClientSession:
             "id": self.conn_id,
             "peer": self.peer,
             "name": self.client_name,
+            "user": self.identity.label if self.identity is not None else None,
             "subscriptions": len(self.subs),
             "pending_bytes": self.out.pending_bytes,
             "bytes_in": self.bytes_in,

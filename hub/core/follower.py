@@ -62,9 +62,11 @@ class TopicSelection:
     scanning every log each time.
     """
 
-    def __init__(self, store: LogStore, patterns: list[str]) -> None:
+    def __init__(self, store: LogStore, patterns: list[str], denied: Callable[[str], bool] | None = None) -> None:
         self._store = store
-        self.matches = matcher(patterns)
+        matches = matcher(patterns)
+        # A subscription narrowed by its user's deny rules never selects a denied topic (hub.core.acl).
+        self.matches = matches if denied is None else lambda topic: matches(topic) and not denied(topic)
         self._generation = -1
         self._topics: list[str] = []
 
@@ -108,7 +110,7 @@ class LogFollower:
         self._work = work
         self._positions_moved = positions_moved
         self._failed = failed
-        self._selection = TopicSelection(store, sub.patterns)
+        self._selection = TopicSelection(store, sub.patterns, sub.denied)
         # Topics that exist now start "latest" at their current end; topics
         # created later start at 0 -- every message in them is newer.
         self._latest_at = {t: lg.next_offset for t, lg in store.logs.items()}
@@ -128,7 +130,7 @@ class LogFollower:
         self._failed(self.sub, "internal error while reading the log")
 
     def patterns_changed(self) -> None:
-        self._selection = TopicSelection(self.store, self.sub.patterns)
+        self._selection = TopicSelection(self.store, self.sub.patterns, self.sub.denied)
         self.wake()
 
     def ack_refusal(self, topic: str, first: int, last: int) -> str | None:

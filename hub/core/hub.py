@@ -45,10 +45,13 @@ from wire import (
 
 from ..storage.store import LogStore
 from .acks import AckTracker
+from .auth import ClientAuth
+from .auth_file import AuthConfig
 from .clients import ClientSession, CloseReason
 from .clock import Clock
 from .consumers import ConsumerRegistry, ConsumerState, StandingInterest
 from .flushing import OutputBatch
+from .greeting import Greeting
 from .groups import POLL_SECONDS
 from .mesh_link import MeshLink
 from .origin import OriginSequence
@@ -82,6 +85,8 @@ class CoreSettings:
     #: Seconds between heartbeats on an idle connection; ``heartbeat_misses`` silent ones = dead.
     heartbeat_interval: float = 5.0
     heartbeat_misses: int = 3
+    #: Seconds from accept (TLS handshake included) to WELCOME: a client still without one is closed.
+    hello_timeout: float = 3.0
     subscriptions: SubscriptionLimits = field(default_factory=SubscriptionLimits)
 
 
@@ -137,6 +142,12 @@ class HubCore:
             for state in consumers.states.values():
                 self._keep_interest(state)
         self.slow_consumers = SlowConsumerPolicies(self.stats, self.subscriptions.end)
+        #: Who may connect and what each user may do: open until :meth:`use_auth` gives a users file.
+        self.auth = ClientAuth()
+        self.greeting = Greeting(
+            auth=self.auth, stats=self.stats, welcome=self._welcome, max_body=settings.max_body,
+            hello_timeout=settings.hello_timeout, end_subscription=self.subscriptions.end,
+        )
         subs = self.subscriptions
         self._handlers: dict[type[Frame], Callable[[ClientSession, Any], None]] = {
             Publish: self.publisher.publish,
@@ -148,7 +159,7 @@ class HubCore:
             Ack: subs.on_ack,
             Status: self._on_status,
             Error: self._on_client_error,
-            Hello: self._on_hello,
+            Hello: self.greeting.on_hello,
         }
         #: Builds the STATUS_REPLY document (the app sets it: the status covers the shell too).
         self.status_document: Callable[[], bytes] = lambda: b"{}"
@@ -227,6 +238,7 @@ class HubCore:
             policies=self.slow_consumers,
         )
         self._next_conn_id += 1
+        self.greeting.opened(session)
         self.sessions[session.conn_id] = session
         self.stats.connections_total += 1
         return session
@@ -238,12 +250,16 @@ class HubCore:
         """
         session.last_received = self.clock.monotonic()
         session.bytes_in += len(data)
+        session.decoder.feed(data)
+        self._handle_frames(session)
+
+    def _handle_frames(self, session: ClientSession) -> None:
+        """Handle the complete frames buffered, stopping while HELLO's secret is being checked."""
         decoder = session.decoder
         handlers = self._handlers
         try:
-            decoder.feed(data)
             with self.output:
-                while (frame := decoder.next_frame()) is not None:
+                while session.auth_job is None and (frame := decoder.next_frame()) is not None:
                     if not session.greeted and type(frame) is not Hello:
                         session.fail(ErrorCode.UNEXPECTED_FRAME, f"expected HELLO first, got {frame.name}")
                         return
@@ -257,6 +273,8 @@ class HubCore:
         """The connection is gone: its subscriptions end with it (durable state stays)."""
         for sub in list(session.subs.values()):
             self.subscriptions.remove(session, sub)
+        if session.identity is not None and session.greeted:
+            session.identity.counters.connections -= 1
         self.sessions.pop(session.conn_id, None)
         if not self.sessions:
             self.on_no_sessions()
@@ -268,26 +286,32 @@ class HubCore:
 
     # -- frames -------------------------------------------------------------------------
 
-    def _on_hello(self, session: ClientSession, frame: Hello) -> None:
-        if session.greeted:
-            session.fail(ErrorCode.UNEXPECTED_FRAME, "HELLO sent twice")
-            return
-        if frame.version != CLIENT_PROTOCOL_VERSION:
-            session.fail(
-                ErrorCode.UNSUPPORTED_VERSION,
-                f"client protocol version {frame.version} not supported (hub speaks {CLIENT_PROTOCOL_VERSION})",
-            )
-            return
-        session.greeted = True
-        session.client_name = frame.client_name
-        welcome = Welcome(
+    def verified(self, session: ClientSession, matched: str | None) -> None:
+        """The shell checked HELLO's secret (:mod:`hub.core.greeting`): admit or refuse, then
+        handle the frames that arrived behind HELLO."""
+        with self.output:
+            admitted = self.greeting.verified(session, matched)
+        if admitted:
+            self._handle_frames(session)
+
+    def hello_overdue(self, session: ClientSession) -> None:
+        with self.output:
+            self.greeting.overdue(session)
+
+    def use_auth(self, config: AuthConfig | None) -> tuple[int, int]:
+        """Put a users file in force (at start, and on each reload): see :mod:`hub.core.grants`.
+        Returns the subscriptions ended and connections closed because their grant went."""
+        with self.output:
+            return self.greeting.use(config, self.sessions.values())
+
+    def _welcome(self) -> bytes:
+        return Welcome(
             version=CLIENT_PROTOCOL_VERSION,
             hub_id=self.hub_id,
             max_body=self.settings.max_body,
             heartbeat_ms=int(self.settings.heartbeat_interval * 1000),
             hub_name=self.settings.name[:255],
-        )
-        session.send_control(welcome.encode())
+        ).encode()
 
     def _on_heartbeat(self, session: ClientSession, frame: Heartbeat) -> None:
         if frame.word == "ping":

@@ -16,6 +16,7 @@ from wire import AckStatus, ErrorCode, OffsetRange, Publish, PublishAck
 from wire.topics import InvalidTopicError, check_topic
 
 from ..storage.batches import SharedBatch
+from .clients import CloseReason
 from .memory_topics import MemoryTopic
 
 if TYPE_CHECKING:
@@ -90,6 +91,14 @@ class Publisher:
             if problem is not None:
                 session.fail(ErrorCode.INVALID_TOPIC, problem, ref=frame.sequence)
                 return
+        identity = session.identity
+        if identity is not None:  # a hub with a users file: every topic of the frame granted, or nothing stored
+            for mset in frame.sets:
+                refusal = identity.permissions.publish_refusal(mset.topics)
+                if refusal is not None:
+                    identity.counters.publish_refused += 1
+                    session.fail(ErrorCode.NOT_AUTHORIZED, refusal, ref=frame.sequence, why=CloseReason.NOT_AUTHORIZED)
+                    return
         store = self.store
         if store is not None and store.storage_error is not None:
             session.fail(ErrorCode.STORAGE_ERROR, f"the hub cannot store: {store.storage_error}", ref=frame.sequence)
@@ -189,6 +198,8 @@ class Publisher:
                 if not sub.live:
                     sub.wake()
                     continue
+                if sub.denied is not None and sub.denied(name):
+                    continue  # a subscription narrowed by its user's deny rules (hub.core.acl)
                 if seen is not None:
                     if sub in seen:
                         continue

@@ -22,3 +22,9 @@ class HubStats:
     connections_total: int = 0
     connections_refused: int = 0
     heartbeat_timeouts: int = 0
+    #: Connections closed for sending no HELLO (or not being welcomed) within hello_timeout.
+    hello_timeouts: int = 0
+    #: HELLOs refused: bad or missing credentials (per user: status "auth").
+    auth_failures: int = 0
+    #: TLS connections whose handshake failed or did not finish within hello_timeout.
+    tls_handshake_failures: int = 0

@@ -49,6 +49,7 @@ def hub_status(core: HubCore, *, listen: str) -> dict[str, Any]:
             {**c.status(), "subs": [s.status() for s in c.subs.values()]} for c in list(sessions.values())[:LISTED]
         ],
     }
+    doc["auth"] = core.auth.status()
     if store is not None:
         doc["storage"] = {
             "data_dir": str(store.root),

@@ -40,6 +40,7 @@ from wire.topics import InvalidTopicError, check_topic, is_pattern
 from .clients import ClientSession, Subscription
 from .consumers import ConsumerRegistry, ConsumerState
 from .follower import LogFollower
+from .grants import judge
 from .groups import ConsumerGroup
 from .routing import RoutingTable
 
@@ -101,24 +102,20 @@ class Subscriptions:
     def _refuse(self, session: ClientSession, sub_id: int, code: ErrorCode, reason: str) -> None:
         session.send_control(SubEnd(sub_id=sub_id, code=code, reason=reason[:1000]).encode())
 
-    def _check_patterns(self, session: ClientSession, sub_id: int, patterns: tuple[str, ...]) -> bool:
+    def _pattern_problem(self, session: ClientSession, patterns: tuple[str, ...]) -> tuple[ErrorCode, str] | None:
+        """Why ``patterns`` cannot be added to ``session``'s subscriptions (the SUB_END to send), or None."""
         for pattern in patterns:
             try:
                 check_topic(pattern, pattern=True)
             except InvalidTopicError as exc:
-                self._refuse(session, sub_id, ErrorCode.INVALID_TOPIC, str(exc))
-                return False
+                return ErrorCode.INVALID_TOPIC, str(exc)
         limit = self.limits.max_topics_per_connection
         if session.topic_count + len(patterns) > limit:
-            self._refuse(
-                session,
-                sub_id,
-                ErrorCode.LIMIT_EXCEEDED,
-                f"connection would hold {session.topic_count + len(patterns)} topics, "
-                f"limit max_topics_per_connection={limit}",
+            held = session.topic_count + len(patterns)
+            return ErrorCode.LIMIT_EXCEEDED, (
+                f"connection would hold {held} topics, limit max_topics_per_connection={limit}"
             )
-            return False
-        return True
+        return None
 
     def _offsets(self, sub: Subscription, patterns: list[str] | tuple[str, ...]) -> tuple[TopicOffset, ...]:
         offsets = []
@@ -152,7 +149,13 @@ class Subscriptions:
             )
             return
         patterns = tuple(dict.fromkeys(frame.patterns))
-        if not self._check_patterns(session, sub_id, patterns):
+        problem = self._pattern_problem(session, patterns)
+        if problem is not None:
+            self._refuse(session, sub_id, *problem)
+            return
+        judged = judge(session, patterns, durable=frame.durable, group=frame.group)
+        if judged.refusal is not None:
+            self._refuse(session, sub_id, ErrorCode.NOT_AUTHORIZED, judged.refusal)
             return
         sub = Subscription(
             session=session,
@@ -162,6 +165,7 @@ class Subscriptions:
             policy=frame.policy,
             ack_mode=frame.ack_mode,
             credit=frame.credit or None,
+            denied=judged.denied,
         )
         if frame.group:
             if not self._join_group(session, sub, frame):
@@ -277,9 +281,17 @@ class Subscriptions:
         router = self.router
         if frame.op is UpdateOp.ADD:
             added = tuple(p for p in dict.fromkeys(frame.patterns) if p not in sub.patterns)
-            if not self._check_patterns(session, sub.sub_id, added):
-                self.end(session, sub, ErrorCode.INVALID_TOPIC, "update refused")
+            # A refused update ends the subscription with one SUB_END saying why (protocol.md, SUB_UPDATE).
+            problem = self._pattern_problem(session, added)
+            if problem is not None:
+                self.end(session, sub, *problem)
                 return
+            durable = sub.consumer.name if sub.consumer is not None else ""
+            judged = judge(session, (*sub.patterns, *added), durable=durable)
+            if judged.refusal is not None:
+                self.end(session, sub, ErrorCode.NOT_AUTHORIZED, judged.refusal)
+                return
+            sub.denied = judged.denied
             for pattern in added:
                 sub.patterns.append(pattern)
                 router.add(pattern, sub)

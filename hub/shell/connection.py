@@ -17,7 +17,9 @@ import trio
 
 from ..core.clients import ClientSession, CloseReason
 from ..core.hub import HubCore
+from .auth import Verifier
 from .sockio import send_now
+from .tls import ClientStream
 
 log = logging.getLogger("pub0sub.hub.connection")
 
@@ -29,11 +31,24 @@ CLOSE_FLUSH_SECONDS = 2.0
 class ClientConnection:
     """Implements :class:`hub.core.clients.Transport` for ``session`` over ``stream``."""
 
-    def __init__(self, core: HubCore, session: ClientSession, stream: trio.SocketStream, *, write_chunk: int) -> None:
+    def __init__(
+        self,
+        core: HubCore,
+        session: ClientSession,
+        stream: ClientStream,
+        *,
+        write_chunk: int,
+        verifier: Verifier,
+        greeting_deadline: float,
+    ) -> None:
         self.core = core
         self.session = session
         self.stream = stream
         self.write_chunk = write_chunk
+        self.verifier = verifier
+        self.greeting_deadline = greeting_deadline
+        #: Direct flushes write to the socket itself: not under TLS, where the writer task sends.
+        self._direct = isinstance(stream, trio.SocketStream)
         self._lot = trio.lowlevel.ParkingLot()
         #: The rest of a direct flush the socket did not take: (bytes, queued size); the
         #: writer sends it before anything else.
@@ -48,6 +63,7 @@ class ClientConnection:
                 if self.session.closing is not None:  # closed before it started (shutting down)
                     self.closing()
                 nursery.start_soon(self._read_loop)
+                nursery.start_soon(self._greeting_timer)
                 await self._write_loop()
                 nursery.cancel_scope.cancel()
         finally:
@@ -76,9 +92,10 @@ class ClientConnection:
         out = self.session.out
         if not out.items:
             return
-        if not self._lot or self.session.closing is not None:
+        if not self._lot or self.session.closing is not None or not self._direct:
             self.wake_writer()
             return
+        assert isinstance(self.stream, trio.SocketStream)
         data, size = out.take(self.write_chunk)
         try:
             sent = send_now(self.stream, data)
@@ -131,5 +148,13 @@ class ClientConnection:
                     session.close(CloseReason.CLIENT_CLOSED)
                     return
                 core.receive_data(session, data)
+                while (job := session.auth_job) is not None and session.closing is None:
+                    # Nothing more is read until HELLO's secret is checked (off the event loop).
+                    core.verified(session, await self.verifier.check(job))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             session.close(CloseReason.READ_FAILED)
+
+    async def _greeting_timer(self) -> None:
+        """A connection not welcomed by its deadline is closed (``hub.core.greeting``)."""
+        await trio.sleep_until(self.greeting_deadline)
+        self.core.hello_overdue(self.session)
