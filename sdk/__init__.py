@@ -25,6 +25,7 @@ from .errors import (
     PublishTimeoutError,
     SlowConsumerError,
     SubscriptionClosedError,
+    TlsError,
 )
 from .messages import Gap, Message, PublishAck, Reconnect
 from .subscription import Subscription
@@ -47,6 +48,7 @@ __all__ = [
     "SlowConsumerError",
     "Subscription",
     "SubscriptionClosedError",
+    "TlsError",
     "connect",
     "connect_blocking",
 ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import select
 import socket
+import ssl
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -33,6 +34,7 @@ from .errors import ConnectionLostError, HubError, Pub0subError, PublishTimeoutE
 from .handshake import DEFAULT_HANDSHAKE_TIMEOUT, HandshakeWatch
 from .messages import PublishAck, Reconnect
 from .protocol import DEFAULT_MAX_PENDING_BYTES, FATAL_CODES, ClientProtocol, State
+from .security import PathLike, hello_token, tls_context, tls_failure
 
 _READ_SIZE = 256 * 1024
 #: chunks read per service call when data keeps arriving, so a flood cannot starve the caller
@@ -43,7 +45,13 @@ def connect_blocking(
     address: str,
     *,
     name: str = "",
-    token: bytes = b"",
+    token: bytes | str = b"",
+    user: str | None = None,
+    password: str | None = None,
+    tls: bool | ssl.SSLContext | None = None,
+    ca_file: PathLike | None = None,
+    cert_file: PathLike | None = None,
+    key_file: PathLike | None = None,
     reconnect: Reconnect | None = Reconnect(),  # noqa: B008 - frozen, shared safely
     heartbeat: float | None = None,
     max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
@@ -54,7 +62,7 @@ def connect_blocking(
 ) -> BlockingClient:
     """Connect to a hub and return a :class:`BlockingClient` (also a context manager).
 
-    Options mean what they mean for :func:`sdk.connect`.
+    Options mean what they mean for :func:`sdk.connect` (credentials and TLS included).
 
     >>> with connect_blocking("127.0.0.1:7420", name="etl") as client:  # doctest: +SKIP
     ...     print(client.publish_acked("rows", b"1").offsets)
@@ -62,7 +70,8 @@ def connect_blocking(
     client = BlockingClient(
         address,
         name=name,
-        token=token,
+        token=hello_token(token=token, user=user, password=password),
+        tls=tls_context(tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file),
         reconnect=reconnect,
         heartbeat=heartbeat,
         max_pending_bytes=max_pending_bytes,
@@ -95,9 +104,11 @@ class BlockingClient:
         producer_id: int | None,
         connect_timeout: float,
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
         self._host, self._port = parse_address(address)
+        self._tls = tls
         self._reconnect = reconnect
         self._connect_timeout = connect_timeout
         self._handshake_timeout = handshake_timeout
@@ -149,6 +160,14 @@ class BlockingClient:
             sock = socket.create_connection((self._host, self._port), timeout=self._connect_timeout)
         except OSError as exc:
             raise ConnectionLostError(f"cannot connect to {self.address}: {exc.strerror or exc}") from None
+        if self._tls is not None:
+            try:
+                sock = self._tls.wrap_socket(sock, server_hostname=self._host)  # handshakes within connect_timeout
+            except (ssl.SSLError, OSError) as exc:
+                sock.close()
+                if isinstance(exc, ssl.SSLError):
+                    raise tls_failure(self.address, exc) from None
+                raise ConnectionLostError(f"TLS handshake with {self.address} failed: {exc}") from None
         watch = HandshakeWatch(self.address, timeout=self._handshake_timeout)
         deadline = time.monotonic() + self._handshake_timeout
         try:
@@ -234,7 +253,9 @@ class BlockingClient:
         try:
             for _ in range(_MAX_READS_PER_SERVICE):
                 wait = min(timeout, proto.poll())
-                readable, _, _ = select.select([sock], [], [], max(0.0, wait))
+                # TLS may hold decrypted bytes the socket no longer shows select().
+                buffered = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+                readable = buffered or select.select([sock], [], [], max(0.0, wait))[0]
                 if not readable:
                     if timeout > 0:
                         proto.poll()  # the silence may have just passed the heartbeat bound

@@ -17,6 +17,7 @@ buffered publishes into frames when the publishing task yields (or after
 from __future__ import annotations
 
 import math
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,6 +34,7 @@ from .errors import ConnectionLostError, HubError, Pub0subError, PublishTimeoutE
 from .handshake import DEFAULT_HANDSHAKE_TIMEOUT, HandshakeWatch
 from .messages import PublishAck, Reconnect
 from .protocol import DEFAULT_MAX_PENDING_BYTES, FATAL_CODES, ClientProtocol, State
+from .security import PathLike, hello_token, tls_context, tls_failure
 from .subscription import Subscription
 
 _READ_SIZE = 256 * 1024
@@ -47,7 +49,13 @@ async def connect(
     address: str,
     *,
     name: str = "",
-    token: bytes = b"",
+    token: bytes | str = b"",
+    user: str | None = None,
+    password: str | None = None,
+    tls: bool | ssl.SSLContext | None = None,
+    ca_file: PathLike | None = None,
+    cert_file: PathLike | None = None,
+    key_file: PathLike | None = None,
     reconnect: Reconnect | None = Reconnect(),  # noqa: B008 - frozen, shared safely
     heartbeat: float | None = None,
     max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
@@ -59,6 +67,14 @@ async def connect(
 ) -> AsyncIterator[Client]:
     """Connect to a hub at ``"host:port"`` and yield a :class:`Client`.
 
+    * ``user`` and ``password``, or ``token`` (``USER:SECRET`` as ``pub0sub auth`` prints it):
+      the credentials for a hub with a users file; a wrong one raises :class:`HubError`
+      ``NOT_AUTHORIZED`` (never retried).  See docs/security.md.
+    * ``tls``: connect with TLS (a hub with ``--tls-cert``), verifying the hub's certificate
+      against ``ca_file`` (default: the system's CAs) and its name against ``address``;
+      ``cert_file``/``key_file`` for a hub that asks for client certificates.  Giving any
+      file turns TLS on; an ``ssl.SSLContext`` is used as it is.  A failed handshake raises
+      :class:`TlsError`.
     * ``reconnect``: a :class:`Reconnect` policy, or ``None`` to raise
       :class:`ConnectionLostError` on the first loss.  After a reconnect every
       open subscription is re-opened where it stopped, and acked publishes not
@@ -82,7 +98,8 @@ async def connect(
     client = Client(
         address,
         name=name,
-        token=token,
+        token=hello_token(token=token, user=user, password=password),
+        tls=tls_context(tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file),
         reconnect=reconnect,
         heartbeat=heartbeat,
         max_pending_bytes=max_pending_bytes,
@@ -128,6 +145,7 @@ class Client:
         heartbeat: float | None,
         max_pending_bytes: int,
         linger: float,
+        tls: ssl.SSLContext | None = None,
         flush_bytes: int,
         producer_id: int | None,
         connect_timeout: float,
@@ -135,6 +153,7 @@ class Client:
     ) -> None:
         self.address = address
         self._host, self._port = parse_address(address)
+        self._tls = tls
         self._reconnect = reconnect
         self._linger = linger
         self._connect_timeout = connect_timeout
@@ -147,7 +166,7 @@ class Client:
             max_pending_bytes=max_pending_bytes,
             flush_bytes=flush_bytes,
         )
-        self._stream: anyio.abc.SocketStream | None = None
+        self._stream: anyio.abc.ByteStream | None = None
         self._send_lock = anyio.Lock()
         self._connected = anyio.Event()
         self._flush_wanted = anyio.Event()
@@ -170,11 +189,22 @@ class Client:
     async def _open(self) -> None:
         """One connection attempt: TCP connect (``connect_timeout``), HELLO, WELCOME (``handshake_timeout``)."""
         proto = self._proto
+        stream: anyio.abc.ByteStream
         try:
             with anyio.fail_after(self._connect_timeout):
-                stream = await anyio.connect_tcp(self._host, self._port)
+                if self._tls is None:
+                    stream = await anyio.connect_tcp(self._host, self._port)
+                else:
+                    # Not "standard compatible": a hub hangs up without TLS's close_notify, and
+                    # that end is an end, not an attack on the last record.
+                    stream = await anyio.connect_tcp(
+                        self._host, self._port, ssl_context=self._tls, tls_hostname=self._host,
+                        tls_standard_compatible=False,
+                    )  # fmt: skip
         except TimeoutError:
             raise ConnectionLostError(f"cannot connect to {self.address}: timed out") from None
+        except ssl.SSLError as exc:
+            raise tls_failure(self.address, exc) from None
         except _DISCONNECTS as exc:
             raise ConnectionLostError(f"cannot connect to {self.address}: {_describe(exc)}") from None
         watch = HandshakeWatch(self.address, timeout=self._handshake_timeout)

@@ -46,6 +46,12 @@ class NotAHubError(ConnectionLostError):
         super().__init__(f"{address} did not answer like a pub0sub hub ({detail})")
 
 
+class TlsError(ConnectionLostError):
+    """The TLS handshake with the hub failed: its certificate did not verify (wrong or missing
+    CA, a name that does not match), the port does not speak TLS, or the hub wanted a client
+    certificate.  The message says which is likely."""
+
+
 class HubError(ConnectionLostError):
     """The hub sent an ERROR frame (which always closes the connection).
 

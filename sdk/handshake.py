@@ -60,6 +60,8 @@ class HandshakeWatch:
         return self._error("it closed the connection without answering")
 
     def _error(self, detail: str) -> NotAHubError:
+        if self.head[:2] == b"\x15\x03":  # a TLS alert record: the hub (or whatever it is) wants TLS
+            detail += "; that is a TLS alert: the port speaks TLS, connect with tls=True (--tls)"
         return NotAHubError(self.address, detail, received=self.head)
 
 

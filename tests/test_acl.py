@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hub.core.acl import NameRules, Permissions, TopicRules, covers, matches, overlaps, tokens
-from hub.core.auth_file import AuthFileError, parse_auth_file, split_credentials
+from hub.core.auth_file import AuthFileError, parse_auth_file
+from wire.credentials import split_credentials
 
 LITERALS = ("a", "b")
 

@@ -25,8 +25,10 @@ from typing import Any
 
 import argon2
 
+from wire.credentials import split_credentials
+
 from .acl import Permissions
-from .auth_file import AuthConfig, split_credentials
+from .auth_file import AuthConfig
 
 log = logging.getLogger("pub0sub.hub.auth")
 

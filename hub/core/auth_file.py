@@ -22,15 +22,14 @@ Only parsing and checking live here; the shell reads the file (the core does no 
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from wire.credentials import USER_NAME, USER_NAME_RULE
+
 from .acl import NameRules, Permissions, TopicRules
 
-#: User names: what fits in a log line and before the ``:`` of the HELLO token.
-USER_NAME = re.compile(r"[A-Za-z0-9_.@+-]{1,64}")
 #: The only hash the file takes (argon2-cffi's ``PasswordHasher().hash``; ``pub0sub auth`` makes them).
 HASH_PREFIX = "$argon2id$"
 #: Secrets per user: enough to rotate, few enough that a wrong one costs few slow hashes.
@@ -75,7 +74,7 @@ def parse_auth_file(text: str, *, source: str = "auth file") -> AuthConfig:
     for name, entry in users_doc.items():
         where = f"{source}: user {name!r}"
         if not USER_NAME.fullmatch(name):
-            raise AuthFileError(f"{where}: a user name is 1..64 of A-Z a-z 0-9 _ . @ + -")
+            raise AuthFileError(f"{where}: {USER_NAME_RULE}")
         if not isinstance(entry, dict):
             raise AuthFileError(f"{where}: must be a table")
         users[name] = User(name, _secrets(entry, where), _permissions(entry, where, extra={"secrets"}))
@@ -129,15 +128,3 @@ def _names(value: object, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise AuthFileError(f"{where}: must be a list of strings")
     return tuple(value)
-
-
-def split_credentials(token: bytes) -> tuple[str, str] | None:
-    """HELLO's token as ``(user, secret)``: UTF-8 ``USER:SECRET``; None if it is not that shape."""
-    try:
-        text = token.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    user, sep, secret = text.partition(":")
-    if not sep or not USER_NAME.fullmatch(user) or not secret:
-        return None
-    return user, secret

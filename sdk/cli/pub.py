@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 from ..blocking import BlockingClient, connect_blocking
-from .support import add_hub_option, run, topic_usage_error
+from .support import add_hub_option, connect_options, run, topic_usage_error
 
 _CHUNK = 64 * 1024
 
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub pub") -> int
             client.flush()
 
     def body() -> int:
-        with connect_blocking(args.hub, name=args.name, reconnect=None) as client:
+        with connect_blocking(args.hub, name=args.name, reconnect=None, **connect_options(args)) as client:
             if args.message:
                 publish(client, [m.encode("utf-8") for m in args.message])
             else:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..blocking import connect_blocking
-from .support import add_hub_option, run
+from .support import add_hub_option, connect_options, run
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub status") -> 
     args = build_parser(prog).parse_args(argv)
 
     def body() -> int:
-        with connect_blocking(args.hub, name="pub0sub-status", reconnect=None) as client:
+        with connect_blocking(args.hub, name="pub0sub-status", reconnect=None, **connect_options(args)) as client:
             doc = client.status(timeout=args.timeout)
         if args.json:
             print(json.dumps(doc, indent=2, sort_keys=False))

@@ -21,7 +21,7 @@ import wire
 from ..blocking import connect_blocking
 from ..messages import Gap, Message
 from ..subscriptions import resolve_ack
-from .support import add_hub_option, run, topic_usage_error, usage_error
+from .support import add_hub_option, connect_options, run, topic_usage_error, usage_error
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub sub") -> int
         nonlocal seen
         out = sys.stdout
         with (
-            connect_blocking(args.hub, name=args.name, reconnect=None) as client,
+            connect_blocking(args.hub, name=args.name, reconnect=None, **connect_options(args)) as client,
             client.subscribe(
                 args.topic, start=start, policy=args.policy, durable=args.durable, group=args.group, ack=args.ack
             ) as sub,

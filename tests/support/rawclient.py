@@ -14,11 +14,11 @@ class RawClient:
         self.eof = False
 
     @classmethod
-    async def connect(cls, address: str, *, hello: bool = True, name: str = "raw") -> RawClient:
+    async def connect(cls, address: str, *, hello: bool = True, name: str = "raw", token: bytes = b"") -> RawClient:
         host, port = address.rsplit(":", 1)
         client = cls(await trio.open_tcp_stream(host, int(port)))
         if hello:
-            await client.send(Hello(client_name=name))
+            await client.send(Hello(client_name=name, token=token))
             welcome = await client.expect(Welcome)
             client.welcome = welcome
         return client
