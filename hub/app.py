@@ -105,7 +105,7 @@ class HubServer:
         if config.mesh_listen:
             self.mesh = self._open_mesh(mesh_key)
             self.core.mesh.attach(self.mesh)
-        self._listener = ClientListener(self.core, write_chunk=config.write_chunk)
+        self._listener = ClientListener(self.core, write_chunk=config.write_chunk, tls=self._tls)
         if auth is not None:
             self.core.use_auth(auth)
         self._cancel: trio.CancelScope | None = None
@@ -174,8 +174,8 @@ class HubServer:
         core.start()
         try:
             host, port = self.config.host_port
-            sockets, listeners = await open_client_listeners(host, port, tls=self._tls)
-            sockname = sockets[0].socket.getsockname()
+            listeners = await open_client_listeners(host, port)
+            sockname = listeners[0].socket.getsockname()
             self.address = f"{sockname[0]}:{sockname[1]}"
             async with trio.open_nursery() as nursery:
                 self._cancel = nursery.cancel_scope

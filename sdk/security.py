@@ -67,8 +67,9 @@ def tls_context(
 
 def tls_failure(address: str, exc: BaseException) -> TlsError:
     """The one-line error for a failed handshake, with the likely cause."""
-    reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or str(exc)
+    reason = getattr(exc, "reason", None) or str(exc)
     if isinstance(exc, ssl.SSLCertVerificationError):
+        reason = f"certificate verify failed: {exc.verify_message}"
         hint = "the hub's certificate is not trusted: pass the CA that signed it (ca_file, --ca-file)"
     else:
         hint = "does the hub speak TLS (--tls-cert)? or does it want a client certificate (cert_file, --cert)?"

@@ -9,12 +9,17 @@ starts one and stalls is closed like one that never sends HELLO.
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from pathlib import Path
 
 import trio
 
+from wire import Error, ErrorCode, Opcode
+
 log = logging.getLogger("pub0sub.hub.tls")
+
+PLAINTEXT_REFUSAL = "this hub's client port speaks TLS only: connect with TLS (tls=True, --tls)"
 
 # (Unparametrised: trio-typing's stale stubs, which libp2p pulls in, know no SSLStream[T].)
 ClientStream = trio.SocketStream | trio.SSLStream
@@ -49,17 +54,26 @@ def socket_of(stream: ClientStream) -> trio.socket.SocketType:
     return stream.socket
 
 
-async def handshake(stream: ClientStream, peer: str, *, deadline: float) -> bool:
-    """Complete a TLS stream's handshake by ``deadline`` (a plain stream has none); False if it failed."""
-    if not isinstance(stream, trio.SSLStream):
-        return True
+async def start_tls(
+    stream: trio.SocketStream, context: ssl.SSLContext, peer: str, *, deadline: float
+) -> trio.SSLStream | None:
+    """TLS over ``stream``, handshake done by ``deadline``; None if it failed (and was logged).
+
+    A client that sends a plaintext HELLO instead of a TLS ClientHello is told so in its own
+    protocol (``ERROR UNEXPECTED_FRAME``), so it does not see a bare hang-up."""
+    gone = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
     with trio.move_on_at(deadline):
         try:
-            await stream.do_handshake()
-            return True
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            cause = exc.__cause__ or exc
-            log.info("TLS handshake with %s failed: %s", peer, cause)
-            return False
+            first = await stream.socket.recv(1, socket.MSG_PEEK)
+            if first == bytes([Opcode.HELLO]):
+                await stream.send_all(Error(code=ErrorCode.UNEXPECTED_FRAME, reason=PLAINTEXT_REFUSAL).encode())
+                log.info("plaintext client at %s refused: this port speaks TLS", peer)
+                return None
+            tls_stream = trio.SSLStream(stream, context, server_side=True)
+            await tls_stream.do_handshake()
+            return tls_stream
+        except gone as exc:
+            log.info("TLS handshake with %s failed: %s", peer, exc.__cause__ or exc)
+            return None
     log.info("TLS handshake with %s did not finish in time", peer)
-    return False
+    return None
