@@ -35,7 +35,7 @@ async def test_async_client_over_tls_verifies_the_hub(start_server: StartHub, ce
         await client.publish("t", b"over tls" * 1000)
         msg = await sub.__anext__()
         assert msg.data == b"over tls" * 1000
-    with pytest.raises(sdk.TlsError, match="certificate verify failed.*pass the CA"):
+    with pytest.raises(sdk.TlsError, match=r"certificate verify failed.*pass the CA"):
         async with sdk.connect(address, ca_file=certs.other_ca, reconnect=None):
             pass
     with pytest.raises(sdk.TlsError, match="certificate verify failed"):

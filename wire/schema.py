@@ -277,6 +277,7 @@ BODIES: dict[Opcode, Construct] = {
         "producer_id" / Int64ub,
         "sequence" / Int64ub,
         "flags" / Int8ub,
+        Check(this.flags <= 1),  # bit 0 ACK; bits 1-7 reserved, must be 0
         "set_count" / Rebuild(Int16ub, len_(this.sets)),
         Check(this.set_count >= 1),
         "sets" / Array(this.set_count, MessageSet),

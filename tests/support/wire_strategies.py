@@ -286,7 +286,7 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
         Publish,
         producer_id=u64,
         sequence=u64,
-        flags=u8.map(PublishFlags),
+        flags=st.sampled_from([PublishFlags.NONE, PublishFlags.ACK]),  # bits 1-7 are reserved: refused
         sets=_small_tuple(message_sets(), min_size=1),
     ),
     Opcode.PUBLISH_ACK: st.builds(

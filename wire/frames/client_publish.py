@@ -23,8 +23,9 @@ class PublishFlags(IntFlag):
     ACK = 1
 
 
-#: Every flags byte's PublishFlags, made once: calling the enum per decoded PUBLISH is slow.
-_PUBLISH_FLAGS = tuple(PublishFlags(i) for i in range(256))
+#: Every defined flags byte's PublishFlags, made once: calling the enum per decoded PUBLISH is slow.
+#: Bits 1-7 are reserved: a PUBLISH with any of them set is refused (a new flag is a new version).
+_PUBLISH_FLAGS = tuple(PublishFlags(i) for i in range(int(PublishFlags.ACK) + 1))
 
 
 class AckStatus(IntEnum):
@@ -55,7 +56,8 @@ class Publish(Frame):
     def __post_init__(self) -> None:
         check_uint("producer_id", self.producer_id, MAX_U64)
         check_uint("sequence", self.sequence, MAX_U64)
-        check_uint("flags", int(self.flags), 0xFF)
+        if not 0 <= int(self.flags) < len(_PUBLISH_FLAGS):
+            raise LocalProtocolError(f"PUBLISH flags 0x{int(self.flags):02x}: only bit 0 (ACK) is defined")
         if not 1 <= len(self.sets) <= 0xFFFF:
             raise LocalProtocolError(f"a publish holds 1..65535 message sets, got {len(self.sets)}")
 
@@ -69,6 +71,8 @@ class Publish(Frame):
         if end < 19:
             raise RemoteProtocolError("publish header needs 19 bytes", offset=0)
         producer_id, sequence, flags, n = _PUBLISH_HEAD.unpack_from(body, 0)
+        if flags >= len(_PUBLISH_FLAGS):
+            raise RemoteProtocolError(f"PUBLISH flags 0x{flags:02x}: bits 1-7 are reserved and must be 0", offset=16)
         if n == 0:
             raise RemoteProtocolError("publish with 0 message sets", offset=17)
         pos = 19
