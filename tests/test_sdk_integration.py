@@ -432,7 +432,8 @@ def test_not_a_hub_is_a_typed_connection_error_under_both_loops(backend: str) ->
 @pytest.mark.parametrize(
     ("reply", "detail"),
     [(b"-ERR unknown command\r\n", 'it sent "-ERR unknown command"'),
-     (bytes.fromhex("15030300020228"), "it sent bytes 15 03 03 00 02 02 28"),  # a TLS alert
+     (bytes.fromhex("15030300020228"), "it sent bytes 15 03 03 00 02 02 28; that is a TLS alert: the port speaks "
+                                       "TLS, connect with tls=True (--tls)"),
      (b"", "it closed the connection without answering")],
     ids=["text", "binary", "closed"],
 )  # fmt: skip

@@ -200,8 +200,9 @@ ex_frame("repaired", Repaired(topic="orders.eu", upto=43, missing=2),
           u64(2, "missing 2: two messages of the range are gone here")])
 
 # ---------------- client ----------------
-ex_frame("hello", Hello(version=1, client_name="demo", token=b"s3cret"),
-         [u16(1, "version 1"), str8("demo", "client_name"), S([b16(6), b"s3cret"], 'token (u16 length 6) b"s3cret"')])
+ex_frame("hello", Hello(version=1, client_name="demo", token=b"alice:s3cret"),
+         [u16(1, "version 1"), str8("demo", "client_name"),
+          S([b16(12), b"alice:s3cret"], 'token (u16 length 12) b"alice:s3cret": user alice, secret s3cret')])
 ex_frame("hello_anon", Hello(), [u16(1, "version 1"), str8("", "client_name"), S([b16(0)], "token: length 0 (none)")])
 ex_frame("welcome", Welcome(version=1, hub_id=7, max_body=1 << 20, heartbeat_ms=5000, hub_name="hub-a"),
          [u16(1, "version 1"), u64(7, "hub_id 7"), u32(1 << 20, "max_body 1048576 (1 MiB)"),
@@ -329,6 +330,13 @@ invalid("routed_sets_prev", _rs_bad,
                ("000000000000002a", "set 0 (at byte 26): origin_seq 42"), (b64(TS).hex(), "set 0: timestamp"),
                (_rs_bad[42:-8].hex(), 'set 0: MessageSet, topic "t", one record "a"'),
                ("000000000000002a", "set 0: prevs[t] 42: not before the set's own origin_seq 42")]))
+_reserved = bytearray(Publish(sequence=2, sets=(MessageSet.build(["t"], [(b"", b"")]),)).encode())
+_reserved[21] = 0x02
+invalid("publish_reserved_flag", bytes(_reserved), align([
+    ("22 " + _reserved[1:5].hex(), "header: PUBLISH, body length 36"),
+    (_reserved[5:13].hex(), "producer_id 0"), (_reserved[13:21].hex(), "sequence 2"),
+    ("02", "flags: bit 1 is reserved: refused here"),
+    (_reserved[22:].hex(), "(the rest of the smallest PUBLISH, never read)")]))
 invalid("too_large", bytes.fromhex("02ffffffff"), align([("02 ffffffff", "SUBSCRIBE, body length 4294967295: refused at the header")]))
 invalid("unknown", bytes.fromhex("0700000000"), align([("07 00000000", "opcode 7 is not assigned")]))
 invalid("zero_topic", bytes.fromhex("02000000020000"), align([("02 00000002", "SUBSCRIBE, body length 2"), ("00 00", "a topic of length 0 (twice)")]))

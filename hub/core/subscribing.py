@@ -275,8 +275,8 @@ class Subscriptions:
         if sub is None:
             self._refuse(session, frame.sub_id, ErrorCode.UNKNOWN_SUBSCRIPTION, "no such subscription")
             return
-        if sub.group is not None:
-            self._refuse(session, frame.sub_id, ErrorCode.UNEXPECTED_FRAME, "a group member cannot change its topics")
+        if sub.group is not None:  # refused: ends it, as every refused update does (protocol.md, SUB_UPDATE)
+            self.end(session, sub, ErrorCode.UNEXPECTED_FRAME, "a group member cannot change its topics")
             return
         router = self.router
         if frame.op is UpdateOp.ADD:
