@@ -105,6 +105,21 @@ def test_detached_cluster_status_and_down(data_root: Path) -> None:
     assert nothing.returncode == 0 and "nothing to stop" in nothing.stdout
 
 
+@pytest.mark.slow
+def test_a_cluster_with_tls(data_root: Path) -> None:
+    up = cluster("up", "--hubs", "2", "--detach", "--tls", "--base-port", "0", "--data-root", str(data_root))
+    assert up.returncode == 0, up.stderr
+    ca = data_root / "tls" / "ca.pem"
+    assert f"TLS: clients verify the hubs with --ca-file {ca}" in up.stdout and "mesh converged" in up.stdout
+    status = cluster("status", "--data-root", str(data_root))  # status connects with the cluster's CA
+    assert status.returncode == 0 and "peers 1/1" in status.stdout, status.stdout
+    first = state_of(data_root)["hubs"][0]["address"]  # type: ignore[index]
+    assert cli("pub", "--hub", first, "--topic", "t", "--ack", "--ca-file", str(ca), "hi").returncode == 0
+    plain = cli("pub", "--hub", first, "--topic", "t", "--ack", "hi")
+    assert plain.returncode == 1 and "speaks TLS only" in plain.stderr
+    assert cluster("down", "--data-root", str(data_root)).returncode == 0
+
+
 def free_base_port(hubs: int) -> int:
     """A base port whose client and mesh ports for ``hubs`` hubs are all free right now."""
     for _ in range(50):

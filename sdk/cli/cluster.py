@@ -46,6 +46,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     up.add_argument("--seconds", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     up.add_argument("--detach", "-d", action="store_true",
                     help="start the hubs, print their addresses and return; they run until pub0sub cluster down")
+    up.add_argument("--tls", action="store_true",
+                    help="the hubs speak TLS, with a throwaway CA made in DATA_ROOT/tls (clients: --ca-file "
+                         "DATA_ROOT/tls/ca.pem)")  # fmt: skip
     commands.add_parser("status", help="show each hub of the cluster: up or down, addresses, peers, topics")
     commands.add_parser("down", help="stop the hubs of the cluster (by PID, from its state file)")
     for command in commands.choices.values():
@@ -89,7 +92,7 @@ def up(args: argparse.Namespace, prog: str) -> int:
               f"pub0sub cluster down{_root_option(root)}", file=sys.stderr)  # fmt: skip
         return 1
 
-    cluster = LocalCluster(args.hubs, root, base_port=args.base_port or None,
+    cluster = LocalCluster(args.hubs, root, base_port=args.base_port or None, tls=args.tls,
                            note=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
     state: ClusterState | None = None
     left_running = False
@@ -101,6 +104,8 @@ def up(args: argparse.Namespace, prog: str) -> int:
         state = ClusterState.of(cluster, detached=args.detach)
         state.write()
         print(describe(cluster), flush=True)
+        if cluster.tls is not None:
+            print(f"TLS: clients verify the hubs with --ca-file {cluster.tls.ca}", flush=True)
         converged = cluster.wait_converged()
         print("mesh converged" if converged else "mesh not fully linked yet (see pub0sub cluster status)", flush=True)
         print(f"state in {state.path}, hub logs in {root}/hub-*.log", flush=True)
@@ -179,7 +184,7 @@ def status(args: argparse.Namespace, prog: str) -> int:
 def _live_figures(hub: HubEntry, cluster_size: int) -> str:
     """Peers, topics, connections and uptime from the hub's own status, or why it did not answer."""
     try:
-        with connect_blocking(hub.address, name="pub0sub-cluster", reconnect=None,
+        with connect_blocking(hub.address, name="pub0sub-cluster", reconnect=None, ca_file=hub.ca_file or None,
                               connect_timeout=STATUS_TIMEOUT, handshake_timeout=STATUS_TIMEOUT) as client:  # fmt: skip
             doc: dict[str, Any] = client.status(timeout=STATUS_TIMEOUT)
     except (Pub0subError, OSError) as exc:

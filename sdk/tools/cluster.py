@@ -24,8 +24,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..blocking import connect_blocking
+from .local_tls import local_tls
 
 HUB_START_SECONDS = 30.0
 CONVERGE_SECONDS = 30.0
@@ -90,6 +92,7 @@ class LocalCluster:
         base_port: int | None = None,
         extra_args: Sequence[str] = (),
         note: Callable[[str], object] = print,
+        tls: bool = False,
     ) -> None:
         if hubs < 1:
             raise ValueError("a cluster needs at least one hub")
@@ -98,6 +101,10 @@ class LocalCluster:
         self.base_port = base_port
         self.extra_args = list(extra_args)
         self.note = note
+        #: With ``tls``: the hubs speak TLS with a throwaway local CA's certificate (sdk/tools/local_tls.py).
+        self.tls = local_tls(data_root / "tls") if tls else None
+        if self.tls is not None:
+            self.extra_args += self.tls.hub_args()
         self.hubs: list[HubInfo] = []
 
     def start(self) -> None:
@@ -172,11 +179,15 @@ class LocalCluster:
 
     def connected_peers(self, hub: HubInfo) -> int:
         try:
-            with connect_blocking(hub.address, name="cluster") as client:
+            with connect_blocking(hub.address, name="cluster", **self.client_options()) as client:
                 peers = client.status().get("mesh", {}).get("peers", [])
         except (OSError, ConnectionError):
             return 0
         return sum(1 for p in peers if p.get("connected"))
+
+    def client_options(self) -> dict[str, Any]:
+        """What a client of these hubs connects with (the CA to verify them, under TLS)."""
+        return self.tls.client_options() if self.tls is not None else {}
 
     def exited(self) -> list[HubInfo]:
         return [h for h in self.hubs if h.proc is not None and h.proc.poll() is not None]

@@ -40,6 +40,8 @@ class HubEntry:
     hub_id: str
     data_dir: str
     log: str
+    #: The CA a client verifies this hub with ("" = plain TCP; state files older than TLS lack it).
+    ca_file: str = ""
 
     def holder(self) -> int | None:
         """PID of the process holding this hub's data dir (None: no hub runs on it)."""
@@ -68,7 +70,8 @@ class ClusterState:
     def of(cls, cluster: LocalCluster, *, detached: bool) -> ClusterState:
         hubs = [
             HubEntry(name=h.name, pid=h.pid, address=h.address, multiaddr=h.multiaddrs[0], hub_id=h.hub_id,
-                     data_dir=str(h.data_dir.resolve()), log=str(h.log_path.resolve()))
+                     data_dir=str(h.data_dir.resolve()), log=str(h.log_path.resolve()),
+                     ca_file=str(cluster.tls.ca.resolve()) if cluster.tls is not None else "")
             for h in cluster.hubs
         ]  # fmt: skip
         return cls(cluster.data_root, os.getpid(), detached, hubs)

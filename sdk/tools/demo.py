@@ -54,6 +54,8 @@ class DemoState:
     #: client addresses: sensors publish on the first hub, the watcher reads on the last
     addresses: list[str]
     data_dir: str
+    #: what every client connects with (the CA, when the hubs speak TLS)
+    client_options: dict[str, Any] = field(default_factory=dict)
     published: int = 0
     topics: dict[str, TopicStats] = field(default_factory=lambda: defaultdict(TopicStats))
     alerts: deque[str] = field(default_factory=lambda: deque(maxlen=5))
@@ -61,7 +63,7 @@ class DemoState:
 
 
 async def sensors(state: DemoState, rate: float) -> None:
-    async with connect(state.addresses[0], name="demo-sensors") as client:
+    async with connect(state.addresses[0], name="demo-sensors", **state.client_options) as client:
         period = 1.0 / rate
         next_at = trio.current_time()
         values = {(r, k): 20.0 if k == "temperature" else 45.0 for r in ROOMS for k in KINDS}
@@ -79,7 +81,10 @@ async def sensors(state: DemoState, rate: float) -> None:
 
 
 async def watcher(state: DemoState) -> None:
-    async with connect(state.addresses[-1], name="demo-watcher") as client, client.subscribe("sensors.>") as sub:
+    async with (
+        connect(state.addresses[-1], name="demo-watcher", **state.client_options) as client,
+        client.subscribe("sensors.>") as sub,
+    ):
         async for batch in sub.batches():
             now_us = time.time_ns() // 1000
             for msg in batch:
@@ -99,7 +104,7 @@ async def alert_consumer(state: DemoState) -> None:
     # consumer resumes where it left off (acknowledged position kept on disk).
     address = state.addresses[len(state.addresses) // 2]
     async with (
-        connect(address, name="demo-alerts") as client,
+        connect(address, name="demo-alerts", **state.client_options) as client,
         client.subscribe("alerts", durable="demo-alerts", start="earliest", ack="auto") as sub,
     ):
         async for msg in sub:
@@ -107,7 +112,7 @@ async def alert_consumer(state: DemoState) -> None:
 
 
 async def hub_status(state: DemoState, address: str) -> None:
-    async with connect(address, name="demo-status") as client:
+    async with connect(address, name="demo-status", **state.client_options) as client:
         while True:
             doc = await client.status()
             state.hubs[doc.get("name") or address] = doc
@@ -188,6 +193,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub demo") -> in
     parser.add_argument("--data-dir", type=Path, default=Path("pub0sub-demo-data"), help="one data dir per hub below")
     parser.add_argument("--rate", type=float, default=500.0, help="sensor readings per second (default 500)")
     parser.add_argument("--seconds", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
+    parser.add_argument("--tls", action="store_true",
+                        help="the hubs speak TLS (a throwaway CA in DATA_DIR/tls); the demo's clients verify them")
     args = parser.parse_args(argv)
     if args.rate <= 0:
         parser.error("--rate must be positive")
@@ -196,8 +203,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub demo") -> in
     console = Console(soft_wrap=True)
     console.print(f"starting {HUBS} meshed hubs on 127.0.0.1 ...")
     # The hubs' output goes to DATA_DIR/hub-<i>.log (sdk/tools/cluster.py), not through the live table.
-    cluster = LocalCluster(HUBS, args.data_dir)
-    state = DemoState(addresses=[], data_dir=str(args.data_dir))
+    cluster = LocalCluster(HUBS, args.data_dir, tls=args.tls)
+    state = DemoState(addresses=[], data_dir=str(args.data_dir), client_options=cluster.client_options())
 
     def demo() -> None:
         cluster.start()
