@@ -155,6 +155,19 @@ def _plural(n: int, word: str) -> str:
     return f"{human_count(n)} {word}{'' if n == 1 else 's'}"
 
 
+def _access(doc: dict[str, Any]) -> str:
+    """Who may use the client port (docs/security.md): open or users, TLS, refusals."""
+    auth: dict[str, Any] = doc.get("auth") or {}
+    tls = " over TLS" if (doc.get("tls") or {}).get("enabled") else ""
+    if not auth.get("required"):
+        return f"OPEN: anyone who reaches the port may publish and subscribe to anything{tls}"
+    per_user = (auth.get("per_user") or {}).values()
+    refused = sum(u.get("publish_refused", 0) + u.get("subscribe_refused", 0) for u in per_user)
+    failures = sum(u.get("auth_failures", 0) for u in per_user)
+    return (f"{_plural(auth.get('users', 0), 'user')}{tls}; {_plural(failures, 'failed login')}, "
+            f"{refused} refused by grants, {_plural(auth.get('reloads', 0), 'reload')}")
+
+
 def compact(doc: dict[str, Any]) -> list[str]:
     """One screen: who the hub is, its load and its peers, in human units (``--wide`` has the rest)."""
     counters: dict[str, Any] = doc.get("counters", {})
@@ -174,6 +187,7 @@ def compact(doc: dict[str, Any]) -> list[str]:
             rows.append(("STORAGE ERROR", str(storage["storage_error"])))
     else:
         rows.append(("data", "none: memory only, live subscriptions only"))
+    rows.append(("access", _access(doc)))
     connections = (
         f"{human_count(doc.get('connections', 0))} now, {human_count(counters.get('connections_total', 0))} since "
         f"start, {human_count(counters.get('connections_refused', 0))} refused"
