@@ -132,7 +132,9 @@ class HubServer:
         return store.hub_id(new_hub_id)
 
     def _open_mesh(self, key_pair: Any) -> Mesh:
+        from .core.mesh.admission import AdmissionRules, read_secret
         from .core.mesh.config import MeshConfig
+        from .mesh.admit import parse_allow_list
         from .mesh.mesh import Mesh
 
         config = self.config
@@ -150,6 +152,11 @@ class HubServer:
             write_interval=config.mesh_write_interval,
             window_max_bytes=config.mesh_window_bytes,
             plain_io=config.mesh_plain_io,
+            admission=AdmissionRules(
+                allowed_peers=parse_allow_list(config.mesh_allow) if config.mesh_allow else None,
+                cluster_secret=read_secret(config.cluster_secret_file) if config.cluster_secret_file else None,
+                allow_v1=config.allow_mesh_v1,
+            ),
         )
         link = self.core.mesh
         return Mesh(

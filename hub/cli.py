@@ -15,6 +15,7 @@ import trio
 from .app import HubServer
 from .config import HubConfig, load_config
 from .core.auth_file import AuthFileError
+from .core.mesh.admission import AdmissionSetupError
 from .shell.ports import PortInUseError, check_port_free
 from .shell.tls import TlsSetupError
 from .storage.store import DataDirInUseError
@@ -112,6 +113,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--mesh-plain-io", "libp2p's own read/write path on every mesh stream, never the fast paths that "
            "reach into its internals (slower; rules them out when chasing a problem)", shown="fast paths when the "
            "installed libp2p is the one they were written for", action="store_true")  # fmt: skip
+    option("--mesh-allow", "peer ids that may link over the mesh, or a file of them (one a line); repeatable; "
+           "any other peer's stream is reset", metavar="FILE|PEER_ID[,PEER_ID...]", action="append",
+           shown="any peer")  # fmt: skip
+    option("--cluster-secret-file", "a file with the cluster secret (`pub0sub cluster secret` makes one); every "
+           "mesh link must prove it in a handshake before any frame counts", metavar="FILE", type=Path,
+           shown="none: no proof asked")  # fmt: skip
+    option("--allow-mesh-v1", "admit peers speaking the seed mesh protocol v1, which has no handshake: a cluster "
+           "secret cannot be proven in it (only --mesh-allow still applies)", shown="v1 refused",
+           action="store_true")  # fmt: skip
     p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
                    help=f"one of {', '.join(LOG_LEVELS)} (default: {DEFAULT_LOG_LEVEL})")  # fmt: skip
     return p
@@ -186,6 +196,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "mesh_write_interval": args.mesh_write_interval,
         "mesh_window_bytes": args.mesh_window_bytes,
         "mesh_plain_io": True if args.mesh_plain_io else None,
+        "mesh_allow": tuple(args.mesh_allow) if args.mesh_allow else None,
+        "cluster_secret_file": args.cluster_secret_file,
+        "allow_mesh_v1": True if args.allow_mesh_v1 else None,
     }
     try:
         config = load_config(file=args.config, overrides=overrides)
@@ -204,7 +217,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         return 1
     try:
         server = HubServer(config)  # locks, opens and recovers the data directory
-    except (AuthFileError, TlsSetupError) as exc:
+    except (AuthFileError, TlsSetupError, AdmissionSetupError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except DataDirInUseError as exc:

@@ -86,6 +86,12 @@ class HubConfig:
     mesh_window_bytes: int = 256 << 20
     #: libp2p's own read/write path on every mesh stream (hub/mesh/fastpath.py).
     mesh_plain_io: bool = False
+    #: Mesh admission (docs/security.md): peer ids, or files of them, that may link; empty: any.
+    mesh_allow: tuple[str, ...] = ()
+    #: A file holding the cluster secret every hub must prove in the mesh handshake.
+    cluster_secret_file: Path | None = None
+    #: Admit the seed protocol (mesh v1), which has no handshake to prove a secret in.
+    allow_mesh_v1: bool = False
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

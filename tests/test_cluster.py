@@ -385,7 +385,7 @@ async def test_seed_only_peer_gets_byte_exact_forwards(start_hub: Any) -> None:
     from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
     from libp2p.security.noise.transport import Transport as NoiseTransport
 
-    hub = start_hub("--mesh-listen", "/ip4/127.0.0.1/tcp/0", "--no-discovery",
+    hub = start_hub("--mesh-listen", "/ip4/127.0.0.1/tcp/0", "--no-discovery", "--allow-mesh-v1",
                     "--mesh-heartbeat-interval", str(HEARTBEAT))  # fmt: skip
     # conftest's HubProcess stops reading after "listening on"; the next two lines are hub id and mesh address.
     assert hub.proc.stdout is not None

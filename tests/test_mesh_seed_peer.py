@@ -7,6 +7,7 @@ import time
 import trio
 
 import wire
+from hub.core.mesh.admission import AdmissionRules
 from hub.mesh import CloseReason
 from tests.support.mesh import SeedPeer, parse_seed_topics, seed_frame, seed_topics, start_mesh, status_of_peer
 from tests.support.waiting import await_until
@@ -17,6 +18,8 @@ GOLDEN_FORWARD = bytes.fromhex("060000001a0207746f7069635f3107746f7069635f320000
 
 async def _linked(nursery: trio.Nursery, peer: SeedPeer, **overrides: object):  # type: ignore[no-untyped-def]
     await nursery.start(peer.run)
+    # The seed protocol is admitted only when allowed explicitly (hub/core/mesh/admission.py).
+    overrides.setdefault("admission", AdmissionRules(allow_v1=True))
     mesh = await start_mesh(nursery, **overrides)
     with trio.fail_after(10):
         await mesh.connect(peer.address)

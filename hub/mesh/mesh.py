@@ -36,6 +36,7 @@ from ..core.mesh.protocols import MeshVersion
 from ..core.mesh.replay import ReplaySource
 from ..core.mesh.status import CloseReason
 from ..shell.clock import TrioClock
+from .admit import admit
 from .discovery import Discovery
 from .host import make_host, quiet_libp2p_logs
 from .identity import load_or_create_identity
@@ -160,6 +161,7 @@ class Mesh:
             "backlog": self.core.backlog(),
             "max_peers": self.config.max_peers,
             "refused_inbound": self.core.refused_inbound,
+            "admission": self.core.admission.status(),
             "peers": self.peers_status(),
         }
 
@@ -186,6 +188,8 @@ class Mesh:
         try:
             async with host.run(listen_addrs=[multiaddr.Multiaddr(self.config.listen)]), trio.open_nursery() as nursery:
                 self._nursery = nursery
+                # Every version gets a handler, v1 too when it is not allowed: a refused peer is
+                # counted and logged, not left to a silent protocol negotiation failure.
                 for version in self.config.versions:
                     host.set_stream_handler(TProtocol(version.protocol_id), self._accept)
                 if self.config.discovery:
@@ -204,7 +208,8 @@ class Mesh:
                         self._link_for(info.peer_id).static_addrs = list(info.addrs)
                         self.add_peer(info)
                 nursery.start_soon(self._reap_lingering)
-                log.info("mesh %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
+                log.info("mesh %s listening on %s; admission: %s", self.peer_id, ", ".join(self.listen_addrs),
+                         self.config.admission.describe())  # fmt: skip
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
@@ -224,6 +229,9 @@ class Mesh:
     def add_peer(self, info: PeerInfo) -> None:
         """A hub found by discovery (or configured): link to it unless already linked."""
         if self._closing or self._nursery is None or info.peer_id == self.peer_id:
+            return
+        if not self.core.admission.may_dial(str(info.peer_id)):
+            log.debug("mesh peer %s found but not on --mesh-allow: not dialed", info.peer_id)
             return
         link = self.core.links.get(str(info.peer_id))
         if link is None:
@@ -250,6 +258,11 @@ class Mesh:
     async def _accept(self, stream: Any) -> None:
         """libp2p stream handler for every mesh protocol id this hub speaks."""
         peer_id = stream.muxed_conn.peer_id
+        version = MeshVersion.from_protocol(stream.get_protocol())
+        # Admission first: a refused peer takes no link, no max_peers slot, and no frame of it is read.
+        if self._closing or not await self._admitted(stream, version, peer_id, outbound=False):
+            await stream.reset()
+            return
         if self._closing or self._nursery is None or not self.core.may_accept(str(peer_id)):
             await stream.reset()
             return
@@ -259,7 +272,6 @@ class Mesh:
             # Our own stream to this peer is the canonical one; the peer will adopt it.
             await stream.reset()
             return
-        version = MeshVersion.from_protocol(stream.get_protocol())
         link.starting = True
         self._nursery.start_soon(self._run_session, link, stream, version, False)
 
@@ -276,6 +288,18 @@ class Mesh:
                         stream, version = await self._open_stream(link)
                 except Exception as exc:  # unreachable, refused, negotiation failed...
                     log.debug("dial %s failed: %r", link.short_id, exc)
+                    if trio.current_time() >= give_up and not link.static_addrs:
+                        if self.core.give_up(link):
+                            self._notify()
+                        return
+                    await trio.sleep(delay * random.uniform(0.5, 1.0))
+                    delay = min(delay * 2, self.config.reconnect_max)
+                    continue
+                if not await self._admitted(stream, version, link.peer_id, outbound=True):
+                    with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                        await stream.reset()
+                    # As a failed dial: retried with backoff (the peer's secret may be fixed), given up on
+                    # like an unreachable one.
                     if trio.current_time() >= give_up and not link.static_addrs:
                         if self.core.give_up(link):
                             self._notify()
@@ -308,8 +332,20 @@ class Mesh:
             await host.connect(PeerInfo(link.peer_id, link.static_addrs))
         else:
             await host.connect(PeerInfo(link.peer_id, link.addrs))
-        stream = await host.new_stream(link.peer_id, [TProtocol(v.protocol_id) for v in self.config.versions])
+        offered = self.core.admission.versions_to_offer(self.config.versions)
+        stream = await host.new_stream(link.peer_id, [TProtocol(v.protocol_id) for v in offered])
         return stream, MeshVersion.from_protocol(str(stream.get_protocol()))
+
+    async def _admitted(self, stream: Any, version: MeshVersion, peer_id: ID, *, outbound: bool) -> bool:
+        """Run admission on a new stream (hub/core/mesh/admission.py); a refusal is counted and logged."""
+        policy = self.core.admission
+        refusal = await admit(policy, stream, version, outbound=outbound, own_id=self.peer_id, peer_id=peer_id,
+                              timeout=self.config.hello_timeout)  # fmt: skip
+        if refusal is None:
+            policy.admitted += 1
+            return True
+        policy.refuse(str(peer_id), remote_address(stream), refusal, outbound=outbound)
+        return False
 
     async def _run_session(self, link: PeerLink, stream: Any, version: MeshVersion, outbound: bool) -> None:
         protocol = PeerProtocol(self.core, link, version, outbound=outbound, clock=self.clock)

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .admission import AdmissionRules
 from .protocols import ALL_VERSIONS, MeshVersion
 
+#: No allow-list, no secret, no v1 (immutable, so one default serves every config).
+OPEN_MESH = AdmissionRules()
 #: Loopback, any free port: tests and a hub started without --mesh-listen set.
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 
@@ -22,7 +25,10 @@ class MeshConfig:
     #: Where the identity key lives; None = a fresh identity on every start.
     data_dir: Path | None = None
     #: Protocol versions this hub speaks, newest first (tests pin v1 to play a seed-only hub).
+    #: v1 streams are admitted only with ``admission.allow_v1``.
     versions: tuple[MeshVersion, ...] = ALL_VERSIONS
+    #: Who may link: ``--mesh-allow``, ``--cluster-secret-file``, ``--allow-mesh-v1``.
+    admission: AdmissionRules = OPEN_MESH
     #: Run the Kademlia DHT and connect to what it finds.
     discovery: bool = True
     #: How often a hub looks the cluster up again, so late joiners are found.
@@ -35,7 +41,7 @@ class MeshConfig:
     #: SUBSCRIBE_ACK window; after ``subscribe_resends`` resends without an ack the peer is dropped.
     subscribe_ack_timeout: float = 1.0
     subscribe_resends: int = 3
-    #: A v2 peer must send MESH_HELLO first, within this time.
+    #: A v2 peer must send MESH_HELLO first, within this time; the admission handshake too.
     hello_timeout: float = 5.0
     #: Redial backoff after a link breaks (doubles up to the max), and how long to keep trying.
     reconnect_min: float = 0.1

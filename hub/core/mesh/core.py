@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import wire
 
+from .admission import AdmissionPolicy
 from .config import MeshConfig
 from .hub_id import hub_id_for
 from .inbound import ForwardHandler, InboundForwards
@@ -60,6 +61,8 @@ class MeshCore:
         self.known_peers = KnownPeers(config.data_dir)
         #: peer key (the peer id's text form) -> link
         self.links: dict[str, PeerLink] = {}
+        #: Who may link (allow-list, cluster secret, v1), and who was refused.
+        self.admission = AdmissionPolicy(config.admission)
         #: Inbound links refused because this hub already had ``max_peers`` links.
         self.refused_inbound = 0
 
