@@ -8,10 +8,12 @@ them, is read here too (its ids are checked with libp2p's own parser).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import multihash
 import trio
 from libp2p.peer.id import ID
 
@@ -61,10 +63,27 @@ async def admit(
                 await stream.write(out)
             return None
         except AdmissionRefused as exc:
+            await _send_last_words(stream, handshake.take_output())
             return exc
         except Exception as exc:  # a write to a reset stream: libp2p raises several types
             return AdmissionRefused(f"the stream broke during the admission handshake ({exc!r})", "closed")
     return AdmissionRefused(f"no admission handshake within {timeout:g} s", "timeout")
+
+
+async def _send_last_words(stream: Any, data: bytes) -> None:
+    """A dialer's own proof after the listener's failed: best effort, the stream is reset next.
+
+    A reset right behind the write can overtake it (yamux drops what the reader has not taken),
+    so this half-closes and waits (a second at most) for the peer to judge the proof and reset.
+    """
+    if not data:
+        return
+    # The peer may have reset the stream already: nothing is lost if this fails.
+    with trio.move_on_after(1.0), contextlib.suppress(Exception):
+        await stream.write(data)
+        await stream.close()
+        while await stream.read(1 << 10):
+            pass
 
 
 def parse_allow_list(entries: Iterable[str]) -> frozenset[str]:
@@ -96,6 +115,8 @@ def _looks_like_peer_id(text: str) -> bool:
 
 def _checked(text: str, where: str) -> str:
     try:
-        return str(ID.from_base58(text))
+        peer_id = ID.from_base58(text)
+        multihash.decode(peer_id.to_bytes())  # base58 alone accepts any text of its alphabet
+        return str(peer_id)
     except Exception as exc:  # base58 and multihash errors of several types
         raise AdmissionSetupError(f"{where}: {text!r} is not a libp2p peer id ({exc})") from exc

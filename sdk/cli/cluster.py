@@ -1,9 +1,10 @@
-"""``pub0sub cluster up|status|down``: N meshed hubs on loopback, for trying pub0sub out.
+"""``pub0sub cluster up|status|down|secret``: N meshed hubs on loopback, for trying pub0sub out.
 
     pub0sub cluster up --hubs 3             # 127.0.0.1:7420, :7430, :7440 until Ctrl-C
     pub0sub cluster up --hubs 3 --detach    # the same, in the background
     pub0sub cluster status                  # each hub: up or down, its addresses, peers, topics
     pub0sub cluster down                    # stop the hubs of the state file
+    pub0sub cluster secret FILE             # a random secret for --cluster-secret-file
 
 ``up`` writes ``DATA_ROOT/cluster.json`` (:mod:`sdk.tools.cluster_state`); ``status`` and ``down``
 read it, from any terminal.  Exit status: 0 done (``status``: every hub up), 1 a hub failed
@@ -23,6 +24,7 @@ from typing import Any
 from ..blocking import connect_blocking
 from ..errors import Pub0subError
 from ..tools.cluster import LocalCluster, describe, last_line
+from ..tools.cluster_secret import SECRET_FILE, make_secret_file
 from ..tools.cluster_state import ClusterState, HubEntry, stop_hubs
 from ..tools.stopping import run_until_stopped
 
@@ -51,6 +53,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                          "DATA_ROOT/tls/ca.pem)")  # fmt: skip
     commands.add_parser("status", help="show each hub of the cluster: up or down, addresses, peers, topics")
     commands.add_parser("down", help="stop the hubs of the cluster (by PID, from its state file)")
+    secret = commands.add_parser("secret", help="write a new random cluster secret for --cluster-secret-file "
+                                 "(mode 0600; an existing file is never replaced)")  # fmt: skip
+    secret.add_argument("file", type=Path, nargs="?", help="where (default DATA_ROOT/cluster.secret)")
     for command in commands.choices.values():
         command.add_argument("--data-root", type=Path, default=DEFAULT_ROOT,
                              help=f"one data dir per hub below it, and the cluster state file "
@@ -67,7 +72,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub cluster") ->
         last_port = args.base_port + 10 * (args.hubs - 1) + 1
         if args.base_port < 0 or (args.base_port and last_port > 65535):
             parser.error(f"--base-port {args.base_port} leaves no room for {args.hubs} hubs below port 65536")
-    run = {"up": up, "status": status, "down": down}[args.command]
+    run = {"up": up, "status": status, "down": down, "secret": secret}[args.command]
     try:
         return run(args, f"{prog} {args.command}")
     except ValueError as exc:  # an unreadable state file
@@ -77,6 +82,23 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub cluster") ->
 
 def _root_option(root: Path) -> str:
     return "" if root == DEFAULT_ROOT else f" --data-root {root}"
+
+
+# -- secret -------------------------------------------------------------------------------------
+
+
+def secret(args: argparse.Namespace, prog: str) -> int:
+    path: Path = args.file or args.data_root / SECRET_FILE
+    try:
+        make_secret_file(path)
+    except FileExistsError:
+        print(f"{prog}: {path} exists; a secret hubs may be using is never replaced", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"{prog}: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"cluster secret written to {path}; start every hub with --cluster-secret-file {path} (or a copy)")
+    return 0
 
 
 # -- up -----------------------------------------------------------------------------------------
@@ -104,6 +126,7 @@ def up(args: argparse.Namespace, prog: str) -> int:
         state = ClusterState.of(cluster, detached=args.detach)
         state.write()
         print(describe(cluster), flush=True)
+        print(f"mesh: the hubs prove the cluster secret in {cluster.secret_file} to each other", flush=True)
         if cluster.tls is not None:
             print(f"TLS: clients verify the hubs with --ca-file {cluster.tls.ca}", flush=True)
         converged = cluster.wait_converged()

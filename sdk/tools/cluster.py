@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..blocking import connect_blocking
+from .cluster_secret import cluster_secret
 from .local_tls import local_tls
 
 HUB_START_SECONDS = 30.0
@@ -105,6 +106,9 @@ class LocalCluster:
         self.tls = local_tls(data_root / "tls") if tls else None
         if self.tls is not None:
             self.extra_args += self.tls.hub_args()
+        #: Every hub proves this secret to the others before any mesh frame counts (sdk/tools/cluster_secret.py).
+        self.secret_file = cluster_secret(data_root)
+        self.extra_args += ["--cluster-secret-file", str(self.secret_file)]
         self.hubs: list[HubInfo] = []
 
     def start(self) -> None:

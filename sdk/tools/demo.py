@@ -210,6 +210,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub demo") -> in
         cluster.start()
         for hub in cluster.hubs:
             console.print(f"{hub.name}: clients {hub.address}  mesh {hub.multiaddrs[0]}")
+        console.print(f"mesh admission: the hubs prove the cluster secret in {cluster.secret_file}")
         if not cluster.wait_converged():
             console.print("warning: the mesh is not fully linked yet; traffic starts anyway")
         state.addresses = [h.address for h in cluster.hubs]

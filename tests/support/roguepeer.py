@@ -44,8 +44,8 @@ class RoguePeer:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def dial(cls, address: str) -> AsyncIterator[RoguePeer]:
-        """Connect to the hub at ``address`` (``.../p2p/<id>``) and open a v2 mesh stream."""
+    async def dial(cls, address: str, protocol: str = V2) -> AsyncIterator[RoguePeer]:
+        """Connect to the hub at ``address`` (``.../p2p/<id>``) and open a mesh stream (v2 unless told)."""
         quiet_libp2p_logs()
         key_pair = create_new_key_pair()
         host = make_host(key_pair)
@@ -54,7 +54,7 @@ class RoguePeer:
                 info = info_from_p2p_addr(multiaddr.Multiaddr(address))
                 with trio.fail_after(15):
                     await host.connect(info)
-                    stream = await host.new_stream(info.peer_id, [V2])
+                    stream = await host.new_stream(info.peer_id, [TProtocol(protocol)])
                 rogue = cls(host, stream, key_pair)
                 nursery.start_soon(rogue._read)
                 yield rogue

@@ -193,10 +193,13 @@ class AdmissionHandshake:
             if not self.dialer:
                 self._out += frame(ADMIT_NONCE, self._nonce) + frame(ADMIT_PROOF, self._own_proof())
             return
-        if not hmac.compare_digest(data, self._expected_peer_proof()):
-            raise AdmissionRefused("its ADMIT_PROOF does not match: a different cluster secret", "wrong_secret")
+        matches = hmac.compare_digest(data, self._expected_peer_proof())
         if self.dialer:
+            # Sent even when the listener's proof failed, so that hub's operator reads "a different
+            # cluster secret" too, not just a closed stream.  It reveals no more than a good proof.
             self._out += frame(ADMIT_PROOF, self._own_proof())
+        if not matches:
+            raise AdmissionRefused("its ADMIT_PROOF does not match: a different cluster secret", "wrong_secret")
         self.done = True
 
 
