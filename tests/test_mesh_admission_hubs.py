@@ -1,0 +1,128 @@
+"""Mesh admission on real ``python -m hub`` processes, against a rogue libp2p peer with a fresh key.
+
+Without admission, such a peer could link, subscribe to ``>`` and inject forwards
+(tests/test_mesh_input.py shows what the hub checks once a session runs).  With a cluster
+secret or an allow-list it gets no session at all: its stream is reset before any of its
+frames is read, no frame of the hub reaches it, and the refusal is counted in status and
+logged with its peer id and address -- while the hubs that belong keep their links.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+
+import sdk
+import wire
+from hub.mesh.identity import IDENTITY_FILE, peer_id_of
+from tests.support.cluster import HUB_POLL, Cluster, Hub
+from tests.support.roguepeer import RoguePeer, raw_forward_batch
+from tests.support.waiting import await_until
+
+HEARTBEAT = 0.5
+CLOSE_WITHIN = 10.0
+
+
+def write_secret(path: Path, text: str) -> Path:
+    path.write_text(text + "\n")
+    path.chmod(0o600)
+    return path
+
+
+async def expect_nothing(sub: sdk.Subscription, seconds: float) -> None:
+    with trio.move_on_after(seconds):
+        msg = await sub.__anext__()
+        raise AssertionError(f"expected nothing, got {msg.data!r}")
+
+
+async def next_data(sub: sdk.Subscription) -> bytes:
+    with trio.fail_after(15):
+        return (await sub.__anext__()).data
+
+
+async def attack(hub: Hub) -> RoguePeer:
+    """A fresh key's best try: hello with a position for the hub's history, subscribe to
+    everything, inject a forward -- all at once, as the independent harness does."""
+    async with RoguePeer.dial(hub.multiaddr) as rogue:
+        hello = wire.MeshHello(hub_id=rogue.hub_id, positions=(wire.ResumePosition(origin=int(hub.hub_id, 16), seq=1),))
+        with contextlib.suppress(Exception):  # the hub may reset the stream while this is written
+            await rogue.send(hello, wire.Subscribe(topics=(">",)), raw_forward_batch(rogue.hub_id, 1, "t", [b"forged"]))
+        assert await rogue.wait_closed(CLOSE_WITHIN), "the hub kept a stranger's stream open"
+    return rogue
+
+
+async def refused(hub: Hub, rogue: RoguePeer, kind: str) -> None:
+    mesh = await trio.to_thread.run_sync(hub.mesh)
+    admission = mesh["admission"]
+    assert admission["refused_by_kind"].get(kind, 0) >= 1, admission
+    assert any(r["peer_id"] == str(rogue.peer_id) and r["address"].startswith("127.0.0.1:")
+               for r in admission["recent_refusals"]), admission  # fmt: skip
+    assert str(rogue.peer_id) not in {p["peer_id"] for p in mesh["peers"]}, "a refused peer got a link record"
+    assert not rogue.frames, f"the hub sent a refused peer {rogue.frames!r}"
+    assert f"mesh peer {rogue.peer_id} refused (inbound link from 127.0.0.1:" in hub.log_tail(300)
+
+
+@pytest.mark.slow
+async def test_a_rogue_without_the_secret_cannot_link_subscribe_or_inject(tmp_path: Path) -> None:
+    secret = write_secret(tmp_path / "cluster.secret", "a3" * 32)
+    with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, extra=["--cluster-secret-file", str(secret)]) as cl:
+        h1, h2 = await trio.to_thread.run_sync(cl.start, 2)
+        await cl.await_converged()  # the right secret links
+        async with sdk.connect(h1.address) as client, client.subscribe("t") as sub:
+            await cl.await_interest(h2, "t", h1)
+            async with sdk.connect(h1.address) as publisher:
+                await publisher.publish_acked("private.ledger", b"history a stranger asks to replay")
+            rogue = await attack(h1)
+            await refused(h1, rogue, "no_secret")
+            await expect_nothing(sub, 0.5)  # the forged forward never reached a subscriber
+            async with sdk.connect(h2.address) as pub:
+                await pub.publish_acked("t", b"real")
+            assert await next_data(sub) == b"real"
+        assert h1.connected_peers() == {h2.peer_id}
+
+
+@pytest.mark.slow
+async def test_a_hub_with_a_wrong_secret_is_refused_and_counted(tmp_path: Path) -> None:
+    secret = write_secret(tmp_path / "cluster.secret", "a3" * 32)
+    wrong = write_secret(tmp_path / "other.secret", "5c" * 32)
+    with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, extra=["--cluster-secret-file", str(secret)]) as cl:
+        h1, h2 = await trio.to_thread.run_sync(cl.start, 2)
+        await cl.await_converged()
+        # The later --cluster-secret-file wins: this hub holds another cluster's secret.
+        intruder = await trio.to_thread.run_sync(lambda: cl.add(h1, args=["--cluster-secret-file", str(wrong)]))
+
+        def refused_wrong_secret() -> bool:
+            kinds = h1.mesh()["admission"]["refused_by_kind"]
+            return kinds.get("wrong_secret", 0) >= 1
+
+        await await_until(refused_wrong_secret, timeout=20, what="hub 1 to refuse the wrong secret", in_thread=True,
+                          **HUB_POLL)  # fmt: skip
+        assert intruder.mesh()["admission"]["refused_by_kind"].get("wrong_secret", 0) >= 1
+        assert h1.connected_peers() == {h2.peer_id} and not intruder.connected_peers()
+        assert f"mesh peer {intruder.peer_id} refused" in h1.log_tail(300)
+        assert "a different cluster secret" in h1.log_tail(300)
+
+
+@pytest.mark.slow
+async def test_an_allow_list_admits_the_cluster_and_no_stranger(tmp_path: Path) -> None:
+    # Identities chosen before start (the key file a hub would make), so each allow-list can name the other.
+    ids = []
+    for name in ("hub0", "hub1"):
+        seed = bytes([len(ids) + 1]) * 32
+        data_dir = tmp_path / name / "data"
+        data_dir.mkdir(parents=True)
+        (data_dir / IDENTITY_FILE).write_bytes(seed)
+        ids.append(str(peer_id_of(create_new_key_pair(seed))))
+    allowed = tmp_path / "allowed-peers"
+    allowed.write_text("".join(f"{peer}  # {name}\n" for peer, name in zip(ids, ("hub0", "hub1"), strict=True)))
+    with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, extra=["--mesh-allow", str(allowed)]) as cl:
+        h1, h2 = await trio.to_thread.run_sync(cl.start, 2)
+        assert [h1.peer_id, h2.peer_id] == ids
+        await cl.await_converged()
+        rogue = await attack(h1)
+        await refused(h1, rogue, "not_allowed")
+        assert h1.connected_peers() == {h2.peer_id}
