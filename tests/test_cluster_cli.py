@@ -70,6 +70,11 @@ def test_detached_cluster_status_and_down(data_root: Path) -> None:
     assert isinstance(hubs, list) and [h["name"] for h in hubs] == ["hub-1", "hub-2"]
     assert all(running(h["pid"]) for h in hubs)
     assert f"pub0sub cluster down --data-root {data_root}" in up.stdout
+    # The hubs prove a secret made for this cluster to each other (mesh admission).
+    secret = data_root / "cluster.secret"
+    assert f"mesh: the hubs prove the cluster secret in {secret} to each other" in up.stdout
+    assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_text().strip()) == 64
+    assert "admission: cluster secret" in (data_root / "hub-1.log").read_text()
 
     status = cluster("status", "--data-root", str(data_root))
     assert status.returncode == 0, status.stdout
@@ -118,6 +123,18 @@ def test_a_cluster_with_tls(data_root: Path) -> None:
     plain = cli("pub", "--hub", first, "--topic", "t", "--ack", "hi")
     assert plain.returncode == 1 and "speaks TLS only" in plain.stderr
     assert cluster("down", "--data-root", str(data_root)).returncode == 0
+
+
+def test_cluster_secret_writes_a_new_secret_and_never_replaces_one(tmp_path: Path) -> None:
+    path = tmp_path / "keys" / "cluster.secret"
+    made = cli("cluster", "secret", str(path))
+    assert made.returncode == 0 and f"--cluster-secret-file {path}" in made.stdout, made.stderr
+    text = path.read_text()
+    assert len(text.strip()) == 64 and int(text, 16) and path.stat().st_mode & 0o777 == 0o600
+    again = cli("cluster", "secret", str(path))
+    assert again.returncode == 1 and "is never replaced" in again.stderr and path.read_text() == text
+    default = cli("cluster", "secret", "--data-root", str(tmp_path / "root"))
+    assert default.returncode == 0 and (tmp_path / "root" / "cluster.secret").exists()
 
 
 def free_base_port(hubs: int) -> int:

@@ -10,6 +10,8 @@ logged with its peer id and address -- while the hubs that belong keep their lin
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,20 @@ async def test_an_allow_list_admits_the_cluster_and_no_stranger(tmp_path: Path) 
         rogue = await attack(h1)
         await refused(h1, rogue, "not_allowed")
         assert h1.connected_peers() == {h2.peer_id}
+
+
+def test_unusable_admission_settings_stop_the_hub_with_one_line(tmp_path: Path) -> None:
+    short = write_secret(tmp_path / "short.secret", "password")
+    cases = [
+        (["--cluster-secret-file", str(short)], f"cluster secret file {short}: 8 bytes; at least 16 are needed"),
+        (["--cluster-secret-file", str(tmp_path / "none")], "No such file"),
+        (["--mesh-allow", "12D3KooWnotapeerid"], "'12D3KooWnotapeerid' is not a libp2p peer id"),
+        (["--mesh-allow", str(tmp_path / "no-list")], "neither a peer id nor a readable file"),
+    ]
+    for args, message in cases:
+        done = subprocess.run(
+            [sys.executable, "-m", "hub", "--listen", "127.0.0.1:0", "--mesh-listen", "/ip4/127.0.0.1/tcp/0", *args],
+            capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent,
+        )  # fmt: skip
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
