@@ -252,3 +252,33 @@ async def test_mesh_v1_is_refused_unless_allowed() -> None:
                               what="the v1 peer linked")  # fmt: skip
         assert refusals(allowing) == {}
         nursery.cancel_scope.cancel()
+
+
+def test_the_example_in_protocol_md_is_what_the_hub_sends() -> None:
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from hub.mesh.identity import peer_id_of
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+    dialer_id = peer_id_of(create_new_key_pair(b"\x01" * 32))
+    listener_id = peer_id_of(create_new_key_pair(b"\x02" * 32))
+    secret = b"0123456789abcdef0123456789abcdef"
+    dialer = AdmissionHandshake(secret, dialer=True, own_id=dialer_id.to_bytes(), peer_id=listener_id.to_bytes(),
+                                random_bytes=lambda n: b"\x11" * n)  # fmt: skip
+    listener = AdmissionHandshake(secret, dialer=False, own_id=listener_id.to_bytes(), peer_id=dialer_id.to_bytes(),
+                                  random_bytes=lambda n: b"\x22" * n)  # fmt: skip
+    step1 = dialer.take_output()
+    deliver(step1, listener)
+    step2 = listener.take_output()
+    deliver(step2, dialer)
+    step3 = dialer.take_output()
+    deliver(step3, listener)
+    assert dialer.done and listener.done
+    assert str(dialer_id) in doc and dialer_id.to_bytes().hex() in doc and listener_id.to_bytes().hex() in doc
+
+    def shown(frames: bytes) -> list[str]:
+        return [f"{frames[i]:02x} {frames[i + 1 : i + 5].hex()} {frames[i + 5 : i + 37].hex()}"
+                for i in range(0, len(frames), 37)]  # fmt: skip
+
+    for line in shown(step1) + shown(step2) + shown(step3):
+        assert line in doc, f"docs/protocol.md lacks {line!r}"
