@@ -46,6 +46,13 @@ async def next_data(sub: sdk.Subscription) -> bytes:
         return (await sub.__anext__()).data
 
 
+def status_command(hub: Hub) -> str:
+    done = subprocess.run([sys.executable, "-m", "sdk.cli", "status", "--hub", hub.address], capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 async def attack(hub: Hub) -> RoguePeer:
     """A fresh key's best try: hello with a position for the hub's history, subscribe to
     everything, inject a forward -- all at once, as the independent harness does."""
@@ -80,6 +87,9 @@ async def test_a_rogue_without_the_secret_cannot_link_subscribe_or_inject(tmp_pa
                 await publisher.publish_acked("private.ledger", b"history a stranger asks to replay")
             rogue = await attack(h1)
             await refused(h1, rogue, "no_secret")
+            shown = await trio.to_thread.run_sync(status_command, h1)
+            line = f"mesh admission  cluster secret; 1 refused (1 no_secret), last {rogue.peer_id} at 127.0.0.1:"
+            assert line in shown, shown
             await expect_nothing(sub, 0.5)  # the forged forward never reached a subscriber
             async with sdk.connect(h2.address) as pub:
                 await pub.publish_acked("t", b"real")

@@ -168,6 +168,17 @@ def _access(doc: dict[str, Any]) -> str:
             f"{refused} refused by grants, {_plural(auth.get('reloads', 0), 'reload')}")
 
 
+def _mesh_admission(admission: dict[str, Any]) -> str:
+    """Who may link as a hub (docs/security.md, "Mesh admission"), and who was refused."""
+    rules = str(admission.get("rules") or "open: any peer that reaches the mesh port")
+    if not admission.get("refused"):
+        return f"{rules}; none refused"
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted((admission.get("refused_by_kind") or {}).items()))
+    last = (admission.get("recent_refusals") or [{}])[-1]
+    refused = human_count(admission["refused"])
+    return f"{rules}; {refused} refused ({kinds}), last {last.get('peer_id')} at {last.get('address')}"
+
+
 def compact(doc: dict[str, Any]) -> list[str]:
     """One screen: who the hub is, its load and its peers, in human units (``--wide`` has the rest)."""
     counters: dict[str, Any] = doc.get("counters", {})
@@ -217,6 +228,7 @@ def compact(doc: dict[str, Any]) -> list[str]:
         rows.append(("mesh", f"cluster {mesh.get('cluster')}, {linked} of {_plural(len(peers), 'peer')} linked, "
                              f"{from_peers} messages in from peers"))  # fmt: skip
         rows.append(("peer id", str(mesh.get("peer_id"))))
+        rows.append(("mesh admission", _mesh_admission(mesh.get("admission") or {})))
         rows.extend(("mesh address", addr.split("/p2p/")[0]) for addr in mesh.get("listen_addrs") or [])
     else:
         rows.append(("mesh", "off (no --mesh-listen)"))
