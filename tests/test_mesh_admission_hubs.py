@@ -21,7 +21,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 import sdk
 import wire
 from hub.mesh.identity import IDENTITY_FILE, peer_id_of
-from tests.support.cluster import HUB_POLL, Cluster, Hub
+from tests.support.cluster import HUB_POLL, Cluster, Hub, expect_nothing, next_data
 from tests.support.roguepeer import RoguePeer, raw_forward_batch
 from tests.support.waiting import await_until
 
@@ -33,17 +33,6 @@ def write_secret(path: Path, text: str) -> Path:
     path.write_text(text + "\n")
     path.chmod(0o600)
     return path
-
-
-async def expect_nothing(sub: sdk.Subscription, seconds: float) -> None:
-    with trio.move_on_after(seconds):
-        msg = await sub.__anext__()
-        raise AssertionError(f"expected nothing, got {msg.data!r}")
-
-
-async def next_data(sub: sdk.Subscription) -> bytes:
-    with trio.fail_after(15):
-        return (await sub.__anext__()).data
 
 
 def status_command(hub: Hub) -> str:

@@ -22,7 +22,7 @@ import trio
 
 import sdk
 import wire
-from tests.support.cluster import HUB_POLL, Cluster, Hub
+from tests.support.cluster import HUB_POLL, Cluster, Hub, expect_nothing, next_data
 from tests.support.roguepeer import RoguePeer, raw_forward_batch
 from tests.support.waiting import await_until
 
@@ -34,17 +34,6 @@ CLOSE_WITHIN = 10.0
 
 def hub_id(hub: Hub) -> int:
     return int(hub.hub_id, 16)
-
-
-async def expect_nothing(sub: sdk.Subscription, seconds: float) -> None:
-    with trio.move_on_after(seconds):
-        msg = await sub.__anext__()
-        raise AssertionError(f"expected nothing, got {msg.data!r}")
-
-
-async def next_data(sub: sdk.Subscription) -> bytes:
-    with trio.fail_after(15):
-        return (await sub.__anext__()).data
 
 
 @pytest.mark.slow

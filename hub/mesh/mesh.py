@@ -48,6 +48,10 @@ log = logging.getLogger("hub.mesh")
 DIAL_TIMEOUT = 10.0
 
 
+class _NotAdmitted(Exception):
+    """A dialed peer failed admission (already counted and logged): the dial failed."""
+
+
 class Mesh:
     """A hub's place in the mesh.
 
@@ -286,20 +290,13 @@ class Mesh:
                 try:
                     with trio.fail_after(DIAL_TIMEOUT):
                         stream, version = await self._open_stream(link)
-                except Exception as exc:  # unreachable, refused, negotiation failed...
+                    if not await self._admitted(stream, version, link.peer_id, outbound=True):
+                        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                            await stream.reset()
+                        # As a failed dial: retried with backoff (the secret may be fixed meanwhile).
+                        raise _NotAdmitted
+                except Exception as exc:  # unreachable, refused, negotiation failed, not admitted...
                     log.debug("dial %s failed: %r", link.short_id, exc)
-                    if trio.current_time() >= give_up and not link.static_addrs:
-                        if self.core.give_up(link):
-                            self._notify()
-                        return
-                    await trio.sleep(delay * random.uniform(0.5, 1.0))
-                    delay = min(delay * 2, self.config.reconnect_max)
-                    continue
-                if not await self._admitted(stream, version, link.peer_id, outbound=True):
-                    with trio.CancelScope(shield=True), trio.move_on_after(1.0):
-                        await stream.reset()
-                    # As a failed dial: retried with backoff (the peer's secret may be fixed), given up on
-                    # like an unreachable one.
                     if trio.current_time() >= give_up and not link.static_addrs:
                         if self.core.give_up(link):
                             self._notify()

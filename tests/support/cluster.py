@@ -190,6 +190,19 @@ class Hub:
 HUB_POLL: dict[str, Any] = {"retry_on": (OSError, HubError), "interval": POLL_INTERVAL}
 
 
+async def expect_nothing(sub: Any, seconds: float) -> None:
+    """Fail if ``sub`` delivers anything within ``seconds``."""
+    with trio.move_on_after(seconds):
+        msg = await sub.__anext__()
+        raise AssertionError(f"expected nothing, got {msg.data!r}")
+
+
+async def next_data(sub: Any) -> bytes:
+    """The data of ``sub``'s next message (15 s at most)."""
+    with trio.fail_after(15):
+        return bytes((await sub.__anext__()).data)
+
+
 # What arrived by the deadline is the result: the test compares it and says what is missing.
 async def collect(sub: Any, count: int, timeout: float) -> list[bytes]:  # noqa: ASYNC109
     """Message payloads from an SDK subscription until ``count`` arrived or ``timeout`` passed."""
