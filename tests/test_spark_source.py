@@ -21,6 +21,7 @@ pytest.importorskip("pyspark")
 import sdk
 from sdk.spark.options import (
     DataLossError,
+    HubAccess,
     OptionError,
     TopicBounds,
     limit_offsets,
@@ -33,6 +34,9 @@ from sdk.spark.options import (
 )
 from sdk.spark.writing import producer_id_for, publish_rows
 from tests.support.hubprocess import HubProcess
+from tests.support.security import Certs, certs, user_entry, write_users
+
+__all__ = ["certs"]  # a fixture, imported for pytest
 from tests.support.waiting import wait_until
 
 # -- options and planning, no Spark ---------------------------------------------------------------
@@ -57,6 +61,10 @@ from tests.support.waiting import wait_until
         ({"hub": "h:1", "subscribe": "a", "maxOffsetsPerTrigger": "0"}, True, "must be a positive integer"),
         ({"hub": "h:1", "subscribe": "a", "failOnDataLoss": "maybe"}, False, "must be true or false"),
         ({"hub": "h:1", "subscribe": "a", "startingOffset": "earliest"}, False, "unknown pub0sub read option"),
+        ({"hub": "h:1", "subscribe": "a", "user": "u"}, False, "options 'user' and 'password' go together"),
+        ({"hub": "h:1", "subscribe": "a", "user": "u", "password": "p", "token": "u:p"}, False, "not both"),
+        ({"hub": "h:1", "subscribe": "a", "keyFile": "k.pem"}, False, "option 'keyFile' needs 'certFile'"),
+        ({"hub": "h:1", "subscribe": "a", "tls": "false", "caFile": "ca.pem"}, False, "the files need TLS"),
     ],
 )
 def test_read_option_errors(options: dict[str, str], streaming: bool, message: str) -> None:
@@ -78,6 +86,19 @@ def test_read_options_follow_kafka() -> None:
         parse_write_options({"hub": "a:1", "topics": "x"})
     with pytest.raises(OptionError, match=r"option 'topic': invalid topic 'x\.\*'"):
         parse_write_options({"hub": "a:1", "topic": "x.*"})
+
+
+def test_access_options_become_client_arguments_and_hide_secrets() -> None:
+    opts = parse_write_options({"hub": "a:1", "user": "etl", "password": "s3cret", "cafile": "/ca.pem"})
+    assert opts.access == HubAccess(user="etl", password="s3cret", ca_file="/ca.pem")
+    assert opts.access.connect_kwargs() == {"user": "etl", "password": "s3cret", "tls": True, "ca_file": "/ca.pem",
+                                            "cert_file": None, "key_file": None}  # fmt: skip
+    assert "s3cret" not in repr(opts)  # Spark may log the options of a plan
+    token = parse_read_options({"hub": "a:1", "subscribe": "x", "token": "etl:t0ken", "tls": "true"}, streaming=False)
+    assert token.access.connect_kwargs() == {"token": "etl:t0ken", "tls": True, "ca_file": None, "cert_file": None,
+                                             "key_file": None}  # fmt: skip
+    assert "t0ken" not in repr(token)
+    assert parse_read_options({"hub": "a:1", "subscribe": "x"}, streaming=False).access.connect_kwargs() == {}
 
 
 def test_patterns_offsets_and_ranges() -> None:
@@ -271,6 +292,29 @@ def test_write_then_read_round_trip(spark: Any, hubs: Callable[..., HubProcess],
     binary = spark.createDataFrame([(b"\x00\xff", "ignored")], "value binary, topic string")
     binary.write.format("pub0sub").option("hub", hub.address).option("topic", "w.bin").mode("append").save()
     assert [bytes(r.value) for r in reader(spark, hub.address, subscribe="w.bin").collect()] == [b"\x00\xff"]
+
+
+def test_write_and_read_a_hub_with_users_and_tls(
+    spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path, certs: Certs
+) -> None:
+    users = write_users(tmp_path / "users.toml",
+                        user_entry("etl", "etl-secret", publish=["sec.>"]),
+                        user_entry("report", "report-secret", subscribe=["sec.>"]))  # fmt: skip
+    hub = hubs("--data-dir", str(tmp_path / "hub"), "--auth-file", str(users),
+               "--tls-cert", str(certs.hub_cert), "--tls-key", str(certs.hub_key))  # fmt: skip
+    rows = [("sec.a", f"row {i}") for i in range(40)]
+    df = spark.createDataFrame(rows, "topic string, value string").repartition(2)
+    writer = df.write.format("pub0sub").option("hub", hub.address).option("caFile", str(certs.ca))
+    writer.option("user", "etl").option("password", "etl-secret").mode("append").save()
+    back = reader(spark, hub.address, subscribe="sec.a", token="report:report-secret", caFile=str(certs.ca))
+    assert sorted(bytes(r.value).decode() for r in back.collect()) == sorted(v for _, v in rows)
+    # The reader's grants do not include publishing, and nobody gets in without a secret or over plain TCP.
+    with pytest.raises(Exception, match="NOT_AUTHORIZED"):
+        writer.option("user", "report").option("password", "report-secret").mode("append").save()
+    with pytest.raises(Exception, match="NOT_AUTHORIZED"):
+        reader(spark, hub.address, subscribe="sec.a", caFile=str(certs.ca), connectTimeout="5").count()
+    with pytest.raises(Exception, match="no pub0sub hub reachable"):
+        reader(spark, hub.address, subscribe="sec.a", token="report:report-secret", connectTimeout="5").count()
 
 
 def test_rewrite_with_same_write_id_is_stored_once(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:

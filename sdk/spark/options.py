@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import wire
@@ -43,7 +43,10 @@ READ_OPTIONS = frozenset(
         "connecttimeout",
     }
 )
-WRITE_OPTIONS = frozenset({"hub", "topic", "writeid", "idempotent", "connecttimeout", "flushbytes"})
+#: How to reach a hub with ``--auth-file`` or TLS (docs/security.md), for reads and writes alike.
+ACCESS_OPTIONS = frozenset({"user", "password", "token", "tls", "cafile", "certfile", "keyfile"})
+READ_OPTIONS = READ_OPTIONS | ACCESS_OPTIONS
+WRITE_OPTIONS = frozenset({"hub", "topic", "writeid", "idempotent", "connecttimeout", "flushbytes"}) | ACCESS_OPTIONS
 #: Set by Spark itself on some paths (e.g. ``path`` for ``load(path)``); never an error.
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -186,6 +189,62 @@ def parse_offsets(options: Mapping[str, str], key: str, name: str, default: str)
 
 
 @dataclass(frozen=True, slots=True)
+class HubAccess:
+    """Credentials and TLS for every connection of a read or write (driver and executors).
+
+    Pickled to the executors with the options: the secrets are left out of ``repr`` so they
+    never show in Spark's plans or logs.  Files are opened where the connection is made, so
+    every executor must see the same paths.
+    """
+
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    tls: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``sdk.connect``/``connect_blocking`` these stand for."""
+        kwargs: dict[str, Any] = {}
+        if self.user is not None:
+            kwargs.update(user=self.user, password=self.password)
+        if self.token is not None:
+            kwargs["token"] = self.token
+        if self.tls or self.ca_file or self.cert_file:
+            kwargs.update(tls=True, ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file)
+        return kwargs
+
+
+#: An open hub over plain TCP.
+NO_ACCESS = HubAccess()
+
+
+def parse_access(options: Mapping[str, str]) -> HubAccess:
+    """``user``+``password`` or ``token``; ``tls``, ``caFile``, ``certFile``+``keyFile``."""
+
+    def text(key: str) -> str | None:
+        raw = options.get(key)
+        return raw if raw else None
+
+    user, password, token = text("user"), text("password"), text("token")
+    if (user is None) != (password is None):
+        raise OptionError("options 'user' and 'password' go together")
+    if token is not None and user is not None:
+        raise OptionError("give either option 'token' or 'user' and 'password', not both")
+    cert_file, key_file = text("certfile"), text("keyfile")
+    if key_file is not None and cert_file is None:
+        raise OptionError("option 'keyFile' needs 'certFile' (a client certificate for mutual TLS)")
+    tls = parse_bool(options, "tls", False, "tls")
+    ca_file = text("cafile")
+    if "tls" in options and not tls and (ca_file or cert_file):
+        raise OptionError("option 'tls' is false but 'caFile' or 'certFile' is given: the files need TLS")
+    return HubAccess(user=user, password=password, token=token, tls=tls, ca_file=ca_file, cert_file=cert_file,
+                     key_file=key_file)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class ReadOptions:
     hubs: tuple[str, ...]
     subscription: Subscription
@@ -197,6 +256,7 @@ class ReadOptions:
     fail_on_data_loss: bool
     read_timeout: float
     connect_timeout: float
+    access: HubAccess = NO_ACCESS
 
     def check_offset_topics(self) -> None:
         """JSON offsets for fixed topics must name subscribed topics (a typo would read nothing)."""
@@ -237,6 +297,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
         fail_on_data_loss=parse_bool(options, "failondataloss", True, "failOnDataLoss"),
         read_timeout=_positive_float(options, "readtimeout", DEFAULT_READ_TIMEOUT, "readTimeout"),
         connect_timeout=_positive_float(options, "connecttimeout", DEFAULT_CONNECT_TIMEOUT, "connectTimeout"),
+        access=parse_access(options),
     )
     result.check_offset_topics()
     return result
@@ -250,6 +311,7 @@ class WriteOptions:
     idempotent: bool
     connect_timeout: float
     flush_bytes: int | None
+    access: HubAccess = NO_ACCESS
 
 
 def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
@@ -265,6 +327,7 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
         idempotent=parse_bool(options, "idempotent", True, "idempotent"),
         connect_timeout=_positive_float(options, "connecttimeout", DEFAULT_CONNECT_TIMEOUT, "connectTimeout"),
         flush_bytes=_positive_int(options, "flushbytes", None, "flushBytes"),
+        access=parse_access(options),
     )
 
 

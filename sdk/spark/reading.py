@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..messages import Gap
 from .hubs import connect_first
-from .options import DataLossError
+from .options import NO_ACCESS, DataLossError, HubAccess
 
 #: The Arrow form of the source's Spark schema; read() output must match it exactly.
 ARROW_SCHEMA = pa.schema(
@@ -58,6 +58,7 @@ def read_range(
     fail_on_data_loss: bool = True,
     read_timeout: float = 60.0,
     connect_timeout: float = 10.0,
+    access: HubAccess = NO_ACCESS,
 ) -> Iterator[pa.RecordBatch]:
     """Yield every message of ``topic`` with ``start <= offset < end``, in order, as Arrow batches.
 
@@ -110,7 +111,7 @@ def read_range(
 
     expected = start
     with (
-        connect_first(hubs, connect_timeout=connect_timeout, name="spark-reader") as client,
+        connect_first(hubs, connect_timeout=connect_timeout, access=access, name="spark-reader") as client,
         client.subscribe(topic, start={topic: start}, timeout=connect_timeout) as sub,
     ):
         quiet_since = time.monotonic()

@@ -81,6 +81,7 @@ class RangePartition(InputPartition):
         self.fail_on_data_loss = opts.fail_on_data_loss
         self.read_timeout = opts.read_timeout
         self.connect_timeout = opts.connect_timeout
+        self.access = opts.access
 
     def __repr__(self) -> str:
         return f"RangePartition({self.topic!r}, [{self.start}, {self.end}))"
@@ -97,6 +98,7 @@ def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         fail_on_data_loss=partition.fail_on_data_loss,
         read_timeout=partition.read_timeout,
         connect_timeout=partition.connect_timeout,
+        access=partition.access,
     )
 
 
@@ -118,7 +120,7 @@ class Pub0subBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
-        bounds = topic_bounds(opts.hubs, connect_timeout=opts.connect_timeout)
+        bounds = topic_bounds(opts.hubs, connect_timeout=opts.connect_timeout, access=opts.access)
         ranges: dict[str, tuple[int, int]] = {}
         for topic in opts.subscription.resolve(bounds):
             b = bounds.get(topic, _NO_BOUNDS)
@@ -154,7 +156,7 @@ class Pub0subStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, int] | None = None
 
     def _bounds(self) -> dict[str, TopicBounds]:
-        return topic_bounds(self.opts.hubs, connect_timeout=self.opts.connect_timeout)
+        return topic_bounds(self.opts.hubs, connect_timeout=self.opts.connect_timeout, access=self.opts.access)
 
     def _now(self) -> dict[str, int]:
         bounds = self._bounds()
@@ -281,6 +283,7 @@ class _Publisher:
             partition=partition,
             connect_timeout=opts.connect_timeout,
             flush_bytes=opts.flush_bytes,
+            access=opts.access,
         )
         return Pub0subCommitMessage(result)
 

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from .hubs import abandon, connect_first
+from .options import NO_ACCESS, HubAccess
 
 
 def producer_id_for(*parts: object) -> int:
@@ -83,6 +84,7 @@ def publish_rows(
     connect_timeout: float,
     flush_bytes: int | None = None,
     ack_timeout: float = 120.0,
+    access: HubAccess = NO_ACCESS,
 ) -> PublishResult:
     """Publish every row; return once the hub acknowledged the last frame (so all before it).
 
@@ -97,7 +99,7 @@ def publish_rows(
         kwargs["producer_id"] = producer_id
     if flush_bytes is not None:
         kwargs["flush_bytes"] = flush_bytes
-    client = connect_first(hubs, connect_timeout=connect_timeout, **kwargs)
+    client = connect_first(hubs, connect_timeout=connect_timeout, access=access, **kwargs)
     result = PublishResult(partition=partition, producer_id=client.protocol.buffer.producer_id)
     per_topic = result.per_topic
     try:
