@@ -26,7 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "show a hub's status",
     "auth": "make entries for a hub's users file: hashed passwords, tokens, grants",
     "bench": "run benchmark scenarios beside Redis and NATS",
-    "cluster": "N meshed hubs on loopback: pub0sub cluster up|status|down",
+    "cluster": "N meshed hubs on loopback: pub0sub cluster up|status|down|secret",
     "demo": "start a local demo with traffic you can watch",
     "analyze": "Spark job: per-topic counts, rates and latency from hub data directories",
 }
