@@ -213,7 +213,10 @@ def test_batch_read_data_loss_is_clear(spark: Any, hubs: Callable[..., HubProces
         reader(spark, hub.address, subscribe="old", startingOffsets='{"old": 0}').count()
     assert "failOnDataLoss=false" in str(exc.value)
     lenient = reader(spark, hub.address, subscribe="old", startingOffsets='{"old": 0}', failOnDataLoss="false")
-    assert [r.offset for r in lenient.select("offset").collect()] == list(range(first, 2000))
+    offsets = sorted(r.offset for r in lenient.select("offset").collect())
+    # Retention may still be catching up (a check every 0.1 s on a loaded machine): the read starts
+    # at the oldest offset retained when it was planned, at or past `first`, and misses nothing after it.
+    assert offsets and offsets[0] >= first and offsets == list(range(offsets[0], 2000))
 
 
 def test_option_errors_through_spark(spark: Any) -> None:
