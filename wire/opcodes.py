@@ -7,6 +7,8 @@ capture or log segment without being told which protocol it holds:
            opcode 1 (heartbeat) is also used on client connections.
 * 0x10-12  mesh v2 additions (``/pub0sub/mesh/2.0.0``).
 * 0x13-1D  mesh v3 additions (``/pub0sub/mesh/3.0.0``, the overlay).
+* 0x1E-1F  the hubs' mesh admission handshake (ADMIT_NONCE, ADMIT_PROOF), before any mesh
+           frame of a stream; not decoded here (docs/protocol.md, "Mesh admission").
 * 0x20-3F  client <-> hub protocol.
 * 0x40-4F  on-disk log segments.
 """
