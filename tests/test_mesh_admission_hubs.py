@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -42,18 +43,33 @@ def status_command(hub: Hub) -> str:
     return done.stdout
 
 
-async def attack(hub: Hub) -> RoguePeer:
+@dataclass
+class Attempt:
+    peer_id: str
+    closed: bool = False
+    frames: list[wire.Frame] = field(default_factory=list)
+
+
+async def attack(hub: Hub) -> Attempt:
     """A fresh key's best try: hello with a position for the hub's history, subscribe to
     everything, inject a forward -- all at once, as the independent harness does."""
-    async with RoguePeer.dial(hub.multiaddr) as rogue:
-        hello = wire.MeshHello(hub_id=rogue.hub_id, positions=(wire.ResumePosition(origin=int(hub.hub_id, 16), seq=1),))
-        with contextlib.suppress(Exception):  # the hub may reset the stream while this is written
-            await rogue.send(hello, wire.Subscribe(topics=(">",)), raw_forward_batch(rogue.hub_id, 1, "t", [b"forged"]))
-        assert await rogue.wait_closed(CLOSE_WITHIN), "the hub kept a stranger's stream open"
-    return rogue
+    key_pair = create_new_key_pair()
+    attempt = Attempt(str(peer_id_of(key_pair)))
+    try:
+        async with RoguePeer.dial(hub.multiaddr, key_pair=key_pair) as rogue:
+            hello = wire.MeshHello(hub_id=rogue.hub_id,
+                                   positions=(wire.ResumePosition(origin=int(hub.hub_id, 16), seq=1),))  # fmt: skip
+            with contextlib.suppress(Exception):  # the hub may reset the stream while this is written
+                await rogue.send(hello, wire.Subscribe(topics=(">",)), raw_forward_batch(rogue.hub_id, 1, "t", [b"x"]))
+            attempt.closed = await rogue.wait_closed(CLOSE_WITHIN)
+            attempt.frames = rogue.frames
+    except Exception:  # reset while the protocol was still being negotiated: refused before any frame
+        attempt.closed = True
+    assert attempt.closed, "the hub kept a stranger's stream open"
+    return attempt
 
 
-async def refused(hub: Hub, rogue: RoguePeer, kind: str) -> None:
+async def refused(hub: Hub, rogue: Attempt, kind: str) -> None:
     mesh = await trio.to_thread.run_sync(hub.mesh)
     admission = mesh["admission"]
     assert admission["refused_by_kind"].get(kind, 0) >= 1, admission

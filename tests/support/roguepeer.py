@@ -44,10 +44,11 @@ class RoguePeer:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def dial(cls, address: str, protocol: str = V2) -> AsyncIterator[RoguePeer]:
-        """Connect to the hub at ``address`` (``.../p2p/<id>``) and open a mesh stream (v2 unless told)."""
+    async def dial(cls, address: str, protocol: str = V2, key_pair: Any = None) -> AsyncIterator[RoguePeer]:
+        """Connect to the hub at ``address`` (``.../p2p/<id>``) and open a mesh stream (v2 unless told),
+        with a fresh key unless one is given (to know the peer id even if the dial is refused)."""
         quiet_libp2p_logs()
-        key_pair = create_new_key_pair()
+        key_pair = key_pair or create_new_key_pair()
         host = make_host(key_pair)
         try:
             async with host.run(listen_addrs=[LISTEN]), trio.open_nursery() as nursery:
