@@ -29,7 +29,7 @@ from wire import (
 
 from .flushing import OutputBatch
 from .outbound import OutboundQueue
-from .stats import HubStats
+from .stats import HubStats, bump
 
 if TYPE_CHECKING:
     from ..storage.batches import SharedBatch
@@ -223,6 +223,7 @@ class ClientSession:
         self._stats.discarded_on_close += self.out.clear()
         if error is not None:
             self.out.push_control(error.encode())
+            bump(self._stats.errors_sent, error.code.name)
             log.info("connection %d (%s): %s: %s", self.conn_id, self.peer, error.code.name, error.reason)
         if reason is CloseReason.PROTOCOL_ERROR:
             self._stats.protocol_errors += 1

@@ -55,7 +55,7 @@ from .origin import OriginSequence
 from .publishing import Publisher
 from .routing import RoutingTable
 from .slow_consumers import SlowConsumerPolicies
-from .stats import HubStats
+from .stats import HubStats, bump
 from .subscribing import SubscriptionLimits, Subscriptions
 from .work import WorkQueue
 
@@ -257,7 +257,11 @@ class HubCore:
         """The connection is gone: its subscriptions end with it (durable state stays)."""
         for sub in list(session.subs.values()):
             self.subscriptions.remove(session, sub)
-        self.sessions.pop(session.conn_id, None)
+        if self.sessions.pop(session.conn_id, None) is not None:
+            stats = self.stats
+            stats.bytes_in_closed += session.bytes_in
+            stats.bytes_out_closed += session.bytes_out
+            bump(stats.connections_closed, session.closing.value if session.closing else "ended")
         if not self.sessions:
             self.on_no_sessions()
 

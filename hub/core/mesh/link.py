@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..histogram import Histogram
 from .config import MeshConfig
 from .protocols import MeshVersion
 from .status import CloseReason, PeerCounters
@@ -51,6 +52,10 @@ class PeerLink:
         #: addresses (e.g. through a fixed proxy) and never given up on
         self.static_addrs: list[Any] = []
         self.counters = PeerCounters()
+        #: Heartbeat round trips (PING sent to PONG received), and sessions ended per close reason.
+        self.rtt = Histogram()
+        self.closes: dict[str, int] = {}
+        self._ping_out: float | None = None
         self.window = ForwardWindow(max_sets=config.window_max_sets, max_bytes=config.window_max_bytes)
         self.protocol: LinkSession | None = None
         self.version: MeshVersion | None = None
@@ -61,6 +66,21 @@ class PeerLink:
         self.dialing = False
         #: an accepted stream whose session has not started yet (counts toward max_peers)
         self.starting = False
+
+    def session_closed(self, reason: CloseReason) -> None:
+        """Counted per reason; a PING of the ended session is never answered on the next."""
+        self.closes[reason.value] = self.closes.get(reason.value, 0) + 1
+        self._ping_out = None
+
+    def ping_sent(self, now: float) -> None:
+        """A heartbeat PING left (a PING still unanswered keeps its time: the round trip grows)."""
+        if self._ping_out is None:
+            self._ping_out = now
+
+    def pong_received(self, now: float) -> None:
+        if self._ping_out is not None:
+            self.rtt.observe(now - self._ping_out)
+            self._ping_out = None
 
     @property
     def live(self) -> bool:

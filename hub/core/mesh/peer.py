@@ -137,6 +137,7 @@ class PeerProtocol:
             # Shown at once: the stream's reset may take up to a second on a dead link,
             # and status must not say "not connected" without saying why.
             self.link.last_close = reason
+            self.link.session_closed(reason)
             log.info("mesh session with %s ended: %s", self.link.short_id, reason.value)
         self.on_close()
 
@@ -313,6 +314,8 @@ class PeerProtocol:
         if kind is wire.Heartbeat:
             if frame.word == "ping":  # type: ignore[attr-defined]
                 self._queue_raw(PONG_FRAME)
+            else:
+                self.link.pong_received(self.clock.monotonic())
         elif kind is wire.Unsubscribe:
             self.owner.peer_unsubscribed(self.link, list(frame.topics))  # type: ignore[attr-defined]
             self._queue_control(wire.UnsubscribeAck(success=True))
@@ -397,6 +400,7 @@ class PeerProtocol:
             self._start_replay()  # the peer announced nothing: replay for what it had
         if now - self._last_ping >= cfg.heartbeat_interval:
             self._last_ping = now
+            self.link.ping_sent(now)
             self._queue_raw(PING_FRAME)
         for pending in self._pending_subs:
             if now - pending.sent_at < cfg.subscribe_ack_timeout:
