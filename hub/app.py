@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -19,6 +20,7 @@ import trio
 from .config import HubConfig
 from .core.clock import Clock
 from .core.consumers import ConsumerRegistry
+from .core.histogram import Histogram
 from .core.hub import CoreSettings, HubCore
 from .core.status import hub_status
 from .core.subscribing import SubscriptionLimits
@@ -38,6 +40,7 @@ from .storage.topic_log import LogSettings
 
 if TYPE_CHECKING:
     from .mesh.mesh import Mesh
+    from .shell.metrics_http import OpsServer
 
 log = logging.getLogger("pub0sub.hub")
 
@@ -98,6 +101,11 @@ class HubServer:
             self.mesh = self._open_mesh(mesh_key)
             self.core.mesh.attach(self.mesh)
         self._listener = ClientListener(self.core, write_chunk=config.write_chunk)
+        #: How long each group commit's fsyncs took (the metrics' histogram).
+        self.fsync_seconds = Histogram()
+        #: The operators' port (metrics, probes, status page), when ``--metrics-listen`` is set.
+        self.ops: OpsServer | None = None
+        self._serving = False
         self._cancel: trio.CancelScope | None = None
         self._stopped = trio.Event()
 
@@ -173,8 +181,11 @@ class HubServer:
                 nursery.start_soon(run_heartbeats, core)
                 nursery.start_soon(run_group_deadlines, core)
                 nursery.start_soon(run_rates, core)
+                if self.config.metrics_listen:
+                    self.ops = self._open_ops()
+                    await nursery.start(self.ops.run, *self.config.metrics_host_port or ("127.0.0.1", 0))
                 if self.store is not None:
-                    nursery.start_soon(run_committer, self.store)
+                    nursery.start_soon(partial(run_committer, self.store, timings=self.fsync_seconds))
                     nursery.start_soon(run_retention, core, self.store, self.config.retention_check_seconds)
                 if self.consumers is not None:
                     nursery.start_soon(run_consumer_saves, self.consumers)
@@ -182,8 +193,10 @@ class HubServer:
                     await nursery.start(self.mesh.run)
                 await nursery.start(trio.serve_listeners, self._listener.handle, listeners)
                 log.info("hub %016x listening on %s", core.hub_id, self.address)
+                self._serving = True
                 task_status.started(self.address)
         finally:
+            self._serving = False
             self._close_storage()
             self._stopped.set()
 
@@ -209,6 +222,38 @@ class HubServer:
             # Until serve() has closed the storage, the data directory stays locked: a hub
             # started again on it right after aclose() would be refused.
             await self._stopped.wait()
+
+    # -- the operators' view -------------------------------------------------------------
+
+    def _open_ops(self) -> OpsServer:
+        # Imported here: prometheus-client is needed only by a hub that serves metrics.
+        from .core.metrics import MetricsSources
+        from .core.overview import Overview
+        from .shell.metrics_http import OpsServer
+        from .shell.prometheus import hub_registry
+
+        mesh_core = self.mesh.core if self.mesh is not None else None
+        sources = MetricsSources(self.core, mesh_core, self.fsync_seconds, top_topics=self.config.metrics_topics)
+        overview = Overview(self.core, mesh_core, listen=lambda: self.address, recent=self.recent_events)
+        return OpsServer(registry=hub_registry(sources), overview=overview, readiness=self.readiness)
+
+    def recent_events(self) -> list[dict[str, Any]]:
+        """The latest notable log events (closes, refusals, errors), newest last: see hub/logs.py."""
+        from .logs import RECENT
+
+        return RECENT.events()
+
+    def readiness(self) -> dict[str, bool | None]:
+        """/readyz: each check and whether it passes (None: not configured here)."""
+        mesh: bool | None = None
+        if self.mesh is not None:
+            # A hub told where to join is ready once linked to a peer; the first hub is ready alone.
+            mesh = bool(self.mesh.connected_peers()) or not self.config.bootstrap
+        return {
+            "storage": None if self.store is None else self.store.storage_error is None,
+            "listening": self._serving,
+            "mesh": mesh,
+        }
 
     def status(self) -> dict[str, Any]:
         doc = hub_status(self.core, listen=self.address)

@@ -14,6 +14,7 @@ import trio
 
 from .app import HubServer
 from .config import HubConfig, load_config
+from .logs import configure_logging
 from .shell.ports import PortInUseError, check_port_free
 from .storage.store import DataDirInUseError
 
@@ -100,6 +101,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--mesh-plain-io", "libp2p's own read/write path on every mesh stream, never the fast paths that "
            "reach into its internals (slower; rules them out when chasing a problem)", shown="fast paths when the "
            "installed libp2p is the one they were written for", action="store_true")  # fmt: skip
+    option("--metrics-listen", "serve Prometheus /metrics, /healthz, /readyz and the status page over HTTP here "
+           "(a bare PORT listens on 127.0.0.1 only; the page shows clients and topics: keep it private)",
+           metavar="HOST:PORT")  # fmt: skip
+    option("--metrics-topics", "topics given their own metric series: the N busiest by messages stored",
+           metavar="N", type=int)  # fmt: skip
+    option("--log-format", "text: one line per event for people; json: one object per line", choices=("text", "json"))
     p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
                    help=f"one of {', '.join(LOG_LEVELS)} (default: {DEFAULT_LOG_LEVEL})")  # fmt: skip
     return p
@@ -124,6 +131,8 @@ async def run_hub(server: HubServer) -> None:
             if server.mesh is not None:
                 for addr in server.mesh.listen_addrs:
                     print(f"mesh listening on {addr}", flush=True)
+            if server.ops is not None:
+                print(f"metrics on http://{server.ops.address}/metrics", flush=True)
             async for signum in signals:
                 # A stop asked for is the normal end of a hub: INFO, not a warning.
                 logging.getLogger("pub0sub.hub").info("%s: shutting down", signal.Signals(signum).name)
@@ -163,15 +172,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "mesh_write_interval": args.mesh_write_interval,
         "mesh_window_bytes": args.mesh_window_bytes,
         "mesh_plain_io": True if args.mesh_plain_io else None,
+        "metrics_listen": args.metrics_listen,
+        "metrics_topics": args.metrics_topics,
+        "log_format": args.log_format,
     }
     try:
         config = load_config(file=args.config, overrides=overrides)
     except (OSError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    # The hub's name leads each line: several hubs often share one terminal or one log.
-    who = f"{config.name} " if config.name else ""
-    logging.basicConfig(level=args.log_level, format=f"%(asctime)s {who}%(levelname)s %(name)s: %(message)s")
+    configure_logging(level=args.log_level, log_format=config.log_format, hub_name=config.name)
     try:
         # Before the data directory: a refused hub says one line and opens (and recovers) nothing.
         # serve() and the mesh check again when they bind, for a port taken in between.
@@ -206,13 +216,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
 
 
 def check_ports_free(config: HubConfig) -> None:
-    """:class:`PortInUseError` if the client or the mesh port has a listener already."""
+    """:class:`PortInUseError` if the client, mesh or metrics port has a listener already."""
     host, port = config.host_port
     check_port_free(host, port)
     if config.mesh_listen:
         from .mesh.host import check_mesh_port_free  # imports libp2p: only for a hub with a mesh
 
         check_mesh_port_free(config.mesh_listen)
+    metrics = config.metrics_host_port
+    if metrics is not None:
+        check_port_free(*metrics, what="metrics address")
 
 
 def _unwrap(exc: BaseException) -> BaseException:

@@ -77,6 +77,13 @@ class HubConfig:
     mesh_window_bytes: int = 256 << 20
     #: libp2p's own read/write path on every mesh stream (hub/mesh/fastpath.py).
     mesh_plain_io: bool = False
+    #: Prometheus metrics, probes and the status page over HTTP, ``HOST:PORT`` (a bare port: on
+    #: 127.0.0.1); None: off.  The page shows the hub's clients and topics: keep it private.
+    metrics_listen: str | None = None
+    #: Topics given their own metric series: the busiest by messages stored (0: none).
+    metrics_topics: int = 20
+    #: ``text`` (one line per event, for people) or ``json`` (one object per line, for log pipelines).
+    log_format: str = "text"
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -86,8 +93,23 @@ class HubConfig:
             raise ValueError(f"listen address must be HOST:PORT, got {self.listen!r}")
         return host.strip("[]"), int(port)
 
+    @property
+    def metrics_host_port(self) -> tuple[str, int] | None:
+        """``--metrics-listen`` as (host, port); a bare port listens on loopback only."""
+        if self.metrics_listen is None:
+            return None
+        host, _, port = self.metrics_listen.rpartition(":")
+        if not port.isdigit():
+            raise ValueError(f"metrics listen address must be HOST:PORT or PORT, got {self.metrics_listen!r}")
+        return (host.strip("[]") or "127.0.0.1"), int(port)
+
     def validate(self) -> None:
         self.host_port  # noqa: B018 - parses and raises on a bad address
+        self.metrics_host_port  # noqa: B018 - likewise
+        if self.metrics_topics < 0:
+            raise ValueError("metrics_topics must be >= 0")
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         for name in ("max_body", "max_connections", "max_subscriptions", "max_topics_per_connection",
                      "max_pending_bytes", "heartbeat_misses", "write_chunk", "mesh_window_bytes"):
             if getattr(self, name) <= 0:
