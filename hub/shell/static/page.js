@@ -59,7 +59,7 @@ function drawMesh(hub, mesh) {
   const cx = 210, cy = 150, r = 110;
   const peers = mesh ? mesh.peers : [];
   peers.forEach((p, i) => {
-    const a = -Math.PI / 2 + (2 * Math.PI * i) / Math.max(peers.length, 1);
+    const a = (2 * Math.PI * (i + 0.5)) / Math.max(peers.length, 1) - Math.PI / 2;
     const x = cx + r * Math.cos(a), y = cy + r * Math.sin(a);
     svg.appendChild(el("line", { x1: cx, y1: cy, x2: x, y2: y, class: "edge " + p.state }));
     const rtt = p.rtt_ms === null ? p.state : p.rtt_ms.toFixed(1) + " ms";

@@ -1,0 +1,117 @@
+"""The status page in a real browser: Debian's headless Chromium, driven by selenium, against a
+real 3-hub cluster.  The page loads, draws the two peers as linked, and its rates move when a
+publisher starts.  A screenshot is kept in ``test-artifacts/`` (ignored by git); the test prints
+where.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sdk
+from tests.support.cluster import Cluster
+from tests.support.waiting import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+#: What the page shows for a figure not known yet (a rate before the second sample).
+NONE = "\N{EN DASH}"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
+        reason="Debian's chromium and chromium-driver are not installed (deploy/local.sh test installs them "
+        "with apt-get when it runs as root)",
+    ),
+]
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1100"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def cluster3(tmp_path: Path) -> Iterator[Cluster]:
+    cluster = Cluster(tmp_path, extra=["--metrics-listen", "127.0.0.1:0"])
+    try:
+        cluster.start(3)
+        cluster.wait_converged()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+class Publisher(threading.Thread):
+    """Publishes one small message every 10 ms to ``topic`` until stopped (at most 60 s)."""
+
+    def __init__(self, address: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.address, self.topic = address, topic
+        self.stop = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        with sdk.connect_blocking(self.address) as client:
+            while not self.stop.wait(0.01) and self.sent < 6000:
+                client.publish(self.topic, b"tick %d" % self.sent)
+                client.flush()
+                self.sent += 1
+
+
+def test_status_page_shows_the_mesh_and_live_rates(browser: Any, cluster3: Cluster) -> None:
+    from selenium.webdriver.common.by import By
+
+    a, b, c = cluster3.hubs
+    browser.get(f"http://{a.metrics_address}/")
+    assert browser.title.startswith("pub0sub")
+
+    def text(element_id: str) -> str:
+        return str(browser.find_element(By.ID, element_id).text)
+
+    wait_until(lambda: text("live") == "live", timeout=15, what="the page to receive live samples")
+    wait_until(lambda: text("peer-count") == "2 of 2 peers linked", timeout=15,
+               what=lambda: f"the page to show 2 linked peers (shows {text('peer-count')!r})")  # fmt: skip
+    nodes = browser.find_elements(By.CSS_SELECTOR, "#mesh g.peer")
+    assert {n.get_attribute("data-peer-id") for n in nodes} == {b.peer_id, c.peer_id}
+    assert {n.get_attribute("data-state") for n in nodes} == {"linked"}
+    assert text("rate-in") == "0"
+
+    publisher = Publisher(a.address, "page.ticks")
+    publisher.start()
+    try:
+        def moving() -> bool:
+            rows = browser.find_elements(By.CSS_SELECTOR, '#topics tr[data-topic="page.ticks"] td.rate')
+            return bool(rows) and rows[0].text not in ("0", NONE) and text("rate-in") not in ("0", NONE)
+
+        wait_until(moving, timeout=20, what="the page's rates to move once the publisher runs")
+        # The round-trip times drawn on the edges come from the mesh heartbeats.
+        assert any(t.text.endswith(" ms") for t in browser.find_elements(By.CSS_SELECTOR, "#mesh text.rtt"))
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / "status-page.png"
+        assert browser.save_screenshot(str(shot))
+        print(f"status page screenshot: {shot}")
+    finally:
+        publisher.stop.set()
+        publisher.join(10)
+    assert publisher.sent > 0
