@@ -20,6 +20,7 @@ import trio
 from .config import HubConfig
 from .core.clock import Clock
 from .core.consumers import ConsumerRegistry
+from .core.events import ev
 from .core.histogram import Histogram
 from .core.hub import CoreSettings, HubCore
 from .core.status import hub_status
@@ -92,6 +93,7 @@ class HubServer:
                 log.warning(
                     "hub id %016x comes from a data dir older than derived hub ids: peers cannot verify it "
                     "from this hub's mesh identity and pin it on first contact instead", hub_id,
+                    extra=ev("legacy_hub_id"),
                 )
         self.core = HubCore(core_settings(config), hub_id=hub_id, clock=clock, store=self.store,
                             consumers=self.consumers)  # fmt: skip
@@ -192,7 +194,8 @@ class HubServer:
                 if self.mesh is not None:
                     await nursery.start(self.mesh.run)
                 await nursery.start(trio.serve_listeners, self._listener.handle, listeners)
-                log.info("hub %016x listening on %s", core.hub_id, self.address)
+                log.info("hub %016x listening on %s", core.hub_id, self.address,
+                         extra=ev("hub_listening", x_address=self.address))
                 self._serving = True
                 task_status.started(self.address)
         finally:
@@ -205,7 +208,7 @@ class HubServer:
             try:
                 self.consumers.save()
             except OSError as exc:
-                log.error("cannot save consumer positions on the way out: %s", exc)
+                log.error("cannot save consumer positions on the way out: %s", exc, extra=ev("consumers_save_failed"))
         if self.store is not None:
             self.store.close()
 

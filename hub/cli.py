@@ -14,6 +14,7 @@ import trio
 
 from .app import HubServer
 from .config import HubConfig, load_config
+from .core.events import ev
 from .logs import configure_logging
 from .shell.ports import PortInUseError, check_port_free
 from .storage.store import DataDirInUseError
@@ -135,7 +136,8 @@ async def run_hub(server: HubServer) -> None:
                 print(f"metrics on http://{server.ops.address}/metrics", flush=True)
             async for signum in signals:
                 # A stop asked for is the normal end of a hub: INFO, not a warning.
-                logging.getLogger("pub0sub.hub").info("%s: shutting down", signal.Signals(signum).name)
+                name = signal.Signals(signum).name
+                logging.getLogger("pub0sub.hub").info("%s: shutting down", name, extra=ev("hub_stopping", reason=name))
                 break
             await server.aclose()
             nursery.cancel_scope.cancel()

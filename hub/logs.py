@@ -31,7 +31,7 @@ RECENT_EVENTS = 100
 def _keys(record: logging.LogRecord) -> dict[str, Any]:
     keys = {key: getattr(record, key, None) for key in KEYS}
     if keys["event"] is None:
-        keys["event"] = record.levelname.lower()  # a library's line: named by its level
+        keys["event"] = record.name  # a line not named yet (a library's, or the mesh's): its logger
     return keys
 
 

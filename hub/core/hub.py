@@ -48,6 +48,7 @@ from .acks import AckTracker
 from .clients import ClientSession, CloseReason
 from .clock import Clock
 from .consumers import ConsumerRegistry, ConsumerState, StandingInterest
+from .events import ev
 from .flushing import OutputBatch
 from .groups import POLL_SECONDS
 from .mesh_link import MeshLink
@@ -198,6 +199,7 @@ class HubCore:
                     log.warning(
                         "%s %r: position %d of %r is past the log end %d (messages lost in a crash); resuming at %d",
                         state.kind, state.name, tracker.floor, topic, end, end,
+                        extra=ev("position_past_log_end", topic=topic, x_consumer=state.name),
                     )
                     state.positions[topic] = AckTracker(end)
                     consumers.touch()
@@ -298,7 +300,8 @@ class HubCore:
             session.send_control(PONG_FRAME)
 
     def _on_client_error(self, session: ClientSession, frame: Error) -> None:
-        log.info("connection %d (%s) sent ERROR %s: %s", session.conn_id, session.peer, frame.code.name, frame.reason)
+        log.info("connection %d (%s) sent ERROR %s: %s", session.conn_id, session.peer, frame.code.name, frame.reason,
+                 extra=ev("client_error", conn=session.conn_id, peer=session.peer, x_code=frame.code.name))
         session.close(CloseReason.CLIENT_ERROR)
 
     def _on_status(self, session: ClientSession, frame: Status) -> None:

@@ -23,6 +23,7 @@ from wire import ErrorCode, SlowConsumerPolicy
 
 from ..storage.batches import SharedBatch
 from .clients import ClientSession, Subscription
+from .events import ev
 from .stats import HubStats, bump
 
 log = logging.getLogger("pub0sub.hub.subscribing")
@@ -68,5 +69,6 @@ class SlowConsumerPolicies:
             f"subscription {sub.sub_id} cannot keep up: {session.out.pending_bytes} bytes queued, "
             f"cap max_pending_bytes={session.out.cap}"
         )
-        log.info("connection %d (%s): %s", session.conn_id, session.peer, reason)
+        log.info("connection %d (%s): %s", session.conn_id, session.peer, reason,
+                 extra=ev("slow_consumer_cancelled", conn=session.conn_id, peer=session.peer, reason=why))
         self._end(session, sub, ErrorCode.OUT_OF_CAPACITY, reason)

@@ -26,6 +26,7 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 import wire
 
 from ..core.clock import Clock
+from ..core.events import ev
 from ..core.mesh.config import MeshConfig
 from ..core.mesh.core import MeshCore
 from ..core.mesh.inbound import ForwardHandler
@@ -318,11 +319,13 @@ class Mesh:
         # INFO with the full peer id and the address: what tells an operator that --bootstrap or
         # discovery worked, and which hub went away.
         where = f"{'outbound link to' if outbound else 'inbound link from'} {remote_address(stream)}"
-        log.info("mesh peer %s linked: %s, protocol %s", link.key, where, version.label)
+        log.info("mesh peer %s linked: %s, protocol %s", link.key, where, version.label,
+                 extra=ev("mesh_link_up", peer=link.key, x_address=remote_address(stream), x_outbound=outbound))
         self._notify()
         reason = await session.run()
-        if not self._closing and reason is not CloseReason.REPLACED:  # replaced: a newer link said "linked"
-            log.info("mesh peer %s left: %s ended (%s)", link.key, where, reason.value)
+        # Every link's end, with its reason (replaced: a newer link to the peer said "linked").
+        log.info("mesh peer %s left: %s ended (%s)", link.key, where, reason.value,
+                 extra=ev("mesh_link_down", peer=link.key, reason=reason.value))
         redial = self.core.session_ended(link, protocol, reason)
         if redial and not self._closing and self._nursery is not None:
             self._nursery.start_soon(self._dial, link)

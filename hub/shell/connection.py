@@ -16,6 +16,7 @@ import logging
 import trio
 
 from ..core.clients import ClientSession, CloseReason
+from ..core.events import ev
 from ..core.hub import HubCore
 from .sockio import send_now
 
@@ -53,8 +54,11 @@ class ClientConnection:
         finally:
             self.core.session_ended(self.session)
             await trio.aclose_forcefully(self.stream)
-            reason = self.session.closing.value if self.session.closing else "ended"
-            log.debug("connection %d (%s) closed: %s", self.session.conn_id, self.session.peer, reason)
+            session = self.session
+            reason = session.closing.value if session.closing else "ended"
+            # Every connection's end, with its reason (one line per connection, never per message).
+            log.info("connection %d (%s) closed: %s", session.conn_id, session.peer, reason,
+                     extra=ev("conn_closed", conn=session.conn_id, peer=session.peer, reason=reason))
 
     # -- Transport ---------------------------------------------------------------------
 

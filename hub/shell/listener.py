@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 from collections.abc import Sequence
 
 import trio
 
+from ..core.events import ev
 from ..core.hub import HubCore
 from .connection import ClientConnection
 from .ports import PortInUseError
+
+log = logging.getLogger("pub0sub.hub.connection")
 
 #: How long a refused connection is given to read its ERROR frame.
 REFUSAL_SECONDS = 1.0
@@ -40,6 +44,8 @@ class ClientListener:
             peer = "?"
         session = self.core.open_session(peer)
         if isinstance(session, bytes):  # refused (max_connections): say why, then hang up
+            log.info("connection from %s refused: max_connections reached", peer,
+                     extra=ev("conn_refused", peer=peer, reason="max_connections"))
             gone = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
             with trio.move_on_after(REFUSAL_SECONDS), contextlib.suppress(*gone):
                 await stream.send_all(session)

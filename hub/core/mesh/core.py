@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import wire
 
+from ..events import ev
 from .config import MeshConfig
 from .hub_id import hub_id_for
 from .inbound import ForwardHandler, InboundForwards
@@ -156,7 +157,8 @@ class MeshCore:
         known = self.links.get(key)
         if (known is None or not known.live) and self.linked_count() >= self.config.max_peers:
             self.refused_inbound += 1
-            log.info("mesh peer %s refused: this hub has max_peers=%d links", key, self.config.max_peers)
+            log.info("mesh peer %s refused: this hub has max_peers=%d links", key, self.config.max_peers,
+                     extra=ev("mesh_link_refused", peer=key, reason="max_peers"))
             return False
         return True
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
+from ..events import ev
 from ..histogram import Histogram
 from .config import MeshConfig
 from .protocols import MeshVersion
 from .status import CloseReason, PeerCounters
 from .window import ForwardWindow
+
+log = logging.getLogger("hub.mesh.session")
 
 
 class LinkSession(Protocol):
@@ -68,8 +72,10 @@ class PeerLink:
         self.starting = False
 
     def session_closed(self, reason: CloseReason) -> None:
-        """Counted per reason; a PING of the ended session is never answered on the next."""
+        """Counted per reason and logged; a PING of the ended session is never answered on the next."""
         self.closes[reason.value] = self.closes.get(reason.value, 0) + 1
+        log.info("mesh session with %s ended: %s", self.short_id, reason.value,
+                 extra=ev("mesh_session_ended", peer=self.key, reason=reason.value))
         self._ping_out = None
 
     def ping_sent(self, now: float) -> None:

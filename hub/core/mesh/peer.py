@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import wire
 from wire.limits import MAX_TOPICS_PER_MESSAGE
 
+from ..events import ev
 from .config import MeshConfig
 from .inbound import V1_ORIGIN, InboundForwards, InboundResult
 from .interest import LocalInterest, valid_pattern
@@ -137,8 +138,7 @@ class PeerProtocol:
             # Shown at once: the stream's reset may take up to a second on a dead link,
             # and status must not say "not connected" without saying why.
             self.link.last_close = reason
-            self.link.session_closed(reason)
-            log.info("mesh session with %s ended: %s", self.link.short_id, reason.value)
+            self.link.session_closed(reason)  # counted and logged with its reason
         self.on_close()
 
     # -- what the mesh asks of a session -----------------------------------------
@@ -371,7 +371,8 @@ class PeerProtocol:
     def refuse(self, reason: CloseReason, why: str) -> None:
         """End the session for something the peer may not do; counted and logged with who it was."""
         self.counters.refused += 1
-        log.warning("mesh peer %s (%s) refused: %s", self.link.key, self.remote_address, why)
+        log.warning("mesh peer %s (%s) refused: %s", self.link.key, self.remote_address, why,
+                    extra=ev("mesh_peer_refused", peer=self.link.key, reason=reason.value))
         self.close(reason)
 
     def _start_replay(self) -> None:
