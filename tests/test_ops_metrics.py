@@ -15,7 +15,7 @@ import pytest
 
 import sdk
 import wire
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, converged_cluster
 from tests.support.hubprocess import HubProcess
 from tests.support.scrape import get, scrape, value
 from tests.support.waiting import wait_until
@@ -133,13 +133,8 @@ def test_per_topic_series_are_bounded(start_hub: Callable[..., HubProcess]) -> N
 
 @pytest.fixture
 def cluster3(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, extra=["--metrics-listen", "127.0.0.1:0"])
-    try:
-        cluster.start(3)
-        cluster.wait_converged()
+    with converged_cluster(tmp_path, extra=["--metrics-listen", "127.0.0.1:0"]) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import sdk
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, converged_cluster
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,13 +53,8 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def cluster3(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, extra=["--metrics-listen", "127.0.0.1:0"])
-    try:
-        cluster.start(3)
-        cluster.wait_converged()
+    with converged_cluster(tmp_path, extra=["--metrics-listen", "127.0.0.1:0"]) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 class Publisher(threading.Thread):

@@ -25,7 +25,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -344,3 +345,15 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def converged_cluster(base_dir: Path, hubs: int = 3, *, extra: Sequence[str] = ()) -> Iterator[Cluster]:
+    """``hubs`` hubs started and meshed (every one linked to every other), stopped at the end."""
+    cluster = Cluster(base_dir, extra=extra)
+    try:
+        cluster.start(hubs)
+        cluster.wait_converged()
+        yield cluster
+    finally:
+        cluster.close()
