@@ -150,6 +150,7 @@ class HubServer:
             write_interval=config.mesh_write_interval,
             window_max_bytes=config.mesh_window_bytes,
             plain_io=config.mesh_plain_io,
+            dump_dir=config.mesh_dump,
         )
         link = self.core.mesh
         return Mesh(

@@ -102,6 +102,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--mesh-plain-io", "libp2p's own read/write path on every mesh stream, never the fast paths that "
            "reach into its internals (slower; rules them out when chasing a problem)", shown="fast paths when the "
            "installed libp2p is the one they were written for", action="store_true")  # fmt: skip
+    option("--mesh-dump", "write each mesh stream's decrypted bytes to files in DIR, one per direction, for "
+           "pub0sub decode (debugging: they hold every forwarded payload)", metavar="DIR", type=Path)  # fmt: skip
     option("--metrics-listen", "serve Prometheus /metrics, /healthz, /readyz and the status page over HTTP here "
            "(a bare PORT listens on 127.0.0.1 only; the page shows clients and topics: keep it private)",
            metavar="HOST:PORT")  # fmt: skip
@@ -174,6 +176,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "mesh_write_interval": args.mesh_write_interval,
         "mesh_window_bytes": args.mesh_window_bytes,
         "mesh_plain_io": True if args.mesh_plain_io else None,
+        "mesh_dump": args.mesh_dump,
         "metrics_listen": args.metrics_listen,
         "metrics_topics": args.metrics_topics,
         "log_format": args.log_format,
@@ -191,6 +194,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
     except PortInUseError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
+    if config.mesh_dump is not None:
+        try:
+            config.mesh_dump.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"{prog}: cannot create the mesh dump directory {config.mesh_dump}: {exc}", file=sys.stderr)
+            return 1
     try:
         server = HubServer(config)  # locks, opens and recovers the data directory
     except DataDirInUseError as exc:

@@ -77,6 +77,9 @@ class HubConfig:
     mesh_window_bytes: int = 256 << 20
     #: libp2p's own read/write path on every mesh stream (hub/mesh/fastpath.py).
     mesh_plain_io: bool = False
+    #: Write each mesh stream's decrypted bytes here, one file per direction, for ``pub0sub decode``
+    #: (hub/mesh/dump.py); None: off.  For debugging: the files hold the forwarded payloads.
+    mesh_dump: Path | None = None
     #: Prometheus metrics, probes and the status page over HTTP, ``HOST:PORT`` (a bare port: on
     #: 127.0.0.1); None: off.  The page shows the hub's clients and topics: keep it private.
     metrics_listen: str | None = None
@@ -106,6 +109,8 @@ class HubConfig:
     def validate(self) -> None:
         self.host_port  # noqa: B018 - parses and raises on a bad address
         self.metrics_host_port  # noqa: B018 - likewise
+        if self.mesh_dump is not None and self.mesh_listen is None:
+            raise ValueError("mesh_dump needs a mesh: set mesh_listen too")
         if self.metrics_topics < 0:
             raise ValueError("metrics_topics must be >= 0")
         if self.log_format not in ("text", "json"):

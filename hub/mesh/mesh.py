@@ -38,6 +38,7 @@ from ..core.mesh.replay import ReplaySource
 from ..core.mesh.status import CloseReason
 from ..shell.clock import TrioClock
 from .discovery import Discovery
+from .dump import open_dump
 from .host import make_host, quiet_libp2p_logs
 from .identity import load_or_create_identity
 from .session import PeerSession, remote_address
@@ -314,7 +315,8 @@ class Mesh:
 
     async def _run_session(self, link: PeerLink, stream: Any, version: MeshVersion, outbound: bool) -> None:
         protocol = PeerProtocol(self.core, link, version, outbound=outbound, clock=self.clock)
-        session = PeerSession(protocol, stream)
+        dump = None if self.config.dump_dir is None else open_dump(self.config.dump_dir, link.key, link.short_id)
+        session = PeerSession(protocol, stream, dump=dump)
         self.core.session_started(link, protocol)
         # INFO with the full peer id and the address: what tells an operator that --bootstrap or
         # discovery worked, and which hub went away.
@@ -322,7 +324,11 @@ class Mesh:
         log.info("mesh peer %s linked: %s, protocol %s", link.key, where, version.label,
                  extra=ev("mesh_link_up", peer=link.key, x_address=remote_address(stream), x_outbound=outbound))
         self._notify()
-        reason = await session.run()
+        try:
+            reason = await session.run()
+        finally:
+            if dump is not None:
+                dump.close()
         # Every link's end, with its reason (replaced: a newer link to the peer said "linked").
         log.info("mesh peer %s left: %s ended (%s)", link.key, where, reason.value,
                  extra=ev("mesh_link_down", peer=link.key, reason=reason.value))
