@@ -54,6 +54,12 @@ def test_the_quickstart_has_runnable_blocks() -> None:
     assert len(runnable_blocks(ROOT / "docs" / "quickstart.md")) >= 5
 
 
+def test_every_expected_output_names_a_runnable_block() -> None:
+    for page, index in EXPECTED:
+        [path] = [p for p in PAGES if p.name == page]
+        assert index < len(runnable_blocks(path)), (page, index)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("page", pages_with_blocks(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -76,17 +82,23 @@ def test_runnable_blocks_run(page: Path, tmp_path: Path) -> None:
         stop_what_the_page_started(tmp_path, env)
 
 
+#: What blocks say they print (page, block index from 0): each text must be in the block's output.
+EXPECTED: dict[tuple[str, int], list[str]] = {
+    ("README.md", 0): ["hub-3  up", "3 of 3 hubs up", 'pub0sub_mesh_peers{state="linked"} 2.0',
+                       "orders.eu 0 hello\norders.eu 1 world\n", '"name": "SUBSCRIBE"', 'LOG_BATCH'],
+    ("quickstart.md", 1): ["first order", "second order"],
+    ("quickstart.md", 2): ["stored at {'payments.card': 0}", "payments.card 0 b'42.00 EUR'"],
+    ("quickstart.md", 3): ['"ready": true', '"mesh": true', 'pub0sub_mesh_peers{state="linked"} 2.0',
+                           'pub0sub_topic_messages_total{topic="sensors.t1"} 3.0'],
+    ("sdk.md", 1): ["orders.eu 0 b'cust-9' b'{\"id\": 1}'", "orders.us 0 None b'{\"id\": 2}'"],
+    ("sdk.md", 2): ["stored at 0 at"],
+    ("sdk.md", 3): ["jobs.build 0 b'repo@abc'", "[{'rows': 0}, {'rows': 1}]"],
+}  # fmt: skip
+
+
 def check_output(page: Path, index: int, stdout: str) -> None:
-    """What the quickstart says its blocks print, they print."""
-    if page.name != "quickstart.md":
-        return
-    expected = {
-        1: ["first order", "second order"],
-        2: ["stored at {'payments.card': 0}", "payments.card 0 b'42.00 EUR'"],
-        3: ['"ready": true', '"mesh": true', 'pub0sub_mesh_peers{state="linked"} 2.0',
-            'pub0sub_topic_messages_total{topic="sensors.t1"} 3.0'],
-    }.get(index, [])  # fmt: skip
-    for text in expected:
+    """What the pages say their blocks print, they print."""
+    for text in EXPECTED.get((page.name, index), []):
         assert text in stdout, f"{page.name} block {index + 1} should print {text!r}; it printed:\n{stdout}"
 
 
