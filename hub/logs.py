@@ -31,7 +31,7 @@ RECENT_EVENTS = 100
 def _keys(record: logging.LogRecord) -> dict[str, Any]:
     keys = {key: getattr(record, key, None) for key in KEYS}
     if keys["event"] is None:
-        keys["event"] = record.name  # a line not named yet (a library's, or the mesh's): its logger
+        keys["event"] = record.name  # not named (a library's line, or a mesh I/O file being rewritten): its logger
     return keys
 
 

@@ -206,7 +206,8 @@ class Mesh:
                         self._link_for(info.peer_id).static_addrs = list(info.addrs)
                         self.add_peer(info)
                 nursery.start_soon(self._reap_lingering)
-                log.info("mesh %s listening on %s", self.peer_id, ", ".join(self.listen_addrs))
+                log.info("mesh %s listening on %s", self.peer_id, ", ".join(self.listen_addrs),
+                         extra=ev("mesh_listening", x_peer_id=str(self.peer_id), x_addresses=self.listen_addrs))
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
@@ -277,7 +278,8 @@ class Mesh:
                     with trio.fail_after(DIAL_TIMEOUT):
                         stream, version = await self._open_stream(link)
                 except Exception as exc:  # unreachable, refused, negotiation failed...
-                    log.debug("dial %s failed: %r", link.short_id, exc)
+                    log.debug("dial %s failed: %r", link.short_id, exc,
+                              extra=ev("mesh_dial_failed", peer=link.key, reason=repr(exc)))
                     if trio.current_time() >= give_up and not link.static_addrs:
                         if self.core.give_up(link):
                             self._notify()

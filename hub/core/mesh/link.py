@@ -78,6 +78,11 @@ class PeerLink:
                  extra=ev("mesh_session_ended", peer=self.key, reason=reason.value))
         self._ping_out = None
 
+    def misbehaved(self, reason: CloseReason, what: str, *args: object) -> None:
+        """Log what the peer did that ends its session with ``reason`` (the close is logged apart)."""
+        log.warning("mesh peer %s " + what, self.short_id, *args,
+                    extra=ev("mesh_peer_misbehaved", peer=self.key, reason=reason.value))  # fmt: skip
+
     def ping_sent(self, now: float) -> None:
         """A heartbeat PING left (a PING still unanswered keeps its time: the round trip grows)."""
         if self._ping_out is None:

@@ -250,7 +250,7 @@ class PeerProtocol:
         for frame in frames:
             self.counters.frames_received += 1
             if self._first_frame and self.version is MeshVersion.V2 and type(frame) is not wire.MeshHello:
-                log.warning("mesh peer %s: first v2 frame is %s, not MESH_HELLO", self.link.short_id, frame.name)
+                self.link.misbehaved(CloseReason.PROTOCOL_ERROR, "sent %s first, not MESH_HELLO", frame.name)
                 self.close(CloseReason.PROTOCOL_ERROR)
                 return
             self._first_frame = False
@@ -342,7 +342,7 @@ class PeerProtocol:
 
     def _on_hello(self, frame: wire.MeshHello) -> None:
         if self._hello_done:
-            log.warning("mesh peer %s sent a second MESH_HELLO", self.link.short_id)
+            self.link.misbehaved(CloseReason.PROTOCOL_ERROR, "sent a second MESH_HELLO")
             self.close(CloseReason.PROTOCOL_ERROR)
             return
         refusal = self.owner.hello_refusal(self.link, frame.hub_id)
@@ -407,7 +407,7 @@ class PeerProtocol:
             if now - pending.sent_at < cfg.subscribe_ack_timeout:
                 continue
             if pending.resends >= cfg.subscribe_resends:
-                log.warning("mesh peer %s never acknowledged SUBSCRIBE %s", self.link.short_id, pending.topics)
+                self.link.misbehaved(CloseReason.SUBSCRIBE_UNACKED, "never acknowledged SUBSCRIBE %s", pending.topics)
                 self.close(CloseReason.SUBSCRIBE_UNACKED)
                 return
             pending.resends += 1
