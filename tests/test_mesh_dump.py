@@ -13,6 +13,7 @@ import json
 import stat
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,10 @@ import pytest
 
 import sdk
 from hub.mesh.dump import RECEIVED_SUFFIX, SENT_SUFFIX
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, Hub
+from tests.support.pcap import Conversation, write_pcap
 from tests.support.waiting import wait_until
+from tests.test_wireshark import TSHARK, assert_same, pdml_frames, tshark
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOADS = [b"dumped #1", b"dumped #2", b"dumped #3"]
@@ -44,10 +47,19 @@ def carries_the_payloads(frames: list[dict[str, Any]]) -> bool:
     return all(p.decode() in text for p in PAYLOADS) and '"dump.t"' in text
 
 
-@pytest.mark.slow
-def test_a_mesh_dump_decodes_to_the_frames_that_crossed(tmp_path: Path) -> None:
-    dumps = {name: tmp_path / f"dump-{name}" for name in ("a", "b")}
-    with Cluster(tmp_path) as cluster:
+@dataclass
+class Dumped:
+    dumps: dict[str, Path]
+    a: Hub
+    b: Hub
+
+
+@pytest.fixture(scope="module")
+def dumped(tmp_path_factory: pytest.TempPathFactory) -> Dumped:
+    """Two real hubs with --mesh-dump; a client publishes on a, one subscribes on b; then both stop."""
+    base = tmp_path_factory.mktemp("mesh-dump")
+    dumps = {name: base / f"dump-{name}" for name in ("a", "b")}
+    with Cluster(base) as cluster:
         (a,) = cluster.start(1, args=["--mesh-dump", str(dumps["a"])])
         b = cluster.add(a, args=["--mesh-dump", str(dumps["b"])])
         cluster.wait_converged()
@@ -61,17 +73,28 @@ def test_a_mesh_dump_decodes_to_the_frames_that_crossed(tmp_path: Path) -> None:
             wait_until(lambda: (a.peer(b) or {}).get("acks_received", 0) > 0, timeout=10,
                        what="b to acknowledge the forwards")  # fmt: skip
     # The hubs are stopped: every session has ended and closed its files.
+    return Dumped(dumps, a, b)
 
+
+def the_session(directory: Path, peer: Hub) -> tuple[Path, Path]:
+    """(sent, received) files of the session with ``peer`` that carried the payloads."""
+    # (Two sessions may have started, when both hubs dialled at once: the one that carried it counts.)
+    for sent in directory.glob(f"*-{peer.peer_id[-8:]}{SENT_SUFFIX}"):
+        received = sent.with_name(sent.name.removesuffix(SENT_SUFFIX) + RECEIVED_SUFFIX)
+        if carries_the_payloads(decode(sent)) or carries_the_payloads(decode(received)):
+            return sent, received
+    raise AssertionError(f"no session with {peer.name} in {directory} carried the payloads")
+
+
+@pytest.mark.slow
+def test_a_mesh_dump_decodes_to_the_frames_that_crossed(dumped: Dumped) -> None:
+    dumps, a, b = dumped.dumps, dumped.a, dumped.b
     for directory in dumps.values():
         files = sorted(directory.iterdir())
         assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)  # payloads inside
-    a_sent = {f: decode(f) for f in dumps["a"].glob(f"*-{b.peer_id[-8:]}{SENT_SUFFIX}")}
-    b_received = {f: decode(f) for f in dumps["b"].glob(f"*-{a.peer_id[-8:]}{RECEIVED_SUFFIX}")}
-    b_sent = {f: decode(f) for f in dumps["b"].glob(f"*-{a.peer_id[-8:]}{SENT_SUFFIX}")}
-    # (Two sessions may have started, when both hubs dialled at once: the one that carried it counts.)
-    [sent] = [frames for frames in a_sent.values() if carries_the_payloads(frames)]
-    [received] = [frames for frames in b_received.values() if carries_the_payloads(frames)]
-
+    a_sent, _ = the_session(dumps["a"], b)
+    b_sent, b_received = the_session(dumps["b"], a)
+    sent, received = decode(a_sent), decode(b_received)
     # Each file is one direction of the stream from its first byte: v2 starts with MESH_HELLO.
     assert sent[0]["name"] == received[0]["name"] == "MESH_HELLO"
     assert sent[0]["hub_id"] == a.hub_id
@@ -80,8 +103,23 @@ def test_a_mesh_dump_decodes_to_the_frames_that_crossed(tmp_path: Path) -> None:
     forwards = [f for f in sent if f["name"] == "FORWARD_BATCH"]
     assert forwards and carries_the_payloads(forwards)
     # b acknowledged them on its side of the same link, and says who it is first.
-    [b_frames] = [frames for frames in b_sent.values() if any(f["name"] == "FORWARD_ACK" for f in frames)]
+    b_frames = decode(b_sent)
     assert b_frames[0]["name"] == "MESH_HELLO" and b_frames[0]["hub_id"] == b.hub_id
+    assert any(f["name"] == "FORWARD_ACK" for f in b_frames)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(TSHARK is None, reason="Debian's tshark is not installed (deploy/local.sh test installs it)")
+def test_the_dissector_reads_a_mesh_dump_as_decode_does(dumped: Dumped, tmp_path: Path) -> None:
+    """The dump's two directions as one TCP conversation in a pcap: tshark with the dissector shows
+    every frame with the fields ``pub0sub decode --json`` shows (as for client captures)."""
+    sent, received = the_session(dumped.dumps["a"], dumped.b)
+    out, back = sent.read_bytes(), received.read_bytes()
+    pcap = tmp_path / "mesh.pcap"
+    write_pcap(pcap, [Conversation(("127.0.0.1", 41000), ("127.0.0.1", 9421), [(True, out), (False, back)])])
+    shown = pdml_frames(tshark(pcap))
+    assert assert_same(out, shown.get(41000, []), tmp_path, "a to b") >= 3
+    assert assert_same(back, shown.get(9421, []), tmp_path, "b to a") >= 2
 
 
 def test_mesh_dump_needs_a_mesh(tmp_path: Path) -> None:
