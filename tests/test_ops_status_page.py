@@ -1,5 +1,6 @@
 """The status page in a real browser: Debian's headless Chromium, driven by selenium, against a
-real 3-hub cluster.  The page loads, draws the two peers as linked, and its rates move when a
+real 3-hub cluster -- the README's, started as ``pub0sub cluster up --metrics`` starts it
+(sdk/tools/cluster.py, on free ports here).  The page loads, draws the two peers as linked, and its rates move when a
 publisher starts.  A screenshot is kept in ``test-artifacts/`` (ignored by git); the test prints
 where.
 """
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 import sdk
-from tests.support.cluster import Cluster, converged_cluster
+from sdk.tools.cluster import HubInfo, LocalCluster
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,9 +53,14 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def cluster3(tmp_path: Path) -> Iterator[Cluster]:
-    with converged_cluster(tmp_path, extra=["--metrics-listen", "127.0.0.1:0"]) as cluster:
+def cluster3(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(3, tmp_path / "cluster", metrics=True, note=lambda _line: None) as cluster:
+        assert cluster.wait_converged(), "the three hubs did not link to each other"
         yield cluster
+
+
+def peer_id(hub: HubInfo) -> str:
+    return hub.multiaddrs[0].rsplit("/p2p/", 1)[1]
 
 
 class Publisher(threading.Thread):
@@ -74,11 +80,11 @@ class Publisher(threading.Thread):
                 self.sent += 1
 
 
-def test_status_page_shows_the_mesh_and_live_rates(browser: Any, cluster3: Cluster) -> None:
+def test_status_page_shows_the_mesh_and_live_rates(browser: Any, cluster3: LocalCluster) -> None:
     from selenium.webdriver.common.by import By
 
     a, b, c = cluster3.hubs
-    browser.get(f"http://{a.metrics_address}/")
+    browser.get(f"{a.metrics_url}/")
     assert browser.title.startswith("pub0sub")
 
     def text(element_id: str) -> str:
@@ -88,7 +94,7 @@ def test_status_page_shows_the_mesh_and_live_rates(browser: Any, cluster3: Clust
     wait_until(lambda: text("peer-count") == "2 of 2 peers linked", timeout=15,
                what=lambda: f"the page to show 2 linked peers (shows {text('peer-count')!r})")  # fmt: skip
     nodes = browser.find_elements(By.CSS_SELECTOR, "#mesh g.peer")
-    assert {n.get_attribute("data-peer-id") for n in nodes} == {b.peer_id, c.peer_id}
+    assert {n.get_attribute("data-peer-id") for n in nodes} == {peer_id(b), peer_id(c)}
     assert {n.get_attribute("data-state") for n in nodes} == {"linked"}
     assert text("rate-in") == "0"
 
