@@ -63,6 +63,22 @@ def peer_id(hub: HubInfo) -> str:
     return hub.multiaddrs[0].rsplit("/p2p/", 1)[1]
 
 
+# The page redraws its tables and graph every second: an element found by one WebDriver call may be
+# gone by the next (a stale element).  So each look reads what it needs in one script, which runs
+# between two of the page's redraws.
+
+
+def texts(browser: Any, selector: str) -> list[str]:
+    """The text of each element matching ``selector`` (SVG text has no innerText: textContent)."""
+    script = "return [...document.querySelectorAll(arguments[0])].map(e => (e.innerText ?? e.textContent).trim())"
+    return [str(t) for t in browser.execute_script(script, selector)]
+
+
+def attributes(browser: Any, selector: str, *names: str) -> list[tuple[str, ...]]:
+    script = "return [...document.querySelectorAll(arguments[0])].map(e => arguments[1].map(n => e.getAttribute(n)))"
+    return [tuple(row) for row in browser.execute_script(script, selector, list(names))]
+
+
 class Publisher(threading.Thread):
     """Publishes one small message every 10 ms to ``topic`` until stopped (at most 60 s)."""
 
@@ -81,33 +97,32 @@ class Publisher(threading.Thread):
 
 
 def test_status_page_shows_the_mesh_and_live_rates(browser: Any, cluster3: LocalCluster) -> None:
-    from selenium.webdriver.common.by import By
-
     a, b, c = cluster3.hubs
     browser.get(f"{a.metrics_url}/")
     assert browser.title.startswith("pub0sub")
 
     def text(element_id: str) -> str:
-        return str(browser.find_element(By.ID, element_id).text)
+        found = texts(browser, f"#{element_id}")
+        return found[0] if found else ""
 
     wait_until(lambda: text("live") == "live", timeout=15, what="the page to receive live samples")
     wait_until(lambda: text("peer-count") == "2 of 2 peers linked", timeout=15,
                what=lambda: f"the page to show 2 linked peers (shows {text('peer-count')!r})")  # fmt: skip
-    nodes = browser.find_elements(By.CSS_SELECTOR, "#mesh g.peer")
-    assert {n.get_attribute("data-peer-id") for n in nodes} == {peer_id(b), peer_id(c)}
-    assert {n.get_attribute("data-state") for n in nodes} == {"linked"}
+    nodes = attributes(browser, "#mesh g.peer", "data-peer-id", "data-state")
+    assert {peer for peer, _state in nodes} == {peer_id(b), peer_id(c)}
+    assert {state for _peer, state in nodes} == {"linked"}
     assert text("rate-in") == "0"
 
     publisher = Publisher(a.address, "page.ticks")
     publisher.start()
     try:
         def moving() -> bool:
-            rows = browser.find_elements(By.CSS_SELECTOR, '#topics tr[data-topic="page.ticks"] td.rate')
-            return bool(rows) and rows[0].text not in ("0", NONE) and text("rate-in") not in ("0", NONE)
+            rates = texts(browser, '#topics tr[data-topic="page.ticks"] td.rate')
+            return bool(rates) and rates[0] not in ("0", NONE) and text("rate-in") not in ("0", NONE)
 
         wait_until(moving, timeout=20, what="the page's rates to move once the publisher runs")
         # The round-trip times drawn on the edges come from the mesh heartbeats.
-        assert any(t.text.endswith(" ms") for t in browser.find_elements(By.CSS_SELECTOR, "#mesh text.rtt"))
+        assert any(t.endswith(" ms") for t in texts(browser, "#mesh text.rtt"))
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / "status-page.png"
         assert browser.save_screenshot(str(shot))
