@@ -1,5 +1,6 @@
 -- Wireshark dissector for pub0sub: the client protocol (opcodes 0x20-0x2F), the mesh v1 frames
 -- (the seed's opcodes 1-6) and the mesh v2 frames (0x10-0x12) when they are seen in clear.
+-- Mesh v3 frames (0x13-0x1D) are named, their bodies shown as bytes (not dissected yet).
 --
 -- Install: copy this file to ~/.local/lib/wireshark/plugins/ (or run
 --   tshark -X lua_script:deploy/wireshark/pub0sub.lua -r capture.pcap -Y pub0sub
@@ -19,6 +20,9 @@ local OPCODES = {
   [0x01] = "HEARTBEAT", [0x02] = "SUBSCRIBE", [0x03] = "SUBSCRIBE_ACK", [0x04] = "UNSUBSCRIBE",
   [0x05] = "UNSUBSCRIBE_ACK", [0x06] = "FORWARD",
   [0x10] = "MESH_HELLO", [0x11] = "FORWARD_BATCH", [0x12] = "FORWARD_ACK",
+  [0x13] = "LINK_STATE", [0x14] = "ROUTED_SETS", [0x15] = "ROUTED", [0x16] = "INTEREST", [0x17] = "WATCH",
+  [0x18] = "INTEREST_SET", [0x19] = "JOINED", [0x1A] = "HEADS", [0x1B] = "SYNC", [0x1C] = "REPAIR",
+  [0x1D] = "REPAIRED",
   [0x20] = "HELLO", [0x21] = "WELCOME", [0x22] = "PUBLISH", [0x23] = "PUBLISH_ACK", [0x24] = "SUB",
   [0x25] = "SUB_OK", [0x26] = "UNSUB", [0x27] = "SUB_UPDATE", [0x28] = "DELIVER", [0x29] = "ACK",
   [0x2A] = "CREDIT", [0x2B] = "GAP", [0x2C] = "SUB_END", [0x2D] = "ERROR", [0x2E] = "STATUS",
@@ -54,6 +58,7 @@ for _, n in ipairs({ "topic", "pattern", "client_name", "hub_name", "durable", "
 end
 -- binary values
 for _, n in ipairs({ "key", "data", "token", "document" }) do field("bytes", n, n) end
+field("bytes", "v3_body", "Mesh v3 body (not dissected)")
 -- hub ids, shown as 16 hex digits like everywhere else
 field("uint64", "hub_id", "Hub id", base.HEX)
 field("uint64", "origin", "Origin hub id", base.HEX)
@@ -227,6 +232,13 @@ local BODIES = {
   [0x2E] = function(_, _) end,
   [0x2F] = function(b, t) b:blob(t, "document", 4) end,
 }
+
+-- Mesh v3 (wire/frames/mesh_v3.py): named, the body shown whole.
+for opcode = 0x13, 0x1D do
+  BODIES[opcode] = function(b, t)
+    if b.stop > b.pos then t:add(F.v3_body, b:take(b.stop - b.pos)) end
+  end
+end
 
 -- One whole frame (dissect_tcp_pdus hands them over one by one, reassembled).
 local function dissect_frame(tvb, pinfo, tree)
