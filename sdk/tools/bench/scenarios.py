@@ -175,3 +175,4 @@ for _figure, (_ours, _bare) in wirebench.MEASURES.items():
 from . import mesh as _mesh  # noqa: E402, F401
 from . import pub0sub as _pub0sub  # noqa: E402, F401
 from . import spark as _spark  # noqa: E402, F401
+from . import zenoh_peer as _zenoh_peer  # noqa: E402, F401
