@@ -24,6 +24,7 @@ from .core.status import hub_status
 from .core.subscribing import SubscriptionLimits
 from .shell.clock import TrioClock
 from .shell.committer import run_committer
+from .shell.fdlimit import FdLimit, connection_limit, raise_fd_limit
 from .shell.listener import ClientListener, open_client_listeners
 from .shell.loops import (
     run_consumer_saves,
@@ -42,11 +43,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("pub0sub.hub")
 
 
-def core_settings(config: HubConfig) -> CoreSettings:
+def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
     return CoreSettings(
         name=config.name,
         max_body=config.max_body,
-        max_connections=config.max_connections,
+        max_connections=connection_limit(config.max_connections, fds),
         max_pending_bytes=config.max_pending_bytes,
         heartbeat_interval=config.heartbeat_interval,
         heartbeat_misses=config.heartbeat_misses,
@@ -90,7 +91,10 @@ class HubServer:
                     "hub id %016x comes from a data dir older than derived hub ids: peers cannot verify it "
                     "from this hub's mesh identity and pin it on first contact instead", hub_id,
                 )
-        self.core = HubCore(core_settings(config), hub_id=hub_id, clock=clock, store=self.store,
+        # Every client is a file descriptor: the soft limit (often 1024) would be the hub's
+        # real connection limit.
+        self.fd_limit = raise_fd_limit()
+        self.core = HubCore(core_settings(config, self.fd_limit), hub_id=hub_id, clock=clock, store=self.store,
                             consumers=self.consumers)  # fmt: skip
         self.core.status_document = lambda: json.dumps(self.status(), separators=(",", ":")).encode()
         self.mesh: Mesh | None = None
@@ -182,6 +186,11 @@ class HubServer:
                     await nursery.start(self.mesh.run)
                 await nursery.start(trio.serve_listeners, self._listener.handle, listeners)
                 log.info("hub %016x listening on %s", core.hub_id, self.address)
+                fds = self.fd_limit
+                log.info(
+                    "file descriptor limit %d (soft, was %d; hard %d): up to %d client connections",
+                    fds.soft, fds.before, fds.hard, core.settings.max_connections,
+                )  # fmt: skip
                 task_status.started(self.address)
         finally:
             self._close_storage()
