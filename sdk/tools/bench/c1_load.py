@@ -29,6 +29,12 @@ from .wireproto import CHANNEL, recv_until
 
 #: Handshakes sent but not yet confirmed, at most (well under a listen backlog of 4096).
 UNCONFIRMED_MAX = 1_000
+#: Connections opened between two looks at what arrived (heartbeats are answered meanwhile).
+PUMP_EVERY = 100
+#: Linux's IP_BIND_ADDRESS_NO_PORT (not in Python's socket module): bind the source address
+#: only and pick the port at connect(), by the whole 4-tuple.  A bind() to port 0 searches
+#: for a port no other socket of that address holds, slower with every connection held.
+IP_BIND_ADDRESS_NO_PORT = 24
 #: The stamp at the front of each C1 payload: publisher's monotonic_ns, publish number.
 STAMP = struct.Struct(">QI")
 _HEADER = struct.Struct(">BI")
@@ -156,6 +162,7 @@ def c1_hold(*, system: str, addresses: list[list[Any]], connections: int, source
     for i in range(connections):
         host, port = addresses[i % len(addresses)]
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
         sock.bind((source, 0))
         sock.connect((host, port))
         if system == "nats":
@@ -166,6 +173,8 @@ def c1_hold(*, system: str, addresses: list[list[Any]], connections: int, source
         socks[fd], bufs[fd] = sock, bytearray()
         unconfirmed.add(fd)
         sel.register(sock, selectors.EVENT_READ)
+        if i % PUMP_EVERY == 0:
+            pump(0)
         while len(unconfirmed) >= UNCONFIRMED_MAX and time.monotonic() < deadline:
             pump(0.5)
     while unconfirmed and time.monotonic() < deadline:
