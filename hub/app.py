@@ -184,7 +184,7 @@ class HubServer:
                     nursery.start_soon(run_consumer_saves, self.consumers)
                 if self.mesh is not None:
                     await nursery.start(self.mesh.run)
-                await nursery.start(trio.serve_listeners, self._listener.handle, listeners)
+                await nursery.start(self._listener.serve, listeners)
                 log.info("hub %016x listening on %s", core.hub_id, self.address)
                 fds = self.fd_limit
                 log.info(

@@ -83,3 +83,34 @@ async def test_a_connection_storm_past_max_connections_is_refused_frame_by_frame
     kept.append(await RawClient.connect(server.address))
     for client in kept:
         await client.aclose()
+
+
+def _tasks() -> int:
+    """Every task running in this trio run."""
+    count, todo = 0, [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        count += 1
+        todo += [child for nursery in task.child_nurseries for child in nursery.child_tasks]
+    return count
+
+
+async def test_an_idle_subscriber_costs_the_hub_one_task_and_no_queue(nursery: trio.Nursery) -> None:
+    # What a connection holds while idle is what C1 multiplies by 19,000: one task (its reader),
+    # no writer parked beside it, no deque for an empty outbound queue.
+    server = HubServer(HubConfig(listen="127.0.0.1:0"))
+    await nursery.start(server.serve)
+    before = _tasks()
+    clients = [await RawClient.connect(server.address) for _ in range(30)]
+    for client in clients:
+        await client.send(wire.Sub(sub_id=1, patterns=("t",)))
+        await client.expect(wire.SubOk)
+    publisher = clients[0]
+    await publisher.send(wire.Publish(sets=(wire.MessageSet.build(("t",), [(b"", b"x")]),)))
+    for client in clients:
+        await client.expect(wire.Deliver)
+    assert _tasks() - before == len(clients)
+    for session in server.core.sessions.values():
+        assert not session.out.items and type(session.out.items) is tuple
+    for client in clients:
+        await client.aclose()
