@@ -27,6 +27,7 @@ from .core.status import hub_status
 from .core.subscribing import SubscriptionLimits
 from .shell.clock import TrioClock
 from .shell.committer import run_committer
+from .shell.fdlimit import FdLimit, connection_limit, raise_fd_limit
 from .shell.listener import ClientListener, open_client_listeners
 from .shell.loops import (
     run_consumer_saves,
@@ -46,11 +47,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("pub0sub.hub")
 
 
-def core_settings(config: HubConfig) -> CoreSettings:
+def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
     return CoreSettings(
         name=config.name,
         max_body=config.max_body,
-        max_connections=config.max_connections,
+        max_connections=connection_limit(config.max_connections, fds),
         max_pending_bytes=config.max_pending_bytes,
         heartbeat_interval=config.heartbeat_interval,
         heartbeat_misses=config.heartbeat_misses,
@@ -95,7 +96,10 @@ class HubServer:
                     "from this hub's mesh identity and pin it on first contact instead", hub_id,
                     extra=ev("legacy_hub_id"),
                 )
-        self.core = HubCore(core_settings(config), hub_id=hub_id, clock=clock, store=self.store,
+        # Every client is a file descriptor: the soft limit (often 1024) would be the hub's
+        # real connection limit.
+        self.fd_limit = raise_fd_limit()
+        self.core = HubCore(core_settings(config, self.fd_limit), hub_id=hub_id, clock=clock, store=self.store,
                             consumers=self.consumers)  # fmt: skip
         self.core.status_document = lambda: json.dumps(self.status(), separators=(",", ":")).encode()
         self.mesh: Mesh | None = None
@@ -194,9 +198,15 @@ class HubServer:
                     nursery.start_soon(run_consumer_saves, self.consumers)
                 if self.mesh is not None:
                     await nursery.start(self.mesh.run)
-                await nursery.start(trio.serve_listeners, self._listener.handle, listeners)
+                await nursery.start(self._listener.serve, listeners)
                 log.info("hub %016x listening on %s", core.hub_id, self.address,
                          extra=ev("hub_listening", x_address=self.address))
+                fds = self.fd_limit
+                log.info(
+                    "file descriptor limit %d (soft, was %d; hard %d): up to %d client connections",
+                    fds.soft, fds.before, fds.hard, core.settings.max_connections,
+                    extra=ev("fd_limit"),
+                )  # fmt: skip
                 self._serving = True
                 task_status.started(self.address)
         finally:

@@ -64,7 +64,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--data-dir", "directory for topic logs, durable positions and the mesh identity; without one the "
            "hub keeps nothing and serves live subscriptions only", metavar="DIR", type=Path)  # fmt: skip
     option("--max-body", "largest client frame body in bytes", metavar="BYTES", type=int)
-    option("--max-connections", "client connections beyond this are refused", metavar="N", type=int)
+    option("--max-connections", "client connections beyond this are refused with an ERROR frame", metavar="N",
+           type=int, shown="what the file descriptor limit leaves for clients, its soft limit raised to the hard one")
     option("--max-subscriptions", "open subscriptions per connection", metavar="N", type=int)
     option("--max-topics-per-connection", "topics and patterns across one connection's subscriptions",
            metavar="N", type=int)  # fmt: skip

@@ -24,8 +24,9 @@ class HubConfig:
     data_dir: Path | None = None
     #: Largest frame body accepted from a client, checked at the header.
     max_body: int = DEFAULT_MAX_CLIENT_BODY
-    #: Client connections beyond this are refused with LIMIT_EXCEEDED.
-    max_connections: int = 10_000
+    #: Client connections beyond this are refused with LIMIT_EXCEEDED.  None: as many as the
+    #: file descriptor limit leaves room for (hub/shell/fdlimit.py), which also caps a larger value.
+    max_connections: int | None = None
     #: Open subscriptions per connection.
     max_subscriptions: int = 1024
     #: Topics and patterns across all subscriptions of one connection.
@@ -117,7 +118,8 @@ class HubConfig:
             raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         for name in ("max_body", "max_connections", "max_subscriptions", "max_topics_per_connection",
                      "max_pending_bytes", "heartbeat_misses", "write_chunk", "mesh_window_bytes"):
-            if getattr(self, name) <= 0:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be positive")
@@ -129,7 +131,7 @@ class HubConfig:
 
 def _coerce(f: dataclasses.Field[Any], raw: Any) -> Any:
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    kind = kind.replace(" ", "")
+    kind = kind.replace(" ", "").removesuffix("|None")
     if raw is None:
         return None
     if "Path" in kind:

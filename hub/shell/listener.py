@@ -1,4 +1,4 @@
-"""The client listener: accept connections, give each a session and its I/O tasks."""
+"""The client listener: accept connections, give each a session and its I/O task."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import contextlib
 import errno
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import trio
 
@@ -18,6 +19,10 @@ log = logging.getLogger("pub0sub.hub.connection")
 
 #: How long a refused connection is given to read its ERROR frame.
 REFUSAL_SECONDS = 1.0
+#: accept() errors that mean "no room right now" (as trio.serve_listeners treats them): the
+#: loop waits ACCEPT_RETRY_SECONDS and goes on; the connection waits in the backlog meanwhile.
+ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+ACCEPT_RETRY_SECONDS = 0.1
 
 
 async def open_client_listeners(host: str | None, port: int) -> Sequence[trio.SocketListener]:
@@ -31,12 +36,43 @@ async def open_client_listeners(host: str | None, port: int) -> Sequence[trio.So
 
 
 class ClientListener:
+    """Accepts on each listener and starts one task per connection, its :meth:`ClientConnection.run`.
+
+    trio.serve_listeners would do the accepting, with a handler coroutine of its own and
+    one of ours wrapped around every connection's for as long as it lives: two frames per
+    idle connection that hold nothing of use (C1 in docs/benchmarks.md).  Here the session
+    is opened, or refused, in the accept loop, and the connection's task is its own run().
+    """
+
     def __init__(self, core: HubCore, *, write_chunk: int) -> None:
         self.core = core
         self.write_chunk = write_chunk
 
-    async def handle(self, stream: trio.SocketStream) -> None:
-        """trio.serve_listeners' handler: one connection, from accept to close."""
+    # Typed Any: as HubServer.serve (libp2p's trio-typing hides trio.TaskStatus from mypy).
+    async def serve(self, listeners: Sequence[trio.SocketListener], *,
+                    task_status: Any = trio.TASK_STATUS_IGNORED) -> None:  # fmt: skip
+        """Accept on every listener until cancelled; connections live in this task's nursery."""
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(self._accept_loop, listener, nursery)
+            task_status.started()
+
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    log.error("accept failed (%s): retrying in %.0f ms", errno.errorcode.get(exc.errno or 0, exc),
+                              ACCEPT_RETRY_SECONDS * 1000)  # fmt: skip
+                    await trio.sleep(ACCEPT_RETRY_SECONDS)
+                    continue
+                self.handle(stream, nursery)
+
+    def handle(self, stream: trio.SocketStream, nursery: trio.Nursery) -> None:
+        """One accepted connection: its session and task, or its refusal."""
         try:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
@@ -46,9 +82,13 @@ class ClientListener:
         if isinstance(session, bytes):  # refused (max_connections): say why, then hang up
             log.info("connection from %s refused: max_connections reached", peer,
                      extra=ev("conn_refused", peer=peer, reason="max_connections"))
-            gone = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-            with trio.move_on_after(REFUSAL_SECONDS), contextlib.suppress(*gone):
-                await stream.send_all(session)
-            await trio.aclose_forcefully(stream)
+            nursery.start_soon(_refuse, stream, session)
             return
-        await ClientConnection(self.core, session, stream, write_chunk=self.write_chunk).run()
+        nursery.start_soon(ClientConnection(self.core, session, stream, write_chunk=self.write_chunk).run)
+
+
+async def _refuse(stream: trio.SocketStream, error: bytes) -> None:
+    gone = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+    with trio.move_on_after(REFUSAL_SECONDS), contextlib.suppress(*gone):
+        await stream.send_all(error)
+    await trio.aclose_forcefully(stream)
