@@ -23,18 +23,22 @@ ensure_venv() {
   fi
 }
 
-# Benchmarks and their smoke tests run real redis-server and nats-server.
+# Benchmarks and their smoke tests run real redis-server and nats-server; the status page is
+# tested in headless Chromium (chromium, chromium-driver), the Wireshark dissector with tshark.
 ensure_system_packages() {
   local missing=()
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
   command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+  command -v tshark >/dev/null 2>&1 || missing+=(tshark)
   if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
       echo "local.sh: apt-get install ${missing[*]}" >&2
       apt-get update -qq >/dev/null
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-      echo "local.sh: ${missing[*]} not installed; the peer benchmarks will be skipped" >&2
+      echo "local.sh: ${missing[*]} not installed; the tests that need them will be skipped" >&2
     fi
   fi
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -20,12 +21,15 @@ from .config import HubConfig
 from .core.auth_file import AuthFileError
 from .core.clock import Clock
 from .core.consumers import ConsumerRegistry
+from .core.events import ev
+from .core.histogram import Histogram
 from .core.hub import CoreSettings, HubCore
 from .core.status import hub_status
 from .core.subscribing import SubscriptionLimits
 from .shell.auth import read_auth_file
 from .shell.clock import TrioClock
 from .shell.committer import run_committer
+from .shell.fdlimit import FdLimit, connection_limit, raise_fd_limit
 from .shell.listener import ClientListener, open_client_listeners
 from .shell.loops import (
     run_consumer_saves,
@@ -41,15 +45,16 @@ from .storage.topic_log import LogSettings
 
 if TYPE_CHECKING:
     from .mesh.mesh import Mesh
+    from .shell.metrics_http import OpsServer
 
 log = logging.getLogger("pub0sub.hub")
 
 
-def core_settings(config: HubConfig) -> CoreSettings:
+def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
     return CoreSettings(
         name=config.name,
         max_body=config.max_body,
-        max_connections=config.max_connections,
+        max_connections=connection_limit(config.max_connections, fds),
         max_pending_bytes=config.max_pending_bytes,
         heartbeat_interval=config.heartbeat_interval,
         heartbeat_misses=config.heartbeat_misses,
@@ -97,8 +102,12 @@ class HubServer:
                 log.warning(
                     "hub id %016x comes from a data dir older than derived hub ids: peers cannot verify it "
                     "from this hub's mesh identity and pin it on first contact instead", hub_id,
+                    extra=ev("legacy_hub_id"),
                 )
-        self.core = HubCore(core_settings(config), hub_id=hub_id, clock=clock, store=self.store,
+        # Every client is a file descriptor: the soft limit (often 1024) would be the hub's
+        # real connection limit.
+        self.fd_limit = raise_fd_limit()
+        self.core = HubCore(core_settings(config, self.fd_limit), hub_id=hub_id, clock=clock, store=self.store,
                             consumers=self.consumers)  # fmt: skip
         self.core.status_document = lambda: json.dumps(self.status(), separators=(",", ":")).encode()
         self.mesh: Mesh | None = None
@@ -108,6 +117,11 @@ class HubServer:
         self._listener = ClientListener(self.core, write_chunk=config.write_chunk, tls=self._tls)
         if auth is not None:
             self.core.use_auth(auth)
+        #: How long each group commit's fsyncs took (the metrics' histogram).
+        self.fsync_seconds = Histogram()
+        #: The operators' port (metrics, probes, status page), when ``--metrics-listen`` is set.
+        self.ops: OpsServer | None = None
+        self._serving = False
         self._cancel: trio.CancelScope | None = None
         self._stopped = trio.Event()
 
@@ -157,6 +171,7 @@ class HubServer:
                 cluster_secret=read_secret(config.cluster_secret_file) if config.cluster_secret_file else None,
                 allow_v1=config.allow_mesh_v1,
             ),
+            dump_dir=config.mesh_dump,
         )
         link = self.core.mesh
         return Mesh(
@@ -190,18 +205,30 @@ class HubServer:
                 nursery.start_soon(run_heartbeats, core)
                 nursery.start_soon(run_group_deadlines, core)
                 nursery.start_soon(run_rates, core)
+                if self.config.metrics_listen:
+                    self.ops = self._open_ops()
+                    await nursery.start(self.ops.run, *self.config.metrics_host_port or ("127.0.0.1", 0))
                 if self.store is not None:
-                    nursery.start_soon(run_committer, self.store)
+                    nursery.start_soon(partial(run_committer, self.store, timings=self.fsync_seconds))
                     nursery.start_soon(run_retention, core, self.store, self.config.retention_check_seconds)
                 if self.consumers is not None:
                     nursery.start_soon(run_consumer_saves, self.consumers)
                 if self.mesh is not None:
                     await nursery.start(self.mesh.run)
-                await nursery.start(trio.serve_listeners, self._listener.handle, listeners)
-                log.info("hub %016x listening on %s%s", core.hub_id, self.address, " (TLS)" if self._tls else "")
+                await nursery.start(self._listener.serve, listeners)
+                log.info("hub %016x listening on %s%s", core.hub_id, self.address, " (TLS)" if self._tls else "",
+                         extra=ev("hub_listening", x_address=self.address, x_tls=self._tls is not None))
                 self._say_how_open()
+                fds = self.fd_limit
+                log.info(
+                    "file descriptor limit %d (soft, was %d; hard %d): up to %d client connections",
+                    fds.soft, fds.before, fds.hard, core.settings.max_connections,
+                    extra=ev("fd_limit"),
+                )  # fmt: skip
+                self._serving = True
                 task_status.started(self.address)
         finally:
+            self._serving = False
             self._close_storage()
             self._stopped.set()
 
@@ -211,15 +238,17 @@ class HubServer:
         if config.auth_file is None:
             log.warning(
                 "OPEN HUB: no --auth-file, so any client that reaches %s may publish and subscribe to every topic",
-                self.address,
+                self.address, extra=ev("hub_open", x_address=self.address),
             )
         else:
             auth = self.core.auth.status()
             anonymous = "allowed (per [anonymous])" if auth["anonymous_allowed"] else "refused"
             log.info("users file %s: %d users, anonymous clients %s; SIGHUP reloads it",
-                     config.auth_file, auth["users"], anonymous)  # fmt: skip
+                     config.auth_file, auth["users"], anonymous,
+                     extra=ev("auth_file_loaded", x_path=str(config.auth_file), x_users=auth["users"]))  # fmt: skip
         if self._tls is None and config.host_port[0] not in ("127.0.0.1", "::1", "localhost"):
-            log.warning("no --tls-cert: clients' credentials and messages cross the network in the clear")
+            log.warning("no --tls-cert: clients' credentials and messages cross the network in the clear",
+                        extra=ev("hub_no_tls", x_address=self.address))
 
     def reload_auth(self) -> bool:
         """Read the users file again and put it in force (SIGHUP); a file that cannot be used
@@ -231,11 +260,14 @@ class HubServer:
             config = read_auth_file(path)
         except AuthFileError as exc:
             self.core.auth.reload_failed(str(exc))
-            log.error("users file NOT reloaded, the previous one stays in force: %s", exc)
+            log.error("users file NOT reloaded, the previous one stays in force: %s", exc,
+                      extra=ev("auth_reload_failed", reason=str(exc), x_path=str(path)))
             return False
         ended, closed = self.core.use_auth(config)
         log.info("users file %s reloaded: %d users; %d subscriptions and %d connections ended by revoked grants",
-                 path, len(config.users), ended, closed)  # fmt: skip
+                 path, len(config.users), ended, closed,
+                 extra=ev("auth_reloaded", x_path=str(path), x_users=len(config.users),
+                          x_subscriptions_ended=ended, x_connections_closed=closed))  # fmt: skip
         return True
 
     def _close_storage(self) -> None:
@@ -243,7 +275,7 @@ class HubServer:
             try:
                 self.consumers.save()
             except OSError as exc:
-                log.error("cannot save consumer positions on the way out: %s", exc)
+                log.error("cannot save consumer positions on the way out: %s", exc, extra=ev("consumers_save_failed"))
         if self.store is not None:
             self.store.close()
 
@@ -260,6 +292,38 @@ class HubServer:
             # Until serve() has closed the storage, the data directory stays locked: a hub
             # started again on it right after aclose() would be refused.
             await self._stopped.wait()
+
+    # -- the operators' view -------------------------------------------------------------
+
+    def _open_ops(self) -> OpsServer:
+        # Imported here: prometheus-client is needed only by a hub that serves metrics.
+        from .core.metrics import MetricsSources
+        from .core.overview import Overview
+        from .shell.metrics_http import OpsServer
+        from .shell.prometheus import hub_registry
+
+        mesh_core = self.mesh.core if self.mesh is not None else None
+        sources = MetricsSources(self.core, mesh_core, self.fsync_seconds, top_topics=self.config.metrics_topics)
+        overview = Overview(self.core, mesh_core, listen=lambda: self.address, recent=self.recent_events)
+        return OpsServer(registry=hub_registry(sources), overview=overview, readiness=self.readiness)
+
+    def recent_events(self) -> list[dict[str, Any]]:
+        """The latest notable log events (closes, refusals, errors), newest last: see hub/logs.py."""
+        from .logs import RECENT
+
+        return RECENT.events()
+
+    def readiness(self) -> dict[str, bool | None]:
+        """/readyz: each check and whether it passes (None: not configured here)."""
+        mesh: bool | None = None
+        if self.mesh is not None:
+            # A hub told where to join is ready once linked to a peer; the first hub is ready alone.
+            mesh = bool(self.mesh.connected_peers()) or not self.config.bootstrap
+        return {
+            "storage": None if self.store is None else self.store.storage_error is None,
+            "listening": self._serving,
+            "mesh": mesh,
+        }
 
     def status(self) -> dict[str, Any]:
         doc = hub_status(self.core, listen=self.address)

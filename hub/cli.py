@@ -15,7 +15,9 @@ import trio
 from .app import HubServer
 from .config import HubConfig, load_config
 from .core.auth_file import AuthFileError
+from .core.events import ev
 from .core.mesh.admission import AdmissionSetupError
+from .logs import configure_logging
 from .shell.ports import PortInUseError, check_port_free
 from .shell.tls import TlsSetupError
 from .storage.store import DataDirInUseError
@@ -65,7 +67,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--data-dir", "directory for topic logs, durable positions and the mesh identity; without one the "
            "hub keeps nothing and serves live subscriptions only", metavar="DIR", type=Path)  # fmt: skip
     option("--max-body", "largest client frame body in bytes", metavar="BYTES", type=int)
-    option("--max-connections", "client connections beyond this are refused", metavar="N", type=int)
+    option("--max-connections", "client connections beyond this are refused with an ERROR frame", metavar="N",
+           type=int, shown="what the file descriptor limit leaves for clients, its soft limit raised to the hard one")
     option("--max-subscriptions", "open subscriptions per connection", metavar="N", type=int)
     option("--max-topics-per-connection", "topics and patterns across one connection's subscriptions",
            metavar="N", type=int)  # fmt: skip
@@ -122,6 +125,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--allow-mesh-v1", "admit peers speaking the seed mesh protocol v1, which has no handshake: a cluster "
            "secret cannot be proven in it (only --mesh-allow still applies)", shown="v1 refused",
            action="store_true")  # fmt: skip
+    option("--mesh-dump", "write each mesh stream's decrypted bytes to files in DIR, one per direction, for "
+           "pub0sub decode (debugging: they hold every forwarded payload)", metavar="DIR", type=Path)  # fmt: skip
+    option("--metrics-listen", "serve Prometheus /metrics, /healthz, /readyz and the status page over HTTP here "
+           "(a bare PORT listens on 127.0.0.1 only; the page shows clients and topics: keep it private)",
+           metavar="HOST:PORT")  # fmt: skip
+    option("--metrics-topics", "topics given their own metric series: the N busiest by messages stored",
+           metavar="N", type=int)  # fmt: skip
+    option("--log-format", "text: one line per event for people; json: one object per line", choices=("text", "json"))
     p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, type=str.upper, choices=LOG_LEVELS, metavar="LEVEL",
                    help=f"one of {', '.join(LOG_LEVELS)} (default: {DEFAULT_LOG_LEVEL})")  # fmt: skip
     return p
@@ -149,12 +160,15 @@ async def run_hub(server: HubServer) -> None:
             if server.mesh is not None:
                 for addr in server.mesh.listen_addrs:
                     print(f"mesh listening on {addr}", flush=True)
+            if server.ops is not None:
+                print(f"metrics on http://{server.ops.address}/metrics", flush=True)
             async for signum in signals:
                 if signum == signal.SIGHUP and reloads:
                     server.reload_auth()
                     continue
                 # A stop asked for is the normal end of a hub: INFO, not a warning.
-                logging.getLogger("pub0sub.hub").info("%s: shutting down", signal.Signals(signum).name)
+                name = signal.Signals(signum).name
+                logging.getLogger("pub0sub.hub").info("%s: shutting down", name, extra=ev("hub_stopping", reason=name))
                 break
             await server.aclose()
             nursery.cancel_scope.cancel()
@@ -199,15 +213,17 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "mesh_allow": tuple(args.mesh_allow) if args.mesh_allow else None,
         "cluster_secret_file": args.cluster_secret_file,
         "allow_mesh_v1": True if args.allow_mesh_v1 else None,
+        "mesh_dump": args.mesh_dump,
+        "metrics_listen": args.metrics_listen,
+        "metrics_topics": args.metrics_topics,
+        "log_format": args.log_format,
     }
     try:
         config = load_config(file=args.config, overrides=overrides)
     except (OSError, ValueError) as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    # The hub's name leads each line: several hubs often share one terminal or one log.
-    who = f"{config.name} " if config.name else ""
-    logging.basicConfig(level=args.log_level, format=f"%(asctime)s {who}%(levelname)s %(name)s: %(message)s")
+    configure_logging(level=args.log_level, log_format=config.log_format, hub_name=config.name)
     try:
         # Before the data directory: a refused hub says one line and opens (and recovers) nothing.
         # serve() and the mesh check again when they bind, for a port taken in between.
@@ -215,6 +231,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
     except PortInUseError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
+    if config.mesh_dump is not None:
+        try:
+            config.mesh_dump.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"{prog}: cannot create the mesh dump directory {config.mesh_dump}: {exc}", file=sys.stderr)
+            return 1
     try:
         server = HubServer(config)  # locks, opens and recovers the data directory
     except (AuthFileError, TlsSetupError, AdmissionSetupError) as exc:
@@ -245,13 +267,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
 
 
 def check_ports_free(config: HubConfig) -> None:
-    """:class:`PortInUseError` if the client or the mesh port has a listener already."""
+    """:class:`PortInUseError` if the client, mesh or metrics port has a listener already."""
     host, port = config.host_port
     check_port_free(host, port)
     if config.mesh_listen:
         from .mesh.host import check_mesh_port_free  # imports libp2p: only for a hub with a mesh
 
         check_mesh_port_free(config.mesh_listen)
+    metrics = config.metrics_host_port
+    if metrics is not None:
+        check_port_free(*metrics, what="metrics address")
 
 
 def _unwrap(exc: BaseException) -> BaseException:

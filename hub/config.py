@@ -24,8 +24,9 @@ class HubConfig:
     data_dir: Path | None = None
     #: Largest frame body accepted from a client, checked at the header.
     max_body: int = DEFAULT_MAX_CLIENT_BODY
-    #: Client connections beyond this are refused with LIMIT_EXCEEDED.
-    max_connections: int = 10_000
+    #: Client connections beyond this are refused with LIMIT_EXCEEDED.  None: as many as the
+    #: file descriptor limit leaves room for (hub/shell/fdlimit.py), which also caps a larger value.
+    max_connections: int | None = None
     #: Open subscriptions per connection.
     max_subscriptions: int = 1024
     #: Topics and patterns across all subscriptions of one connection.
@@ -92,6 +93,16 @@ class HubConfig:
     cluster_secret_file: Path | None = None
     #: Admit the seed protocol (mesh v1), which has no handshake to prove a secret in.
     allow_mesh_v1: bool = False
+    #: Write each mesh stream's decrypted bytes here, one file per direction, for ``pub0sub decode``
+    #: (hub/mesh/dump.py); None: off.  For debugging: the files hold the forwarded payloads.
+    mesh_dump: Path | None = None
+    #: Prometheus metrics, probes and the status page over HTTP, ``HOST:PORT`` (a bare port: on
+    #: 127.0.0.1); None: off.  The page shows the hub's clients and topics: keep it private.
+    metrics_listen: str | None = None
+    #: Topics given their own metric series: the busiest by messages stored (0: none).
+    metrics_topics: int = 20
+    #: ``text`` (one line per event, for people) or ``json`` (one object per line, for log pipelines).
+    log_format: str = "text"
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -101,11 +112,29 @@ class HubConfig:
             raise ValueError(f"listen address must be HOST:PORT, got {self.listen!r}")
         return host.strip("[]"), int(port)
 
+    @property
+    def metrics_host_port(self) -> tuple[str, int] | None:
+        """``--metrics-listen`` as (host, port); a bare port listens on loopback only."""
+        if self.metrics_listen is None:
+            return None
+        host, _, port = self.metrics_listen.rpartition(":")
+        if not port.isdigit():
+            raise ValueError(f"metrics listen address must be HOST:PORT or PORT, got {self.metrics_listen!r}")
+        return (host.strip("[]") or "127.0.0.1"), int(port)
+
     def validate(self) -> None:
         self.host_port  # noqa: B018 - parses and raises on a bad address
+        self.metrics_host_port  # noqa: B018 - likewise
+        if self.mesh_dump is not None and self.mesh_listen is None:
+            raise ValueError("mesh_dump needs a mesh: set mesh_listen too")
+        if self.metrics_topics < 0:
+            raise ValueError("metrics_topics must be >= 0")
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         for name in ("max_body", "max_connections", "max_subscriptions", "max_topics_per_connection",
                      "max_pending_bytes", "heartbeat_misses", "write_chunk", "mesh_window_bytes"):
-            if getattr(self, name) <= 0:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be positive")
@@ -123,7 +152,7 @@ class HubConfig:
 
 def _coerce(f: dataclasses.Field[Any], raw: Any) -> Any:
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    kind = kind.replace(" ", "")
+    kind = kind.replace(" ", "").removesuffix("|None")
     if raw is None:
         return None
     if "Path" in kind:

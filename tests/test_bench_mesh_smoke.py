@@ -70,3 +70,15 @@ def test_in_process_mesh_bench_delivers_everything(replay: bool) -> None:
     assert result["msgs_per_s"] > 0
     if replay:
         assert result["messages_replayed"] == 4_900
+
+
+@pytest.mark.slow
+def test_zenoh_beside_the_mesh_on_routers_in_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """M1: three Zenoh routers in a line, BLOCK delivers everything; L2: two routers."""
+    m1 = run_quick("M1", capsys)
+    assert m1["zenoh:block"]["details"][0]["complete"], m1["zenoh:block"]["details"]
+    assert m1["zenoh:drop"]["details"][0]["lost"] >= 0
+    assert "zenoh:block" in m1["pub0sub:python"]["ratio_to"]
+    l2 = run_quick("L2", capsys)
+    assert_latency_line(l2["zenoh:python"])
+    assert "zenoh:python" in l2["pub0sub:python"]["ratio_to"]

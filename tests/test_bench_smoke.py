@@ -179,3 +179,16 @@ def test_replay_and_acked_publishing(scenario: str, figure: str, capsys: pytest.
     [line] = run_quick(scenario, capsys)
     assert_sane(line)
     assert line["system"] == "pub0sub:fastest" and line["figure"]["name"] == figure
+
+
+@pytest.mark.parametrize("scenario", ["T1", "T2", "L1"])
+def test_zenoh_measured_on_one_router(scenario: str, capsys: pytest.CaptureFixture[str]) -> None:
+    systems = by_system(run_quick(scenario, capsys))
+    zenoh = {name for name in systems if name.startswith("zenoh:")}
+    assert zenoh == {"T1": {"zenoh:block", "zenoh:drop"}, "T2": {"zenoh:block"}, "L1": {"zenoh:python"}}[scenario]
+    if scenario != "L1":
+        block = systems["zenoh:block"]["details"][0]
+        assert block["complete"] and block["lost"] == 0, block  # BLOCK drops nothing
+    if scenario == "T1":
+        drop = systems["zenoh:drop"]["details"][0]
+        assert drop["lost"] == drop["expected"] - drop["received"] >= 0, drop

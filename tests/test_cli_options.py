@@ -185,7 +185,9 @@ def test_hub_logs_mesh_peers_linking_and_leaving_at_info_by_default(start_hub: S
     wait_until(lambda: f"mesh peer {second_peer} left" in first.stderr_text(), timeout=30,
                what="hub-1 to log the leave")  # fmt: skip
     (left,) = [line for line in first.stderr_text().splitlines() if " left: " in line]
-    assert " INFO " in left and "inbound link from 127.0.0.1:" in left and left.endswith("ended (peer_closed)")
+    assert " INFO " in left and "inbound link from 127.0.0.1:" in left and "ended (peer_closed)" in left
+    # The structured keys: which event, which peer, why.
+    assert left.endswith(f"event=mesh_link_down peer={second_peer} reason=peer_closed"), left
 
 
 # -- status ---------------------------------------------------------------------------------

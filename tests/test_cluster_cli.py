@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -138,32 +139,44 @@ def test_cluster_secret_writes_a_new_secret_and_never_replaces_one(tmp_path: Pat
 
 
 def free_base_port(hubs: int) -> int:
-    """A base port whose client and mesh ports for ``hubs`` hubs are all free right now."""
+    """A base port whose client, mesh and metrics ports for ``hubs`` hubs are all free right now."""
     for _ in range(50):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             base = s.getsockname()[1] // 10 * 10
-        ports = [base + 10 * i + j for i in range(hubs) for j in (0, 1)]
+        ports = [base + 10 * i + j for i in range(hubs) for j in (0, 1, 2)]
         if ports[-1] <= 65535 and all(port_free(port) for port in ports):
             return base
     raise AssertionError("no free block of ports")
 
 
 @pytest.mark.slow
-def test_base_ports_with_one_taken(data_root: Path) -> None:
+def test_base_ports_with_one_taken_and_metrics(data_root: Path) -> None:
     base = free_base_port(3)
     with socket.socket() as squatter:  # something else already listens on hub-2's client port
         squatter.bind(("127.0.0.1", base + 10))
         squatter.listen()
-        up = cluster("up", "--hubs", "3", "--detach", "--base-port", str(base), "--data-root", str(data_root))
+        up = cluster("up", "--hubs", "3", "--detach", "--metrics", "--base-port", str(base),
+                     "--data-root", str(data_root))  # fmt: skip
         try:
             assert up.returncode == 0, up.stderr
             hubs = state_of(data_root)["hubs"]
             assert isinstance(hubs, list)
             assert hubs[0]["address"] == f"127.0.0.1:{base}" and f"/tcp/{base + 1}/" in hubs[0]["multiaddr"]
+            assert hubs[0]["metrics_url"] == f"http://127.0.0.1:{base + 2}"
             assert hubs[1]["address"] != f"127.0.0.1:{base + 10}"
+            assert hubs[1]["metrics_url"] not in ("", f"http://127.0.0.1:{base + 12}")  # a free port instead
             assert f"hub-2: port {base + 10} in use on 127.0.0.1; using free ports instead" in up.stderr
             assert hubs[2]["address"] == f"127.0.0.1:{base + 20}" and f"/tcp/{base + 21}/" in hubs[2]["multiaddr"]
+            assert hubs[2]["metrics_url"] == f"http://127.0.0.1:{base + 22}"
+            for hub in hubs:  # printed by up and status; each serves its own figures, its two peers linked
+                line = f"metrics {hub['metrics_url']}/metrics  status page {hub['metrics_url']}/"
+                assert line in up.stdout
+                assert line in cluster("status", "--data-root", str(data_root)).stdout
+                with urllib.request.urlopen(f"{hub['metrics_url']}/metrics", timeout=10) as reply:
+                    metrics = reply.read().decode()
+                assert f'pub0sub_hub_info{{hub_id="{hub["hub_id"]}",name="{hub["name"]}"}} 1.0' in metrics
+                assert 'pub0sub_mesh_peers{state="linked"} 2.0' in metrics
         finally:
             cluster("down", "--data-root", str(data_root))
 

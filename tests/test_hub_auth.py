@@ -17,6 +17,7 @@ import sdk
 import wire
 from tests.support.inprocess import StartHub, collect, publish, quiet, start_server
 from tests.support.rawclient import RawClient
+from tests.support.scrape import scrape, value
 from tests.support.security import user_entry, write_users
 
 __all__ = ["start_server"]  # the fixture, imported for pytest
@@ -62,6 +63,22 @@ async def test_bad_password_unknown_user_and_missing_token_are_refused(start_ser
     assert per_user["(unknown user)"]["auth_failures"] == 2  # mallory, and the token that names nobody
     assert per_user["(anonymous)"]["auth_failures"] == 1
     assert server.status()["counters"]["auth_failures"] == 4
+
+
+async def test_metrics_show_refusals_per_user(start_server: StartHub, users: Path) -> None:
+    server = await start_server(auth_file=users, metrics_listen="127.0.0.1:0")
+    for token in (b"bob:wrong", b"bob:wrong-again", b"mallory:bob-pw"):
+        await refused(server.address, token)
+    bob = await login(server.address, "bob", "bob-pw")
+    await bob.send(publish("foo.secret", [b"x"], seq=1, ack=True))
+    await bob.expect(wire.Error)  # denied: no grant to publish there
+    await bob.aclose()
+    assert server.ops is not None
+    samples = await trio.to_thread.run_sync(scrape, server.ops.address)
+    assert value(samples, "pub0sub_user_auth_failures_total", user="bob") == 2
+    assert value(samples, "pub0sub_user_auth_failures_total", user="(unknown user)") == 1
+    assert value(samples, "pub0sub_user_authenticated_total", user="bob") == 1
+    assert value(samples, "pub0sub_user_publish_refused_total", user="bob") == 1
 
 
 async def test_the_sdk_authenticates_and_a_wrong_password_is_not_retried(start_server: StartHub, users: Path) -> None:

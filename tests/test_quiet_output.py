@@ -58,5 +58,6 @@ def test_piped_demo_keeps_multiaddrs_and_peer_ids_whole(tmp_path: Path) -> None:
     assert result.returncode == 0
     lines = [line for line in result.stdout.splitlines() if "/ip4/" in line]
     assert len(lines) == 3 and all(MULTIADDR.search(line) for line in lines), result.stdout
+    assert all(re.search(r"  status page http://127\.0\.0\.1:\d+/$", line) for line in lines), lines
     summaries = [line for line in result.stdout.splitlines() if "published=" in line]
     assert summaries and all(line.startswith("published=") and "alerts=" in line for line in summaries), summaries

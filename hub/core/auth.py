@@ -29,6 +29,7 @@ from wire.credentials import split_credentials
 
 from .acl import Permissions
 from .auth_file import AuthConfig
+from .events import ev
 
 log = logging.getLogger("pub0sub.hub.auth")
 
@@ -145,7 +146,8 @@ class ClientAuth:
         if matched is None or user is None or matched not in user.secrets:
             # (a reload between the check and now may have removed the user or that secret)
             self.counters_of(check.user if user is not None else UNKNOWN).auth_failures += 1
-            log.info("authentication failed for user %r", check.user)
+            log.info("authentication failed for user %r", check.user,
+                     extra=ev("auth_failed", reason="bad_credentials", x_user=check.user))
             return BAD_CREDENTIALS
         self._verified[(check.user, matched)] = self._digest(check.secret)
         return self._identity(check.user, matched, user.permissions)

@@ -28,9 +28,10 @@ from wire import (
     StartPosition,
 )
 
+from .events import ev
 from .flushing import OutputBatch
 from .outbound import OutboundQueue
-from .stats import HubStats
+from .stats import HubStats, bump
 
 if TYPE_CHECKING:
     from ..storage.batches import SharedBatch
@@ -234,7 +235,10 @@ class ClientSession:
         self._stats.discarded_on_close += self.out.clear()
         if error is not None:
             self.out.push_control(error.encode())
-            log.info("connection %d (%s): %s: %s", self.conn_id, self.peer, error.code.name, error.reason)
+            bump(self._stats.errors_sent, error.code.name)
+            log.info("connection %d (%s): %s: %s", self.conn_id, self.peer, error.code.name, error.reason,
+                     extra=ev("conn_error_sent", conn=self.conn_id, peer=self.peer, reason=reason.value,
+                              x_code=error.code.name))
         if reason is CloseReason.PROTOCOL_ERROR:
             self._stats.protocol_errors += 1
         self._wake_room_waiters()  # they find the session closing and stop

@@ -26,6 +26,7 @@ from wire import AckMode
 
 from ..storage.statefile import write_json
 from .acks import AckTracker
+from .events import ev
 
 log = logging.getLogger("pub0sub.hub.consumers")
 
@@ -110,7 +111,8 @@ class ConsumerRegistry:
             data = json.loads(self.path.read_text())
         except (OSError, ValueError) as exc:
             # Losing positions means redelivery, never loss: say so, start fresh.
-            log.error("%s unreadable (%s): durable positions restart from their start options", self.path, exc)
+            log.error("%s unreadable (%s): durable positions restart from their start options", self.path, exc,
+                      extra=ev("consumers_unreadable"))
             return
         for item in data.get("consumers", []):
             state = ConsumerState.from_json(item)
@@ -149,7 +151,8 @@ class ConsumerRegistry:
             del self.states[state.key]
             if self.on_forget is not None:
                 self.on_forget(state)
-            log.info("%s %r expired after %.0fs idle", state.kind, state.name, now - state.last_active)
+            log.info("%s %r expired after %.0fs idle", state.kind, state.name, now - state.last_active,
+                     extra=ev("consumer_expired", x_consumer=state.name, x_kind=state.kind))
         if gone:
             self._dirty = True
         return gone
@@ -172,4 +175,4 @@ class ConsumerRegistry:
             try:
                 self.save()
             except OSError as exc:
-                log.error("cannot save %s: %s", self.path, exc)
+                log.error("cannot save %s: %s", self.path, exc, extra=ev("consumers_save_failed"))

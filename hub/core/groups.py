@@ -26,6 +26,7 @@ from wire import StartPosition
 
 from ..storage.batches import Hole, SharedBatch
 from .acks import AckTracker, ack_refusal
+from .events import ev
 from .follower import READ_BYTES, TopicSelection, first_matching
 
 if TYPE_CHECKING:
@@ -96,7 +97,8 @@ class ConsumerGroup:
             self._work.wake(self)
 
     def failed(self, exc: Exception) -> None:
-        log.error("group %r stopped dispatching after an internal error; its members stay attached", self.name)
+        log.error("group %r stopped dispatching after an internal error; its members stay attached", self.name,
+                  extra=ev("group_failed", x_group=self.name))
 
     def due(self, now: float) -> bool:
         """An ack deadline passed (the hub's tick wakes the group then)."""

@@ -50,6 +50,7 @@ from .auth_file import AuthConfig
 from .clients import ClientSession, CloseReason
 from .clock import Clock
 from .consumers import ConsumerRegistry, ConsumerState, StandingInterest
+from .events import ev
 from .flushing import OutputBatch
 from .greeting import Greeting
 from .groups import POLL_SECONDS
@@ -58,7 +59,7 @@ from .origin import OriginSequence
 from .publishing import Publisher
 from .routing import RoutingTable
 from .slow_consumers import SlowConsumerPolicies
-from .stats import HubStats
+from .stats import HubStats, bump
 from .subscribing import SubscriptionLimits, Subscriptions
 from .work import WorkQueue
 
@@ -209,6 +210,7 @@ class HubCore:
                     log.warning(
                         "%s %r: position %d of %r is past the log end %d (messages lost in a crash); resuming at %d",
                         state.kind, state.name, tracker.floor, topic, end, end,
+                        extra=ev("position_past_log_end", topic=topic, x_consumer=state.name),
                     )
                     state.positions[topic] = AckTracker(end)
                     consumers.touch()
@@ -275,7 +277,11 @@ class HubCore:
             self.subscriptions.remove(session, sub)
         if session.identity is not None and session.greeted:
             session.identity.counters.connections -= 1
-        self.sessions.pop(session.conn_id, None)
+        if self.sessions.pop(session.conn_id, None) is not None:
+            stats = self.stats
+            stats.bytes_in_closed += session.bytes_in
+            stats.bytes_out_closed += session.bytes_out
+            bump(stats.connections_closed, session.closing.value if session.closing else "ended")
         if not self.sessions:
             self.on_no_sessions()
 
@@ -318,7 +324,8 @@ class HubCore:
             session.send_control(PONG_FRAME)
 
     def _on_client_error(self, session: ClientSession, frame: Error) -> None:
-        log.info("connection %d (%s) sent ERROR %s: %s", session.conn_id, session.peer, frame.code.name, frame.reason)
+        log.info("connection %d (%s) sent ERROR %s: %s", session.conn_id, session.peer, frame.code.name, frame.reason,
+                 extra=ev("client_error", conn=session.conn_id, peer=session.peer, x_code=frame.code.name))
         session.close(CloseReason.CLIENT_ERROR)
 
     def _on_status(self, session: ClientSession, frame: Status) -> None:

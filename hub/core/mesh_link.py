@@ -27,6 +27,7 @@ import wire
 
 from ..storage.batches import Hole, StoredBatch
 from ..storage.topic_log import TopicLog
+from .events import ev
 from .flushing import OutputBatch
 from .mesh.protocols import encode_stored_set
 from .mesh.window import WindowEntry
@@ -136,7 +137,8 @@ class MeshLink:
                         origin_seq=fset.origin_seq,
                     )
                 except OSError as exc:
-                    log.critical("cannot store forwarded messages: %s", exc)
+                    log.critical("cannot store forwarded messages: %s", exc,
+                                 extra=ev("storage_failed", reason="forwarded"))
                     if self.store is not None:
                         self.store.storage_error = exc
                     return last  # the sender keeps the rest and resends it

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from wire import Gap, deliver_prefix
 
@@ -42,21 +42,35 @@ class Outgoing:
     gap_count: int = 0
 
 
+#: What an empty queue holds instead of a deque of its own: an empty deque is ~600 bytes,
+#: and most of a hub's connections are idle subscribers with nothing queued (C1 in
+#: docs/benchmarks.md).  A tuple, so an append that bypasses :meth:`OutboundQueue._append`
+#: fails loudly instead of going nowhere.
+_NOTHING = cast("deque[Outgoing]", ())
+
+
 class OutboundQueue:
     """FIFO of encoded frames with a byte cap enforced per subscription policy."""
 
+    __slots__ = ("cap", "dropped_messages", "items", "pending_bytes")
+
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.items: deque[Outgoing] = deque()
+        self.items: deque[Outgoing] = _NOTHING
         self.pending_bytes = 0
         self.dropped_messages = 0
+
+    def _append(self, item: Outgoing) -> None:
+        if self.items is _NOTHING:
+            self.items = deque()
+        self.items.append(item)
 
     def __len__(self) -> int:
         return len(self.items)
 
     def push_control(self, frame: bytes) -> None:
         """Acks, pongs, SUB_OK/SUB_END, errors: small, never subject to the policy."""
-        self.items.append(Outgoing((frame,), len(frame)))
+        self._append(Outgoing((frame,), len(frame)))
         self.pending_bytes += len(frame)
 
     def fits(self, nbytes: int) -> bool:
@@ -68,7 +82,7 @@ class OutboundQueue:
         header = batch.header
         body_len = len(header) + len(batch.records)
         nbytes = 9 + body_len
-        self.items.append(Outgoing((deliver_prefix(sub.sub_id, body_len), header, batch.records), nbytes, sub, batch))
+        self._append(Outgoing((deliver_prefix(sub.sub_id, body_len), header, batch.records), nbytes, sub, batch))
         self.pending_bytes += nbytes
         sub.queued_messages += batch.count
 
@@ -115,7 +129,7 @@ class OutboundQueue:
     def gap_instead(self, sub: Subscriber, batch: SharedBatch) -> None:
         """Queue a GAP in place of ``batch`` (no room even after dropping)."""
         gap = self._gap_item(sub, batch.topic, batch.base_offset, batch.count)
-        self.items.append(gap)
+        self._append(gap)
         self.pending_bytes += gap.nbytes
         sub.gap_notices += 1
         sub.dropped_messages += batch.count
@@ -123,7 +137,7 @@ class OutboundQueue:
 
     def push_gap(self, sub: Subscriber, topic: str, first: int, count: int) -> None:
         gap = self._gap_item(sub, topic, first, count)
-        self.items.append(gap)
+        self._append(gap)
         self.pending_bytes += gap.nbytes
         sub.gap_notices += 1
 
@@ -138,14 +152,14 @@ class OutboundQueue:
                     gone += item.batch.count
             else:
                 kept.append(item)
-        self.items = kept
+        self.items = kept if kept else _NOTHING
         sub.queued_messages = 0
         return gone
 
     def clear(self) -> int:
         """Drop everything (the connection is closing); returns messages discarded."""
         gone = sum(item.batch.count for item in self.items if item.batch is not None)
-        self.items.clear()
+        self.items = _NOTHING
         self.pending_bytes = 0
         return gone
 
@@ -164,6 +178,8 @@ class OutboundQueue:
                 sub.queued_messages -= item.batch.count
                 sub.delivered_messages += item.batch.count
         self.pending_bytes -= size
+        if not items:
+            self.items = _NOTHING
         return b"".join(pieces), size
 
     @staticmethod

@@ -17,6 +17,7 @@ from wire.topics import InvalidTopicError, check_topic
 
 from ..storage.batches import SharedBatch
 from .clients import CloseReason
+from .events import ev
 from .memory_topics import MemoryTopic
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class Publisher:
                     session.messages_in += mset.count
                     self.mesh.forward(origin_seq, timestamp, mset)
         except OSError as exc:
-            log.critical("cannot append to the log: %s", exc)
+            log.critical("cannot append to the log: %s", exc, extra=ev("storage_failed", reason="append"))
             if store is not None:
                 store.storage_error = exc
             session.fail(ErrorCode.STORAGE_ERROR, f"the hub cannot store: {exc}", ref=seq)

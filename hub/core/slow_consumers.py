@@ -23,7 +23,8 @@ from wire import ErrorCode, SlowConsumerPolicy
 
 from ..storage.batches import SharedBatch
 from .clients import ClientSession, Subscription
-from .stats import HubStats
+from .events import ev
+from .stats import HubStats, bump
 
 log = logging.getLogger("pub0sub.hub.subscribing")
 
@@ -38,7 +39,7 @@ class SlowConsumerPolicies:
     def make_room(self, session: ClientSession, sub: Subscription, batch: SharedBatch, nbytes: int) -> bool:
         """Apply ``sub``'s policy because ``batch`` does not fit; True if it may be queued now."""
         if sub.policy is SlowConsumerPolicy.CANCEL:
-            self.cancel_slow(session, sub)
+            self.cancel_slow(session, sub, why="queue_full")
             return False
         dropped = session.out.drop_oldest(sub, nbytes)
         self.stats.dropped_messages += dropped
@@ -51,7 +52,7 @@ class SlowConsumerPolicies:
     def held_overflow(self, session: ClientSession, sub: Subscription, batch: SharedBatch) -> None:
         """Batches waiting for credit exceed the cap."""
         if sub.policy is SlowConsumerPolicy.CANCEL:
-            self.cancel_slow(session, sub)
+            self.cancel_slow(session, sub, why="held_full")
             return
         oldest = sub.held_batches.pop(0)
         sub.queued_messages -= oldest.count
@@ -60,11 +61,14 @@ class SlowConsumerPolicies:
         sub.held_batches.append(batch)
         sub.queued_messages += batch.count
 
-    def cancel_slow(self, session: ClientSession, sub: Subscription) -> None:
+    def cancel_slow(self, session: ClientSession, sub: Subscription, *, why: str = "queue_full") -> None:
+        """End ``sub``: its queue (``queue_full``) or its batches waiting for credit (``held_full``) hit the cap."""
         self.stats.cancelled_subscriptions += 1
+        bump(self.stats.cancels, why)
         reason = (
             f"subscription {sub.sub_id} cannot keep up: {session.out.pending_bytes} bytes queued, "
             f"cap max_pending_bytes={session.out.cap}"
         )
-        log.info("connection %d (%s): %s", session.conn_id, session.peer, reason)
+        log.info("connection %d (%s): %s", session.conn_id, session.peer, reason,
+                 extra=ev("slow_consumer_cancelled", conn=session.conn_id, peer=session.peer, reason=why))
         self._end(session, sub, ErrorCode.OUT_OF_CAPACITY, reason)

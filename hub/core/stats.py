@@ -1,8 +1,8 @@
-"""The hub's counters: plain integers the core bumps as it goes, read by status (and metrics)."""
+"""The hub's counters: plain integers the core bumps as it goes, read by status and metrics."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -28,3 +28,17 @@ class HubStats:
     auth_failures: int = 0
     #: TLS connections whose handshake failed or did not finish within hello_timeout.
     tls_handshake_failures: int = 0
+    #: Bytes read from and written to connections that have ended (the open ones keep their own).
+    bytes_in_closed: int = 0
+    bytes_out_closed: int = 0
+    #: Per close reason (``clients.CloseReason`` values): connections that ended.
+    connections_closed: dict[str, int] = field(default_factory=dict)
+    #: Per error code name: ERROR frames this hub sent to clients.
+    errors_sent: dict[str, int] = field(default_factory=dict)
+    #: Per reason (``queue_full``, ``held_full``): slow subscriptions cancelled.
+    cancels: dict[str, int] = field(default_factory=dict)
+
+
+def bump(counts: dict[str, int], key: str, by: int = 1) -> None:
+    """One more ``key`` in a per-reason counter (never on a per-message path)."""
+    counts[key] = counts.get(key, 0) + by

@@ -39,6 +39,7 @@ from wire.topics import InvalidTopicError, check_topic, is_pattern
 
 from .clients import ClientSession, Subscription
 from .consumers import ConsumerRegistry, ConsumerState
+from .events import ev
 from .follower import LogFollower
 from .grants import judge
 from .groups import ConsumerGroup
@@ -190,7 +191,7 @@ class Subscriptions:
         try:
             consumers.save_if_urgent()
         except OSError as exc:
-            log.error("cannot save durable subscriptions: %s", exc)
+            log.error("cannot save durable subscriptions: %s", exc, extra=ev("consumers_save_failed"))
             self.end(session, sub, ErrorCode.STORAGE_ERROR, f"cannot record the durable subscription: {exc}")
             return False
         return True

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from .events import ev
+
 log = logging.getLogger("pub0sub.hub.work")
 
 
@@ -55,7 +57,7 @@ class WorkQueue:
         try:
             moved = job.step()
         except Exception as exc:  # a bug in one follower or group must not take the hub down
-            log.exception("%r failed", job)
+            log.exception("%r failed", job, extra=ev("job_failed"))
             job.failed(exc)
             return
         if moved:

@@ -29,6 +29,8 @@ from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.tools.anyio_service import background_trio_service
 
+from ..core.events import ev
+
 log = logging.getLogger("hub.mesh.discovery")
 
 #: Re-provide now and then: provider records expire in the DHT.
@@ -92,7 +94,8 @@ class Discovery:
                     await dht.add_peer(info.peer_id)
                 self.on_found(info)
             except Exception as exc:  # an unreachable bootstrap is retried next round
-                log.info("bootstrap %s failed: %r", addr, exc)
+                log.info("bootstrap %s failed: %r", addr, exc,
+                         extra=ev("mesh_bootstrap_failed", reason=repr(exc), x_address=str(addr)))
         if dht.get_routing_table_size():
             with trio.move_on_after(LOOKUP_TIMEOUT):
                 await dht.refresh_routing_table()
@@ -104,7 +107,7 @@ class Discovery:
         try:
             providers = await dht.find_providers(self.key)
         except Exception as exc:
-            log.debug("cluster lookup failed: %r", exc)
+            log.debug("cluster lookup failed: %r", exc, extra=ev("mesh_lookup_failed", reason=repr(exc)))
             providers = []
         finally:
             if saved and isinstance(store, dict):

@@ -42,6 +42,7 @@ from libp2p.stream_muxer.yamux.yamux import (
     YAMUX_HEADER_FORMAT,
 )
 
+from ..core.events import ev
 from ..shell.sockio import send_now
 from .fastread import noise_over_tcp, yamux_of
 
@@ -120,7 +121,8 @@ def _resolve(stream: Any) -> tuple[Any, Any, Any, Any] | None:
     muxed = yamux_of(stream)
     lower = noise_over_tcp(muxed[1]) if muxed is not None else None
     if muxed is None or lower is None:
-        log.warning("mesh stream is not Noise/yamux/TCP as the fast writer expects: using libp2p's write path")
+        log.warning("mesh stream is not Noise/yamux/TCP as the fast writer expects: using libp2p's write path",
+                    extra=ev("mesh_plain_write_path", reason="not Noise/yamux/TCP"))
         return None
     noise, raw = lower
     return muxed[0], muxed[1], noise, raw.stream

@@ -26,6 +26,7 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 import wire
 
 from ..core.clock import Clock
+from ..core.events import ev
 from ..core.mesh.config import MeshConfig
 from ..core.mesh.core import MeshCore
 from ..core.mesh.inbound import ForwardHandler
@@ -38,6 +39,7 @@ from ..core.mesh.status import CloseReason
 from ..shell.clock import TrioClock
 from .admit import admit
 from .discovery import Discovery
+from .dump import open_dump
 from .host import make_host, quiet_libp2p_logs
 from .identity import load_or_create_identity
 from .session import PeerSession, remote_address
@@ -213,7 +215,9 @@ class Mesh:
                         self.add_peer(info)
                 nursery.start_soon(self._reap_lingering)
                 log.info("mesh %s listening on %s; admission: %s", self.peer_id, ", ".join(self.listen_addrs),
-                         self.config.admission.describe())  # fmt: skip
+                         self.config.admission.describe(),
+                         extra=ev("mesh_listening", x_peer_id=str(self.peer_id), x_addresses=self.listen_addrs,
+                                  x_admission=self.config.admission.describe()))  # fmt: skip
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
@@ -235,7 +239,8 @@ class Mesh:
         if self._closing or self._nursery is None or info.peer_id == self.peer_id:
             return
         if not self.core.admission.may_dial(str(info.peer_id)):
-            log.debug("mesh peer %s found but not on --mesh-allow: not dialed", info.peer_id)
+            log.debug("mesh peer %s found but not on --mesh-allow: not dialed", info.peer_id,
+                      extra=ev("mesh_peer_not_allowed", peer=str(info.peer_id)))
             return
         link = self.core.links.get(str(info.peer_id))
         if link is None:
@@ -296,7 +301,8 @@ class Mesh:
                         # As a failed dial: retried with backoff (the secret may be fixed meanwhile).
                         raise _NotAdmitted
                 except Exception as exc:  # unreachable, refused, negotiation failed, not admitted...
-                    log.debug("dial %s failed: %r", link.short_id, exc)
+                    log.debug("dial %s failed: %r", link.short_id, exc,
+                              extra=ev("mesh_dial_failed", peer=link.key, reason=repr(exc)))
                     if trio.current_time() >= give_up and not link.static_addrs:
                         if self.core.give_up(link):
                             self._notify()
@@ -346,16 +352,23 @@ class Mesh:
 
     async def _run_session(self, link: PeerLink, stream: Any, version: MeshVersion, outbound: bool) -> None:
         protocol = PeerProtocol(self.core, link, version, outbound=outbound, clock=self.clock)
-        session = PeerSession(protocol, stream)
+        dump = None if self.config.dump_dir is None else open_dump(self.config.dump_dir, link.key, link.short_id)
+        session = PeerSession(protocol, stream, dump=dump)
         self.core.session_started(link, protocol)
         # INFO with the full peer id and the address: what tells an operator that --bootstrap or
         # discovery worked, and which hub went away.
         where = f"{'outbound link to' if outbound else 'inbound link from'} {remote_address(stream)}"
-        log.info("mesh peer %s linked: %s, protocol %s", link.key, where, version.label)
+        log.info("mesh peer %s linked: %s, protocol %s", link.key, where, version.label,
+                 extra=ev("mesh_link_up", peer=link.key, x_address=remote_address(stream), x_outbound=outbound))
         self._notify()
-        reason = await session.run()
-        if not self._closing and reason is not CloseReason.REPLACED:  # replaced: a newer link said "linked"
-            log.info("mesh peer %s left: %s ended (%s)", link.key, where, reason.value)
+        try:
+            reason = await session.run()
+        finally:
+            if dump is not None:
+                dump.close()
+        # Every link's end, with its reason (replaced: a newer link to the peer said "linked").
+        log.info("mesh peer %s left: %s ended (%s)", link.key, where, reason.value,
+                 extra=ev("mesh_link_down", peer=link.key, reason=reason.value))
         redial = self.core.session_ended(link, protocol, reason)
         if redial and not self._closing and self._nursery is not None:
             self._nursery.start_soon(self._dial, link)

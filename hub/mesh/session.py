@@ -22,6 +22,7 @@ import wire
 from ..core.mesh.peer import PeerProtocol
 from ..core.mesh.protocols import make_decoder
 from ..core.mesh.status import CloseReason
+from .dump import StreamDump, StreamReader, StreamWriter
 from .fastpath import GATE
 from .fastread import FastStreamReader
 from .fastwrite import FastStreamWriter
@@ -48,7 +49,7 @@ def remote_address(stream: Any) -> str:
 class PeerSession:
     """Runs ``protocol`` on one libp2p stream until it closes."""
 
-    def __init__(self, protocol: PeerProtocol, stream: Any) -> None:
+    def __init__(self, protocol: PeerProtocol, stream: Any, *, dump: StreamDump | None = None) -> None:
         self.protocol = protocol
         self.stream = stream
         self.link = protocol.link
@@ -59,8 +60,10 @@ class PeerSession:
             # A forced plain path is what was asked for; anything else is a fallback to hear about.
             level = logging.INFO if self.config.plain_io else logging.WARNING
             log.log(level, "mesh stream with %s uses libp2p's plain read/write path: %s", self.link.key, not_fast)
-        self._out = FastStreamWriter(stream, fast=not_fast is None)
-        self._in = FastStreamReader(stream, fast=not_fast is None)
+        self._out: StreamWriter = FastStreamWriter(stream, fast=not_fast is None)
+        self._in: StreamReader = FastStreamReader(stream, fast=not_fast is None)
+        if dump is not None:  # --mesh-dump: a copy of every byte read and written (hub/mesh/dump.py)
+            self._in, self._out = dump.tap(self._in, self._out)
         self._scope = trio.CancelScope()
         self._wake = trio.Event()
         self._ack_wake = trio.Event()

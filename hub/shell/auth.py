@@ -10,6 +10,7 @@ import trio
 
 from ..core.auth import Verification
 from ..core.auth_file import AuthConfig, AuthFileError, parse_auth_file
+from ..core.events import ev
 
 log = logging.getLogger("pub0sub.hub.auth")
 
@@ -40,5 +41,6 @@ class Verifier:
                 job.run, limiter=self._limiter, abandon_on_cancel=True
             )
         except Exception:  # (argon2's own refusals are handled in run(): this is a bug, not a client)
-            log.exception("checking the secret of user %r failed", job.user)
+            log.exception("checking the secret of user %r failed", job.user,
+                          extra=ev("auth_check_failed", x_user=job.user))
             return None

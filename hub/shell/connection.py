@@ -1,11 +1,17 @@
-"""One client connection's I/O: a reader task, a writer task, a socket.
+"""One client connection's I/O: one task while it is idle, a writer task while output waits.
 
-The reader hands every chunk it receives to the core (``HubCore.receive_data``),
-which decodes and handles it synchronously and queues replies and deliveries on
-the connection's :class:`~hub.core.clients.ClientSession`.  Output made while a
-chunk is handled is sent by the task that made it, when the chunk is done, if the
-writer is idle (:mod:`hub.core.flushing`); the writer sends the rest, one
-``send_all`` per chunk of ``write_chunk`` bytes.  A connection the core closes
+The connection's task reads: every chunk it receives goes to the core
+(``HubCore.receive_data``), which decodes and handles it synchronously and queues
+replies and deliveries on the connection's :class:`~hub.core.clients.ClientSession`.
+Output made while a chunk is handled is sent by the task that made it, when the
+chunk is done, if no writer is running (:mod:`hub.core.flushing`).  A writer task
+exists only while the socket has not taken everything: started for the rest, one
+``send_all`` per chunk of ``write_chunk`` bytes, gone once the queue is empty -- so
+an idle connection holds one task, not two, and nothing parked (C1 in
+docs/benchmarks.md: thousands of idle subscribers).  Under TLS every send goes through
+the writer (an SSL stream has no non-blocking send).  Until it is welcomed, a connection
+also has a timer task that closes it at its greeting deadline (``hello_timeout``), cancelled
+once it is welcomed.  A connection the core closes
 gets its last frame (an ERROR) sent, then is hung up within ``CLOSE_FLUSH_SECONDS``.
 """
 
@@ -16,6 +22,7 @@ import logging
 import trio
 
 from ..core.clients import ClientSession, CloseReason
+from ..core.events import ev
 from ..core.hub import HubCore
 from .auth import Verifier
 from .sockio import send_now
@@ -30,6 +37,11 @@ CLOSE_FLUSH_SECONDS = 2.0
 
 class ClientConnection:
     """Implements :class:`hub.core.clients.Transport` for ``session`` over ``stream``."""
+
+    __slots__ = (
+        "_direct", "_greeting", "_nursery", "_unsent", "_writing", "core", "greeting_deadline", "session", "stream",
+        "verifier", "write_chunk",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -49,51 +61,63 @@ class ClientConnection:
         self.greeting_deadline = greeting_deadline
         #: Direct flushes write to the socket itself: not under TLS, where the writer task sends.
         self._direct = isinstance(stream, trio.SocketStream)
-        self._lot = trio.lowlevel.ParkingLot()
+        #: The greeting timer's scope: cancelled once the client is welcomed (an idle connection
+        #: keeps one task).
+        self._greeting = trio.CancelScope()
+        #: A writer task is running (started, not yet ended): it alone sends, in order.
+        self._writing = False
         #: The rest of a direct flush the socket did not take: (bytes, queued size); the
         #: writer sends it before anything else.
         self._unsent: tuple[memoryview, int] | None = None
-        self._cancel: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
         session.transport = self
 
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
-                self._cancel = nursery.cancel_scope
+                self._nursery = nursery
                 if self.session.closing is not None:  # closed before it started (shutting down)
                     self.closing()
-                nursery.start_soon(self._read_loop)
                 nursery.start_soon(self._greeting_timer)
-                await self._write_loop()
-                nursery.cancel_scope.cancel()
+                await self._read_loop()
+                # Ended by the client (EOF) or a failed read: the writer, if one runs, ends it.
         finally:
+            self._nursery = None
             self.core.session_ended(self.session)
             await trio.aclose_forcefully(self.stream)
-            reason = self.session.closing.value if self.session.closing else "ended"
-            log.debug("connection %d (%s) closed: %s", self.session.conn_id, self.session.peer, reason)
+            session = self.session
+            reason = session.closing.value if session.closing else "ended"
+            # Every connection's end, with its reason (one line per connection, never per message).
+            log.info("connection %d (%s) closed: %s", session.conn_id, session.peer, reason,
+                     extra=ev("conn_closed", conn=session.conn_id, peer=session.peer, reason=reason))
 
     # -- Transport ---------------------------------------------------------------------
 
     def closing(self) -> None:
-        self.wake_writer()
-        if self._cancel is not None:
-            # A peer that does not read must not keep us waiting on the final frame.
-            self._cancel.deadline = min(self._cancel.deadline, trio.current_time() + CLOSE_FLUSH_SECONDS)
+        nursery = self._nursery
+        if nursery is None:
+            return  # run() calls this again when it starts, or has ended
+        # A peer that does not read must not keep us waiting on the final frame.
+        scope = nursery.cancel_scope
+        scope.deadline = min(scope.deadline, trio.current_time() + CLOSE_FLUSH_SECONDS)
+        if self._writing or self._unsent is not None or self.session.out.items:
+            self._start_writer()  # it sends the last frames, then ends the connection
+        else:
+            scope.cancel()
 
     def wake_writer(self) -> None:
-        if self._lot:
-            self._lot.unpark()
+        self._start_writer()
 
     def flush_now(self) -> None:
         """Send queued output from the calling task without waiting (see :mod:`hub.core.flushing`).
 
-        Only when the writer is parked: then nothing is mid-send and the bytes keep their
-        order.  Otherwise, and for whatever the socket does not take, the writer goes on."""
+        Only when no writer runs: then nothing is mid-send and the bytes keep their order.
+        Otherwise, and for whatever the socket does not take, the writer goes on."""
         out = self.session.out
         if not out.items:
             return
-        if not self._lot or self.session.closing is not None or not self._direct:
-            self.wake_writer()
+        if self._writing or self.session.closing is not None or not self._direct:
+            self._start_writer()
             return
         assert isinstance(self.stream, trio.SocketStream)
         data, size = out.take(self.write_chunk)
@@ -107,32 +131,41 @@ class ClientConnection:
         else:
             self._unsent = (memoryview(data)[sent:], size)
         if self._unsent is not None or out.items:
-            self.wake_writer()
+            self._start_writer()
 
     # -- tasks -------------------------------------------------------------------------
+
+    def _start_writer(self) -> None:
+        if not self._writing and self._nursery is not None:
+            self._writing = True
+            self._nursery.start_soon(self._write_loop)
 
     async def _write_loop(self) -> None:
         session = self.session
         out = session.out
         chunk = self.write_chunk
-        while True:
-            if self._unsent is not None:
-                data, size = self._unsent
-                self._unsent = None
-            elif out.items:
-                taken, size = out.take(chunk)
-                data = memoryview(taken)
-            elif session.closing is not None:
-                return
-            else:
-                await self._lot.park()
-                continue
-            try:
-                await self.stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                session.close(CloseReason.WRITE_FAILED)
-                return
-            self._sent(size)
+        try:
+            while True:
+                if self._unsent is not None:
+                    data, size = self._unsent
+                    self._unsent = None
+                elif out.items:
+                    taken, size = out.take(chunk)
+                    data = memoryview(taken)
+                else:
+                    # Everything is sent: the task ends (no await between this look and the
+                    # flag's reset, so output queued later finds no writer and starts one).
+                    break
+                try:
+                    await self.stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    session.close(CloseReason.WRITE_FAILED)
+                    break
+                self._sent(size)
+        finally:
+            self._writing = False
+        if session.closing is not None and self._nursery is not None:
+            self._nursery.cancel_scope.cancel()  # the last frame is out: hang up
 
     def _sent(self, size: int) -> None:
         """``size`` queued bytes are on the wire: log readers waiting for room may go on."""
@@ -151,10 +184,13 @@ class ClientConnection:
                 while (job := session.auth_job) is not None and session.closing is None:
                     # Nothing more is read until HELLO's secret is checked (off the event loop).
                     core.verified(session, await self.verifier.check(job))
+                if session.greeted and not self._greeting.cancel_called:
+                    self._greeting.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             session.close(CloseReason.READ_FAILED)
 
     async def _greeting_timer(self) -> None:
         """A connection not welcomed by its deadline is closed (``hub.core.greeting``)."""
-        await trio.sleep_until(self.greeting_deadline)
-        self.core.hello_overdue(self.session)
+        with self._greeting:
+            await trio.sleep_until(self.greeting_deadline)
+            self.core.hello_overdue(self.session)

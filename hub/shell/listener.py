@@ -1,23 +1,32 @@
-"""The client listener: accept connections, give each a session and its I/O tasks."""
+"""The client listener: accept connections, give each a session and its I/O task."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import ssl
 from collections.abc import Sequence
+from typing import Any
 
 import trio
 
 from ..core.clients import ClientSession
+from ..core.events import ev
 from ..core.hub import HubCore
 from .auth import Verifier
 from .connection import ClientConnection
 from .ports import PortInUseError
 from .tls import ClientStream, start_tls
 
+log = logging.getLogger("pub0sub.hub.connection")
+
 #: How long a refused connection is given to read its ERROR frame.
 REFUSAL_SECONDS = 1.0
+#: accept() errors that mean "no room right now" (as trio.serve_listeners treats them): the
+#: loop waits ACCEPT_RETRY_SECONDS and goes on; the connection waits in the backlog meanwhile.
+ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+ACCEPT_RETRY_SECONDS = 0.1
 
 
 async def open_client_listeners(host: str | None, port: int) -> Sequence[trio.SocketListener]:
@@ -31,14 +40,47 @@ async def open_client_listeners(host: str | None, port: int) -> Sequence[trio.So
 
 
 class ClientListener:
+    """Accepts on each listener and starts one task per connection, its :meth:`ClientConnection.run`.
+
+    trio.serve_listeners would do the accepting, with a handler coroutine of its own and
+    one of ours wrapped around every connection's for as long as it lives: two frames per
+    idle connection that hold nothing of use (C1 in docs/benchmarks.md).  Here the session
+    is opened, or refused, in the accept loop, and the connection's task is its own run()
+    (with TLS, a task that does the handshake first: it must not hold up the accept loop).
+    """
+
     def __init__(self, core: HubCore, *, write_chunk: int, tls: ssl.SSLContext | None = None) -> None:
         self.core = core
         self.write_chunk = write_chunk
         self.tls = tls
         self.verifier = Verifier()
 
-    async def handle(self, tcp: trio.SocketStream) -> None:
-        """trio.serve_listeners' handler: one connection, from accept to close."""
+    # Typed Any: as HubServer.serve (libp2p's trio-typing hides trio.TaskStatus from mypy).
+    async def serve(self, listeners: Sequence[trio.SocketListener], *,
+                    task_status: Any = trio.TASK_STATUS_IGNORED) -> None:  # fmt: skip
+        """Accept on every listener until cancelled; connections live in this task's nursery."""
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(self._accept_loop, listener, nursery)
+            task_status.started()
+
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                        raise
+                    name = errno.errorcode.get(exc.errno or 0, str(exc))
+                    log.error("accept failed (%s): retrying in %.0f ms", name, ACCEPT_RETRY_SECONDS * 1000,
+                              extra=ev("accept_failed", reason=name))  # fmt: skip
+                    await trio.sleep(ACCEPT_RETRY_SECONDS)
+                    continue
+                self.handle(stream, nursery)
+
+    def handle(self, tcp: trio.SocketStream, nursery: trio.Nursery) -> None:
+        """One accepted connection: its session and task, or its refusal."""
         # From accept, TLS handshake included, a connection has hello_timeout to be welcomed.
         deadline = trio.current_time() + self.core.settings.hello_timeout
         try:
@@ -47,24 +89,38 @@ class ClientListener:
         except OSError:
             peer = "?"
         session = self.core.open_session(peer)
-        stream: ClientStream = tcp
-        if self.tls is not None and isinstance(session, bytes):
-            stream = trio.SSLStream(tcp, self.tls, server_side=True)  # the refusal's send does the handshake
-        elif self.tls is not None and isinstance(session, ClientSession):
-            secured = await start_tls(tcp, self.tls, peer, deadline=deadline)
-            if secured is None:
-                self.core.stats.tls_handshake_failures += 1
-                self.core.session_ended(session)
-                await trio.aclose_forcefully(tcp)
-                return
-            stream = secured
         if isinstance(session, bytes):  # refused (max_connections): say why, then hang up
-            gone = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-            with trio.move_on_after(REFUSAL_SECONDS), contextlib.suppress(*gone):
-                await stream.send_all(session)
-            await trio.aclose_forcefully(stream)
+            log.info("connection from %s refused: max_connections reached", peer,
+                     extra=ev("conn_refused", peer=peer, reason="max_connections"))
+            # With TLS the refusal's send does the handshake.
+            refused: ClientStream = tcp if self.tls is None else trio.SSLStream(tcp, self.tls, server_side=True)
+            nursery.start_soon(_refuse, refused, session)
             return
-        connection = ClientConnection(
+        if self.tls is not None:
+            nursery.start_soon(self._secure_then_run, tcp, session, peer, deadline)
+            return
+        nursery.start_soon(self._connection(session, tcp, deadline).run)
+
+    def _connection(self, session: ClientSession, stream: ClientStream, deadline: float) -> ClientConnection:
+        return ClientConnection(
             self.core, session, stream, write_chunk=self.write_chunk, verifier=self.verifier, greeting_deadline=deadline
         )
-        await connection.run()
+
+    async def _secure_then_run(
+        self, tcp: trio.SocketStream, session: ClientSession, peer: str, deadline: float
+    ) -> None:
+        assert self.tls is not None
+        secured = await start_tls(tcp, self.tls, peer, deadline=deadline)
+        if secured is None:
+            self.core.stats.tls_handshake_failures += 1
+            self.core.session_ended(session)
+            await trio.aclose_forcefully(tcp)
+            return
+        await self._connection(session, secured, deadline).run()
+
+
+async def _refuse(stream: ClientStream, error: bytes) -> None:
+    gone = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+    with trio.move_on_after(REFUSAL_SECONDS), contextlib.suppress(*gone):
+        await stream.send_all(error)
+    await trio.aclose_forcefully(stream)

@@ -17,6 +17,8 @@ import trio
 
 from wire import Error, ErrorCode, Opcode
 
+from ..core.events import ev
+
 log = logging.getLogger("pub0sub.hub.tls")
 
 PLAINTEXT_REFUSAL = "this hub's client port speaks TLS only: connect with TLS (tls=True, --tls)"
@@ -67,13 +69,16 @@ async def start_tls(
             first = await stream.socket.recv(1, socket.MSG_PEEK)
             if first == bytes([Opcode.HELLO]):
                 await stream.send_all(Error(code=ErrorCode.UNEXPECTED_FRAME, reason=PLAINTEXT_REFUSAL).encode())
-                log.info("plaintext client at %s refused: this port speaks TLS", peer)
+                log.info("plaintext client at %s refused: this port speaks TLS", peer,
+                         extra=ev("conn_refused", peer=peer, reason="plaintext_on_tls"))
                 return None
             tls_stream = trio.SSLStream(stream, context, server_side=True)
             await tls_stream.do_handshake()
             return tls_stream
         except gone as exc:
-            log.info("TLS handshake with %s failed: %s", peer, exc.__cause__ or exc)
+            log.info("TLS handshake with %s failed: %s", peer, exc.__cause__ or exc,
+                     extra=ev("tls_handshake_failed", peer=peer, reason=str(exc.__cause__ or exc)))
             return None
-    log.info("TLS handshake with %s did not finish in time", peer)
+    log.info("TLS handshake with %s did not finish in time", peer,
+             extra=ev("tls_handshake_failed", peer=peer, reason="hello_timeout"))
     return None

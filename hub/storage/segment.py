@@ -131,7 +131,7 @@ class Segment:
                 log.error(
                     "%s: CORRUPTED batch at positions %d..%d (%s); it is never served, "
                     "readers get a GAP notice for it",
-                    path, pos, end, exc.reason,
+                    path, pos, end, exc.reason, extra={"event": "segment_corrupted", "reason": "bad_batch"},
                 )
                 pos = end
                 continue
@@ -149,7 +149,7 @@ class Segment:
             report.truncated_bytes = size - pos
             log.warning(
                 "%s: torn tail: truncated %d bytes after position %d (an incomplete write from a crash)",
-                path, size - pos, pos,
+                path, size - pos, pos, extra={"event": "segment_repaired", "reason": "torn_tail"},
             )
         if pos < os.fstat(fd).st_size:
             os.ftruncate(fd, pos)
@@ -169,7 +169,7 @@ class Segment:
         log.error(
             "%s: CORRUPTED data from position %d (%s): %d bytes cannot be parsed; "
             "moved them to %s and truncated the segment there",
-            path, pos, reason, size - pos, copy,
+            path, pos, reason, size - pos, copy, extra={"event": "segment_corrupted", "reason": "unparsable_tail"},
         )
 
     def _note_batch(self, frame: LogBatch, position: int) -> None:

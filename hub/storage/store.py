@@ -130,7 +130,8 @@ class LogStore:
             if topic_log is not None:
                 self.logs[topic_log.topic] = topic_log
         repaired = [r for r in self.reports if r.truncated_bytes or r.bad_ranges]
-        log.info("opened %d topic logs from %s (%d segments repaired)", len(self.logs), self.root, len(repaired))
+        log.info("opened %d topic logs from %s (%d segments repaired)", len(self.logs), self.root, len(repaired),
+                 extra={"event": "storage_opened"})
 
     def hub_id(self, new_id: int | None = None) -> int:
         """A stable hub id, kept in the data directory across restarts.
@@ -146,7 +147,8 @@ class LogStore:
             except ValueError:
                 # Only a crash right after the very first start can leave this
                 # file empty: the id was never used by anyone yet.
-                log.error("%s is unreadable (%r): choosing a new hub id", path, text[:40])
+                log.error("%s is unreadable (%r): choosing a new hub id", path, text[:40],
+                          extra={"event": "hub_id_unreadable"})
         hub_id = new_id or int.from_bytes(secrets.token_bytes(8), "big") or 1
         replace_atomically(path, f"{hub_id:016x}\n".encode())
         return hub_id
@@ -205,7 +207,8 @@ class LogStore:
         """``commit.sync()`` returned ``sizes`` (or raised ``error``): mark what is durable, run callbacks."""
         if error is not None:
             self.storage_error = error
-            log.critical("fsync failed: %s: acknowledgements withheld, publishers get STORAGE_ERROR", error)
+            log.critical("fsync failed: %s: acknowledgements withheld, publishers get STORAGE_ERROR", error,
+                         extra={"event": "storage_failed", "reason": "fsync"})
         else:
             assert sizes is not None
             self.fsyncs += 1
@@ -224,7 +227,7 @@ class LogStore:
         removed = 0
         for topic, topic_log in self.logs.items():
             for path in topic_log.enforce_retention(now_us, keep_from(topic)):
-                log.info("retention removed %s", path)
+                log.info("retention removed %s", path, extra={"event": "segment_removed", "reason": "retention"})
                 removed += 1
         return removed
 

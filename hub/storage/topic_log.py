@@ -92,7 +92,8 @@ class TopicLog:
         segments: list[Segment] = []
         for path in sorted(directory.glob(f"*{SUFFIX}")):
             if path.stat().st_size == 0:
-                log.warning("%s: empty segment file (never written to disk before a crash): removed", path)
+                log.warning("%s: empty segment file (never written to disk before a crash): removed", path,
+                            extra={"event": "segment_removed", "reason": "empty"})
                 path.unlink()
                 continue
             try:
@@ -100,7 +101,8 @@ class TopicLog:
             except TornSegmentError as exc:
                 if path != max(directory.glob(f"*{SUFFIX}")):
                     raise  # only the newest segment can be mid-creation; anything else is real damage
-                log.warning("%s: removed (a crash while the segment was being created)", exc)
+                log.warning("%s: removed (a crash while the segment was being created)", exc,
+                            extra={"event": "segment_removed", "reason": "torn_header"})
                 path.unlink()
                 continue
             reports.append(report)
@@ -326,7 +328,8 @@ class _ScanIterator:
                         continue
                     frame = FRAME_TYPES[opcode].decode_body(body)
                 except ProtocolError as exc:
-                    log.error("%s: batch at position %d not served: %s", segment.path, pos - length - 5, exc)
+                    log.error("%s: batch at position %d not served: %s", segment.path, pos - length - 5, exc,
+                              extra={"event": "batch_unreadable", "topic": segment.topic})
                     pending_hole = True
                     continue
                 assert isinstance(frame, LogBatch)

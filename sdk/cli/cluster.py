@@ -2,6 +2,7 @@
 
     pub0sub cluster up --hubs 3             # 127.0.0.1:7420, :7430, :7440 until Ctrl-C
     pub0sub cluster up --hubs 3 --detach    # the same, in the background
+    pub0sub cluster up --metrics            # each hub also serves metrics and its status page (:7422, ...)
     pub0sub cluster status                  # each hub: up or down, its addresses, peers, topics
     pub0sub cluster down                    # stop the hubs of the state file
     pub0sub cluster secret FILE             # a random secret for --cluster-secret-file
@@ -45,6 +46,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                     help=f"client port of the first hub (default {DEFAULT_BASE_PORT}); the next hubs take +10, "
                          "+20, ...; each hub's mesh port is its client port + 1; ports in use are replaced by "
                          "free ones; 0: free ports for all")  # fmt: skip
+    up.add_argument("--metrics", action="store_true",
+                    help="each hub serves Prometheus metrics, /healthz, /readyz and its status page over HTTP, "
+                         "on its client port + 2 (7422, 7432, ...; free ports with --base-port 0)")  # fmt: skip
     up.add_argument("--seconds", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     up.add_argument("--detach", "-d", action="store_true",
                     help="start the hubs, print their addresses and return; they run until pub0sub cluster down")
@@ -69,7 +73,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub cluster") ->
     if args.command == "up":
         if args.hubs < 1:
             parser.error("--hubs must be at least 1")
-        last_port = args.base_port + 10 * (args.hubs - 1) + 1
+        last_port = args.base_port + 10 * (args.hubs - 1) + (2 if args.metrics else 1)
         if args.base_port < 0 or (args.base_port and last_port > 65535):
             parser.error(f"--base-port {args.base_port} leaves no room for {args.hubs} hubs below port 65536")
     run = {"up": up, "status": status, "down": down, "secret": secret}[args.command]
@@ -114,7 +118,7 @@ def up(args: argparse.Namespace, prog: str) -> int:
               f"pub0sub cluster down{_root_option(root)}", file=sys.stderr)  # fmt: skip
         return 1
 
-    cluster = LocalCluster(args.hubs, root, base_port=args.base_port or None, tls=args.tls,
+    cluster = LocalCluster(args.hubs, root, base_port=args.base_port or None, tls=args.tls, metrics=args.metrics,
                            note=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
     state: ClusterState | None = None
     left_running = False
@@ -199,6 +203,8 @@ def status(args: argparse.Namespace, prog: str) -> int:
             line = f"{hub.name}  down  (was PID {hub.pid}; its data dir is in use by PID {holder})"
         print(line)
         print(f"       mesh {hub.multiaddr}")
+        if hub.metrics_url:
+            print(f"       metrics {hub.metrics_url}/metrics  status page {hub.metrics_url}/")
         print(f"       data {hub.data_dir}  log {hub.log}")
     print(f"{up_count} of {len(state.hubs)} hubs up")
     return 0 if up_count == len(state.hubs) else 1

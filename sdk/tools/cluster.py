@@ -6,8 +6,9 @@ writes its output to ``DATA_ROOT/hub-<i>.log``, so stopping and starting the clu
 brings back the same hubs with the same peer ids and data.
 
 With a base port, hub *i* (from 0) listens for clients on ``base + 10*i`` and for the mesh
-on the port after it (7420/7421, 7430/7431, ... from 7420), so the addresses are known
-before the start; a hub whose ports are taken gets free ones instead.  The hubs run in
+on the port after it (7420/7421, 7430/7431, ... from 7420), and -- with ``metrics`` -- serves
+its metrics, probes and status page on the port after that (7422, 7432, ...), so the addresses
+are known before the start; a hub whose ports are taken gets free ones instead.  The hubs run in
 their own sessions: a Ctrl-C in the terminal reaches only the launcher, which stops them
 in order (its clients first, then the hubs) -- and ``cluster up --detach`` can leave them.
 """
@@ -33,7 +34,8 @@ from .local_tls import local_tls
 HUB_START_SECONDS = 30.0
 CONVERGE_SECONDS = 30.0
 STOP_SECONDS = 10.0
-#: Client ports of consecutive hubs are this far apart; each hub's mesh port is its client port + 1.
+#: Client ports of consecutive hubs are this far apart; each hub's mesh port is its client port + 1,
+#: its metrics port (``--metrics``) its client port + 2.
 PORT_STEP = 10
 HOST = "127.0.0.1"
 #: Seconds between two looks at a starting hub's log (it prints its addresses within ~1-2 s).
@@ -49,6 +51,8 @@ class HubInfo:
     address: str = ""
     hub_id: str = ""
     multiaddrs: list[str] = field(default_factory=list)
+    #: ``http://HOST:PORT`` of its metrics, probes and status page ("" when started without them)
+    metrics_url: str = ""
 
     @property
     def pid(self) -> int:
@@ -68,21 +72,39 @@ def port_free(port: int) -> bool:
     return True
 
 
-def planned_ports(base_port: int, index: int, note: Callable[[str], object]) -> tuple[int, int]:
-    """(client port, mesh port) of hub ``index`` from ``base_port``; (0, 0), any free ports, if taken."""
-    client, mesh = base_port + PORT_STEP * index, base_port + PORT_STEP * index + 1
-    taken = [p for p in (client, mesh) if not port_free(p)]
+def planned_ports(base_port: int, index: int, note: Callable[[str], object], *, metrics: bool = False) -> Ports:
+    """The ports of hub ``index`` from ``base_port``; all 0 (any free ports) if one of them is taken."""
+    client = base_port + PORT_STEP * index
+    planned = Ports(client, client + 1, client + 2 if metrics else None)
+    taken = [p for p in planned.all() if not port_free(p)]
     if not taken:
-        return client, mesh
+        return planned
     note(f"hub-{index + 1}: port {' and '.join(map(str, taken))} in use on {HOST}; using free ports instead")
-    return 0, 0
+    return Ports.free(metrics=metrics)
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Where one hub listens: clients, mesh, and its metrics (None: no ``--metrics-listen``); 0 is any free port."""
+
+    client: int
+    mesh: int
+    metrics: int | None = None
+
+    @classmethod
+    def free(cls, *, metrics: bool) -> Ports:
+        return cls(0, 0, 0 if metrics else None)
+
+    def all(self) -> list[int]:
+        return [self.client, self.mesh] + ([] if self.metrics is None else [self.metrics])
 
 
 class LocalCluster:
     """Start, watch and stop a set of meshed hub processes (stopped by PID, never by name).
 
-    ``base_port`` None: every hub on free ports (the demo).  ``note`` receives the lines a
-    person should see while it starts (ports taken).
+    ``base_port`` None: every hub on free ports (the demo).  ``metrics``: each hub serves
+    ``--metrics-listen`` too.  ``note`` receives the lines a person should see while it starts
+    (ports taken).
     """
 
     def __init__(
@@ -92,6 +114,7 @@ class LocalCluster:
         *,
         base_port: int | None = None,
         extra_args: Sequence[str] = (),
+        metrics: bool = False,
         note: Callable[[str], object] = print,
         tls: bool = False,
     ) -> None:
@@ -101,6 +124,7 @@ class LocalCluster:
         self.data_root = data_root
         self.base_port = base_port
         self.extra_args = list(extra_args)
+        self.metrics = metrics
         self.note = note
         #: With ``tls``: the hubs speak TLS with a throwaway local CA's certificate (sdk/tools/local_tls.py).
         self.tls = local_tls(data_root / "tls") if tls else None
@@ -115,20 +139,22 @@ class LocalCluster:
         try:
             for i in range(self.count):
                 bootstrap = ["--bootstrap", self.hubs[0].multiaddrs[0]] if self.hubs else []
-                ports = (0, 0) if self.base_port is None else planned_ports(self.base_port, i, self.note)
+                ports = (Ports.free(metrics=self.metrics) if self.base_port is None
+                         else planned_ports(self.base_port, i, self.note, metrics=self.metrics))  # fmt: skip
                 self.hubs.append(self._start_hub(f"hub-{i + 1}", ports, bootstrap))
         except BaseException:
             self.stop()
             raise
 
-    def _start_hub(self, name: str, ports: tuple[int, int], bootstrap: list[str]) -> HubInfo:
+    def _start_hub(self, name: str, ports: Ports, bootstrap: list[str]) -> HubInfo:
         data_dir = self.data_root / name
         data_dir.mkdir(parents=True, exist_ok=True)
         info = HubInfo(name, data_dir, self.data_root / f"{name}.log")
-        client, mesh = ports
+        metrics = [] if ports.metrics is None else ["--metrics-listen", f"{HOST}:{ports.metrics}"]
         argv = [
-            sys.executable, "-m", "hub", "--name", name, "--listen", f"{HOST}:{client}",
-            "--mesh-listen", f"/ip4/{HOST}/tcp/{mesh}", "--data-dir", str(data_dir), *bootstrap, *self.extra_args,
+            sys.executable, "-m", "hub", "--name", name, "--listen", f"{HOST}:{ports.client}",
+            "--mesh-listen", f"/ip4/{HOST}/tcp/{ports.mesh}", "--data-dir", str(data_dir), *metrics, *bootstrap,
+            *self.extra_args,
         ]  # fmt: skip
         with open(info.log_path, "ab") as log:
             start = log.tell()
@@ -137,20 +163,20 @@ class LocalCluster:
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
         try:
-            self._read_start_lines(info, start)
+            self._read_start_lines(info, start, metrics=bool(metrics))
         except BaseException:
             stop_processes([info.proc])
             raise
         return info
 
-    def _read_start_lines(self, info: HubInfo, offset: int) -> None:
-        """Wait (deadline) for the addresses the hub prints once it listens."""
+    def _read_start_lines(self, info: HubInfo, offset: int, *, metrics: bool) -> None:
+        """Wait (deadline) for the addresses the hub prints once it listens (its metrics URL last)."""
         assert info.proc is not None
         deadline = time.monotonic() + HUB_START_SECONDS
         with open(info.log_path, "rb") as log:
             log.seek(offset)
             pending = b""
-            while not info.multiaddrs:
+            while not info.multiaddrs or (metrics and not info.metrics_url):
                 chunk = log.readline()
                 if not chunk.endswith(b"\n"):  # nothing new (or half a line): look again shortly
                     pending += chunk
@@ -170,6 +196,8 @@ class LocalCluster:
                     info.hub_id = line.split()[-1]
                 elif line.startswith("mesh listening on "):
                     info.multiaddrs.append(line.split()[-1])
+                elif line.startswith("metrics on "):  # http://HOST:PORT/metrics; the page is at its root
+                    info.metrics_url = line.split()[-1].removesuffix("/metrics")
 
     def wait_converged(self, timeout: float = CONVERGE_SECONDS) -> bool:
         """True once every hub is linked to every other one."""
@@ -235,4 +263,6 @@ def describe(cluster: LocalCluster) -> str:
     lines = []
     for hub in cluster.hubs:
         lines.append(f"{hub.name}: clients {hub.address}  mesh {hub.multiaddrs[0]}  data {hub.data_dir}")
+        if hub.metrics_url:
+            lines.append(f"       metrics {hub.metrics_url}/metrics  status page {hub.metrics_url}/")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """What ``pub0sub cluster up`` leaves for ``cluster status`` and ``cluster down``: ``DATA_ROOT/cluster.json``.
 
-The state file names each hub's client address, multiaddr, PID, data dir and log.  Whether a
+The state file names each hub's client address, multiaddr, PID, data dir, log and metrics URL.  Whether a
 hub listed there still runs is read from its data dir's lock, not from the PID alone: once a
 hub is gone its PID may be reused by an unrelated process, while the lock (an ``flock`` the
 kernel drops when the hub's process ends) cannot outlive it.  So nothing is ever signalled
@@ -42,6 +42,8 @@ class HubEntry:
     log: str
     #: The CA a client verifies this hub with ("" = plain TCP; state files older than TLS lack it).
     ca_file: str = ""
+    #: ``http://HOST:PORT`` of its metrics and status page ("" without ``cluster up --metrics``)
+    metrics_url: str = ""
 
     def holder(self) -> int | None:
         """PID of the process holding this hub's data dir (None: no hub runs on it)."""
@@ -71,7 +73,8 @@ class ClusterState:
         hubs = [
             HubEntry(name=h.name, pid=h.pid, address=h.address, multiaddr=h.multiaddrs[0], hub_id=h.hub_id,
                      data_dir=str(h.data_dir.resolve()), log=str(h.log_path.resolve()),
-                     ca_file=str(cluster.tls.ca.resolve()) if cluster.tls is not None else "")
+                     ca_file=str(cluster.tls.ca.resolve()) if cluster.tls is not None else "",
+                     metrics_url=h.metrics_url)
             for h in cluster.hubs
         ]  # fmt: skip
         return cls(cluster.data_root, os.getpid(), detached, hubs)

@@ -203,13 +203,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub demo") -> in
     console = Console(soft_wrap=True)
     console.print(f"starting {HUBS} meshed hubs on 127.0.0.1 ...")
     # The hubs' output goes to DATA_DIR/hub-<i>.log (sdk/tools/cluster.py), not through the live table.
-    cluster = LocalCluster(HUBS, args.data_dir, tls=args.tls)
+    # Each hub serves its metrics and live status page (free ports, printed): the demo is also a
+    # look at the operators' view.
+    cluster = LocalCluster(HUBS, args.data_dir, tls=args.tls, metrics=True)
     state = DemoState(addresses=[], data_dir=str(args.data_dir), client_options=cluster.client_options())
 
     def demo() -> None:
         cluster.start()
         for hub in cluster.hubs:
-            console.print(f"{hub.name}: clients {hub.address}  mesh {hub.multiaddrs[0]}")
+            console.print(f"{hub.name}: clients {hub.address}  mesh {hub.multiaddrs[0]}  "
+                          f"status page {hub.metrics_url}/")
         console.print(f"mesh admission: the hubs prove the cluster secret in {cluster.secret_file}")
         if not cluster.wait_converged():
             console.print("warning: the mesh is not fully linked yet; traffic starts anyway")

@@ -25,7 +25,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,8 @@ class Hub:
         self.hub_id = ""
         self.multiaddr = ""
         self.peer_id = ""
+        #: ``HOST:PORT`` of its operators' port when started with ``--metrics-listen``.
+        self.metrics_address = ""
         self.restarts = 0
 
     # -- process ---------------------------------------------------------------------
@@ -83,8 +86,9 @@ class Hub:
         # A reader thread: select() on a text pipe misses lines already in Python's buffer.
         reader = LineReader(self.proc)
         lines: dict[str, str] = {}
+        wanted = {"listening", "hub", "mesh"} | ({"metrics"} if "--metrics-listen" in self.args else set())
         try:
-            while not {"listening", "hub", "mesh"} <= set(lines):
+            while not wanted <= set(lines):
                 try:
                     line = reader.next_line(timeout=deadline - time.monotonic(), what=f"hub {self.name}")
                 except (RuntimeError, TimeoutError) as exc:
@@ -98,6 +102,8 @@ class Hub:
         self.hub_id = lines["hub"].split()[-1]
         self.multiaddr = lines["mesh"].split()[-1]
         self.peer_id = self.multiaddr.rsplit("/p2p/", 1)[1]
+        if "metrics" in lines:
+            self.metrics_address = lines["metrics"].split("//")[1].split("/")[0]
         # Keep the port: a restart listens on it again, so peers' redials find the hub.
         self.mesh_port = int(self.multiaddr.split("/tcp/")[1].split("/")[0])
         return self
@@ -352,3 +358,15 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def converged_cluster(base_dir: Path, hubs: int = 3, *, extra: Sequence[str] = ()) -> Iterator[Cluster]:
+    """``hubs`` hubs started and meshed (every one linked to every other), stopped at the end."""
+    cluster = Cluster(base_dir, extra=extra)
+    try:
+        cluster.start(hubs)
+        cluster.wait_converged()
+        yield cluster
+    finally:
+        cluster.close()

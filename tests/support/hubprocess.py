@@ -49,6 +49,13 @@ class HubProcess:
         self.address = line.split()[-1]
         self.host, port = self.address.rsplit(":", 1)
         self.port = int(port)
+        #: ``HOST:PORT`` of the operators' port (``--metrics-listen``), printed after the hub id.
+        self.metrics_address = ""
+        while "--metrics-listen" in self.args and time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith("metrics on ") or not line:
+                self.metrics_address = line.split("//")[-1].split("/")[0] if line else ""
+                break
 
     @property
     def pid(self) -> int:

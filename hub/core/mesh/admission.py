@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..events import ev
 from .protocols import MeshVersion
 
 log = logging.getLogger("hub.mesh.admission")
@@ -79,7 +80,8 @@ def read_secret(path: Any) -> bytes:
     except OSError as exc:
         raise AdmissionSetupError(f"cluster secret file {path}: {exc.strerror or exc}") from exc
     if mode & 0o077:
-        log.warning("cluster secret file %s is readable by other users (mode %o): chmod 600 it", path, mode & 0o777)
+        log.warning("cluster secret file %s is readable by other users (mode %o): chmod 600 it", path, mode & 0o777,
+                    extra=ev("cluster_secret_file_open", x_path=str(path), x_mode=oct(mode & 0o777)))
     if len(secret) < MIN_SECRET_BYTES:
         raise AdmissionSetupError(
             f"cluster secret file {path}: {len(secret)} bytes; at least {MIN_SECRET_BYTES} are needed "
@@ -273,7 +275,9 @@ class AdmissionPolicy:
         self.refused_by_kind[refusal.kind] += 1
         self.recent.append({"peer_id": key, "address": address, "reason": refusal.reason})
         direction = "outbound link to" if outbound else "inbound link from"
-        log.warning("mesh peer %s refused (%s %s): %s", key, direction, address, refusal.reason)
+        log.warning("mesh peer %s refused (%s %s): %s", key, direction, address, refusal.reason,
+                    extra=ev("mesh_peer_refused", peer=key, reason=refusal.kind, x_address=address,
+                             x_detail=refusal.reason, x_outbound=outbound))  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         rules = self.rules

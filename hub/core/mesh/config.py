@@ -71,6 +71,9 @@ class MeshConfig:
     #: Use libp2p's own read and write path on every stream, never the fast paths that reach
     #: into its internals (hub/mesh/fastpath.py): slower, and as correct as libp2p itself.
     plain_io: bool = False
+    #: ``--mesh-dump``: each session's plaintext, both directions, written to files here
+    #: (hub/mesh/dump.py); None: no dump, and nothing of it on the mesh paths.
+    dump_dir: Path | None = None
     #: UNSUBSCRIBE in answer to unwanted FORWARDs is repeated at most this often per topic.
     unwanted_reply_interval: float = 1.0
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import wire
 
+from ..events import ev
 from .admission import AdmissionPolicy
 from .config import MeshConfig
 from .hub_id import hub_id_for
@@ -159,7 +160,8 @@ class MeshCore:
         known = self.links.get(key)
         if (known is None or not known.live) and self.linked_count() >= self.config.max_peers:
             self.refused_inbound += 1
-            log.info("mesh peer %s refused: this hub has max_peers=%d links", key, self.config.max_peers)
+            log.info("mesh peer %s refused: this hub has max_peers=%d links", key, self.config.max_peers,
+                     extra=ev("mesh_link_refused", peer=key, reason="max_peers"))
             return False
         return True
 
@@ -191,7 +193,8 @@ class MeshCore:
         if link.live:
             return False
         log.info("mesh peer %s is gone: unreachable at %s, its interest withdrawn", link.key,
-                 ", ".join(map(str, link.addrs or link.static_addrs)) or "no known address")  # fmt: skip
+                 ", ".join(map(str, link.addrs or link.static_addrs)) or "no known address",
+                 extra=ev("mesh_peer_given_up", peer=link.key, reason="unreachable"))  # fmt: skip
         self.interest.drop_peer(link.key)
         if self.links.get(link.key) is link:
             del self.links[link.key]
@@ -249,7 +252,7 @@ class MeshCore:
             since = source.next_origin_seq() - 1 if source is not None else 0
             self.known_peers.add(link.key, since=since, hub_id=hub_id)
             log.info("mesh peer %s is new to this hub: it gets forwards after origin sequence %d, no history",
-                     link.key, since)  # fmt: skip
+                     link.key, since, extra=ev("mesh_peer_new", peer=link.key, x_since=since))  # fmt: skip
             return None
         if known.hub_id != hub_id:
             # Its hub-id file was lost and a new id chosen (hello_refusal allowed it): pin the new one.
@@ -280,10 +283,11 @@ class MeshCore:
         def on_hole(reason: str) -> None:
             counters.replay_holes += 1
             log.warning("replay to %s: part of the log is gone (%s); those messages are not resent",
-                        link.short_id, reason)
+                        link.short_id, reason, extra=ev("mesh_replay_hole", peer=link.key, reason=reason))
 
         counters.replays += 1
-        log.info("mesh peer %s: replaying this hub's sets %d..%d from the log", link.short_id, after + 1, before - 1)
+        log.info("mesh peer %s: replaying this hub's sets %d..%d from the log", link.short_id, after + 1, before - 1,
+                 extra=ev("mesh_replay", peer=link.key, x_first=after + 1, x_last=before - 1))
         return Replay(source.own_sets(wants, after, before, on_hole))
 
     def peer_subscribed(self, link: PeerLink, topics: list[str]) -> None:

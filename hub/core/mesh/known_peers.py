@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...storage.statefile import write_json
+from ..events import ev
 
 log = logging.getLogger("hub.mesh.known_peers")
 
@@ -64,7 +65,8 @@ class KnownPeers:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             # Without the record every peer counts as new: live forwards only until it stores
             # something of ours -- a peer that missed forwards may miss them for good.  Say so.
-            log.error("%s unreadable (%s): every peer is treated as new (no replay from position 0)", path, exc)
+            log.error("%s unreadable (%s): every peer is treated as new (no replay from position 0)", path, exc,
+                      extra=ev("known_peers_unreadable", reason=str(exc)))
             self._peers.clear()
             self._by_hub_id.clear()
 
@@ -98,4 +100,5 @@ class KnownPeers:
         try:
             write_json(self.path, document)
         except OSError as exc:
-            log.error("cannot save %s: %s (the peer is known until this hub restarts)", self.path, exc)
+            log.error("cannot save %s: %s (the peer is known until this hub restarts)", self.path, exc,
+                      extra=ev("known_peers_save_failed", reason=str(exc)))

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Protocol
 
+from ..events import ev
+from ..histogram import Histogram
 from .config import MeshConfig
 from .protocols import MeshVersion
 from .status import CloseReason, PeerCounters
 from .window import ForwardWindow
+
+log = logging.getLogger("hub.mesh.session")
 
 
 class LinkSession(Protocol):
@@ -51,6 +56,10 @@ class PeerLink:
         #: addresses (e.g. through a fixed proxy) and never given up on
         self.static_addrs: list[Any] = []
         self.counters = PeerCounters()
+        #: Heartbeat round trips (PING sent to PONG received), and sessions ended per close reason.
+        self.rtt = Histogram()
+        self.closes: dict[str, int] = {}
+        self._ping_out: float | None = None
         self.window = ForwardWindow(max_sets=config.window_max_sets, max_bytes=config.window_max_bytes)
         self.protocol: LinkSession | None = None
         self.version: MeshVersion | None = None
@@ -61,6 +70,28 @@ class PeerLink:
         self.dialing = False
         #: an accepted stream whose session has not started yet (counts toward max_peers)
         self.starting = False
+
+    def session_closed(self, reason: CloseReason) -> None:
+        """Counted per reason and logged; a PING of the ended session is never answered on the next."""
+        self.closes[reason.value] = self.closes.get(reason.value, 0) + 1
+        log.info("mesh session with %s ended: %s", self.short_id, reason.value,
+                 extra=ev("mesh_session_ended", peer=self.key, reason=reason.value))
+        self._ping_out = None
+
+    def misbehaved(self, reason: CloseReason, what: str, *args: object) -> None:
+        """Log what the peer did that ends its session with ``reason`` (the close is logged apart)."""
+        log.warning("mesh peer %s " + what, self.short_id, *args,
+                    extra=ev("mesh_peer_misbehaved", peer=self.key, reason=reason.value))  # fmt: skip
+
+    def ping_sent(self, now: float) -> None:
+        """A heartbeat PING left (a PING still unanswered keeps its time: the round trip grows)."""
+        if self._ping_out is None:
+            self._ping_out = now
+
+    def pong_received(self, now: float) -> None:
+        if self._ping_out is not None:
+            self.rtt.observe(now - self._ping_out)
+            self._ping_out = None
 
     @property
     def live(self) -> bool:

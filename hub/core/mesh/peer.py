@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import wire
 from wire.limits import MAX_TOPICS_PER_MESSAGE
 
+from ..events import ev
 from .config import MeshConfig
 from .inbound import V1_ORIGIN, InboundForwards, InboundResult
 from .interest import LocalInterest, valid_pattern
@@ -137,7 +138,7 @@ class PeerProtocol:
             # Shown at once: the stream's reset may take up to a second on a dead link,
             # and status must not say "not connected" without saying why.
             self.link.last_close = reason
-            log.info("mesh session with %s ended: %s", self.link.short_id, reason.value)
+            self.link.session_closed(reason)  # counted and logged with its reason
         self.on_close()
 
     # -- what the mesh asks of a session -----------------------------------------
@@ -249,7 +250,7 @@ class PeerProtocol:
         for frame in frames:
             self.counters.frames_received += 1
             if self._first_frame and self.version is MeshVersion.V2 and type(frame) is not wire.MeshHello:
-                log.warning("mesh peer %s: first v2 frame is %s, not MESH_HELLO", self.link.short_id, frame.name)
+                self.link.misbehaved(CloseReason.PROTOCOL_ERROR, "sent %s first, not MESH_HELLO", frame.name)
                 self.close(CloseReason.PROTOCOL_ERROR)
                 return
             self._first_frame = False
@@ -313,6 +314,8 @@ class PeerProtocol:
         if kind is wire.Heartbeat:
             if frame.word == "ping":  # type: ignore[attr-defined]
                 self._queue_raw(PONG_FRAME)
+            else:
+                self.link.pong_received(self.clock.monotonic())
         elif kind is wire.Unsubscribe:
             self.owner.peer_unsubscribed(self.link, list(frame.topics))  # type: ignore[attr-defined]
             self._queue_control(wire.UnsubscribeAck(success=True))
@@ -339,7 +342,7 @@ class PeerProtocol:
 
     def _on_hello(self, frame: wire.MeshHello) -> None:
         if self._hello_done:
-            log.warning("mesh peer %s sent a second MESH_HELLO", self.link.short_id)
+            self.link.misbehaved(CloseReason.PROTOCOL_ERROR, "sent a second MESH_HELLO")
             self.close(CloseReason.PROTOCOL_ERROR)
             return
         refusal = self.owner.hello_refusal(self.link, frame.hub_id)
@@ -368,7 +371,8 @@ class PeerProtocol:
     def refuse(self, reason: CloseReason, why: str) -> None:
         """End the session for something the peer may not do; counted and logged with who it was."""
         self.counters.refused += 1
-        log.warning("mesh peer %s (%s) refused: %s", self.link.key, self.remote_address, why)
+        log.warning("mesh peer %s (%s) refused: %s", self.link.key, self.remote_address, why,
+                    extra=ev("mesh_peer_refused", peer=self.link.key, reason=reason.value))
         self.close(reason)
 
     def _start_replay(self) -> None:
@@ -397,12 +401,13 @@ class PeerProtocol:
             self._start_replay()  # the peer announced nothing: replay for what it had
         if now - self._last_ping >= cfg.heartbeat_interval:
             self._last_ping = now
+            self.link.ping_sent(now)
             self._queue_raw(PING_FRAME)
         for pending in self._pending_subs:
             if now - pending.sent_at < cfg.subscribe_ack_timeout:
                 continue
             if pending.resends >= cfg.subscribe_resends:
-                log.warning("mesh peer %s never acknowledged SUBSCRIBE %s", self.link.short_id, pending.topics)
+                self.link.misbehaved(CloseReason.SUBSCRIBE_UNACKED, "never acknowledged SUBSCRIBE %s", pending.topics)
                 self.close(CloseReason.SUBSCRIBE_UNACKED)
                 return
             pending.resends += 1

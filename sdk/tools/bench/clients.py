@@ -248,10 +248,12 @@ ROLES: dict[str, Callable[..., None]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .c1_load import ROLES as C1_ROLES
     from .latency import ROLES as LATENCY_ROLES
     from .pub0sub_clients import ROLES as PUB0SUB_ROLES
+    from .zenoh_clients import ROLES as ZENOH_ROLES
 
-    roles = {**ROLES, **LATENCY_ROLES, **PUB0SUB_ROLES}
+    roles = {**ROLES, **LATENCY_ROLES, **PUB0SUB_ROLES, **ZENOH_ROLES, **C1_ROLES}
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or args[0] not in roles:
         print(f"usage: python -m sdk.tools.bench.clients {{{','.join(roles)}}} JSON", file=sys.stderr)

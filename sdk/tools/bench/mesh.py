@@ -72,9 +72,11 @@ class MeshCluster(FirstAddress):
     """``hubs`` hub processes in one mesh; ``address`` is the first (publisher) hub's,
     ``addresses`` all of them in start order."""
 
-    def __init__(self, hubs: int) -> None:
+    def __init__(self, hubs: int, *extra: str) -> None:
+        """``extra``: more ``pub0sub hub`` options for every hub."""
         self.name = f"pub0sub-mesh{hubs}"
         self.count = hubs
+        self.extra = extra
         self.hubs: list[_Hub] = []
 
     @property
@@ -84,7 +86,7 @@ class MeshCluster(FirstAddress):
     def _argv(self, bootstrap: str | None) -> list[str]:
         # No --data-dir: no topic logs, so this measures routing and forwarding like T1's log-less hub.
         args = ["--listen", f"{HOST}:0", "--mesh-listen", f"/ip4/{HOST}/tcp/0", "--max-pending-bytes",
-                str(BENCH_PENDING_BYTES), "--log-level", "WARNING"]  # fmt: skip
+                str(BENCH_PENDING_BYTES), "--log-level", "WARNING", *self.extra]  # fmt: skip
         if bootstrap:
             args += ["--bootstrap", bootstrap]
         return python_module("hub", *args)
