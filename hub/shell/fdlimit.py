@@ -14,6 +14,8 @@ import logging
 import resource
 from dataclasses import dataclass
 
+from ..core.events import ev
+
 log = logging.getLogger("pub0sub.hub")
 
 #: Descriptors kept back from clients: listeners, log segments, the mesh's connections,
@@ -46,7 +48,8 @@ def raise_fd_limit() -> FdLimit:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
         except (ValueError, OSError) as exc:  # e.g. macOS refuses RLIM_INFINITY: keep what we have
-            log.warning("cannot raise the file descriptor limit from %d to %d: %s", soft, hard, exc)
+            log.warning("cannot raise the file descriptor limit from %d to %d: %s", soft, hard, exc,
+                        extra=ev("fd_limit_not_raised", reason=str(exc)))  # fmt: skip
     return FdLimit(before=_finite(before), soft=_finite(soft), hard=_finite(hard))
 
 
@@ -61,6 +64,7 @@ def connection_limit(configured: int | None, fds: FdLimit) -> int:
             "max_connections=%d is more than the file descriptor limit leaves for clients (%d of %d): "
             "using %d, so connection %d is refused with an ERROR instead of waiting in the backlog",
             configured, room, fds.soft, room, room + 1,
+            extra=ev("max_connections_lowered"),
         )  # fmt: skip
         return room
     return configured
