@@ -1,0 +1,296 @@
+"""A Spark standalone cluster on loopback: one master and N workers, from the ``pyspark`` package alone.
+
+Behind ``pub0sub spark up`` and the cluster runs of ``pub0sub spark exactly-once``, ``spark scale``
+and ``bench S1/S2``.  Each daemon is ``$SPARK_HOME/bin/spark-class`` (which ``exec``s the JVM,
+so the PID we hold is the JVM's) with its output in ``ROOT/<name>.log``; the addresses are read
+back from those logs, so every port can be 0.  The workers' Python is this interpreter (the
+project's virtualenv): ``PYSPARK_PYTHON`` and ``PATH`` of the workers point at it, so executors
+import ``sdk`` and ``wire`` from the same install as the driver.
+
+Everything is stopped by PID: each daemon, and the processes under it (an executor JVM and its
+Python workers), which are looked up in ``/proc`` before the daemon goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOST = "127.0.0.1"
+START_SECONDS = 90.0
+STOP_SECONDS = 15.0
+#: Heap of the master and worker daemons themselves (executors get ``--memory``): they keep little.
+DAEMON_MEMORY = "256m"
+_POLL = 0.1
+
+_MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
+_UI_URL = re.compile(r"Bound \w+WebUI to \S+, and started at http://[^:/]+:(\d+)")
+_WORKER_AT = re.compile(r"Starting Spark worker (\S+) with")
+_REGISTERED = re.compile(r"Successfully registered with master")
+
+
+def spark_home() -> Path:
+    """The installed pyspark package: it ships ``bin/spark-class`` and every jar a cluster needs."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+@dataclass
+class SparkDaemon:
+    """One master or worker JVM, its log, and what it said about itself."""
+
+    name: str
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    #: spark://host:port for the master, host:port for a worker
+    address: str = ""
+    ui: str = ""
+    #: processes under this daemon (executors, Python workers), as last seen in /proc
+    children: set[int] = field(default_factory=set)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (Linux ``/proc``; an empty set elsewhere or once it is gone)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            with contextlib.suppress(OSError, ValueError):
+                kids = {int(k) for k in task.read_text().split()}
+                todo.extend(kids - found)
+                found |= kids
+    return found
+
+
+def _signal_pids(pids: set[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    # A zombie child of ours still answers kill(0): it has exited all the same.
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    return True
+
+
+class LocalSparkCluster:
+    """Start, watch and stop a standalone master and ``workers`` workers on 127.0.0.1.
+
+    ``port``/``ui_port`` of the master: 0 for any free port.  Each worker offers ``cores``
+    cores and ``memory`` for executors (an application asking for more per executor than a
+    worker offers gets no executor there).
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        root: Path,
+        *,
+        cores: int = 1,
+        memory: str = "1g",
+        port: int = 0,
+        ui_port: int = 0,
+        python: str = sys.executable,
+        note: Callable[[str], object] = lambda line: None,
+    ) -> None:
+        if workers < 1:
+            raise ValueError("a Spark cluster needs at least one worker")
+        self.worker_count = workers
+        self.root = root
+        self.cores = cores
+        self.memory = memory
+        self.port = port
+        self.ui_port = ui_port
+        self.python = python
+        self.note = note
+        self.master: SparkDaemon | None = None
+        self.workers: list[SparkDaemon] = []
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        """The daemons' environment: loopback, small daemon heaps, the venv's Python for executors."""
+        venv_bin = str(Path(self.python).parent)
+        return {
+            **os.environ,
+            "SPARK_HOME": str(spark_home()),
+            "SPARK_LOCAL_IP": HOST,
+            "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+            # Executors run this interpreter, whatever the driver says: the package is installed in it.
+            "PYSPARK_PYTHON": self.python,
+            "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+            # The REST submission server listens on a fixed port (6066): not wanted here.
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+            "SPARK_WORKER_DIR": str(self.root / "work"),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.master = self._launch(
+                "master",
+                ["org.apache.spark.deploy.master.Master", "--host", HOST, "--port", str(self.port),
+                 "--webui-port", str(self.ui_port)],
+                [_MASTER_URL, _UI_URL],
+            )  # fmt: skip
+            for i in range(self.worker_count):
+                self.workers.append(self._start_worker(i))
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_worker(self, index: int) -> SparkDaemon:
+        assert self.master is not None
+        argv = [
+            "org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", "0", "--webui-port", "0",
+            "--cores", str(self.cores), "--memory", self.memory, "--work-dir", str(self.root / "work"),
+            self.master.address,
+        ]  # fmt: skip
+        return self._launch(f"worker-{index + 1}", argv, [_WORKER_AT, _UI_URL, _REGISTERED])
+
+    def _launch(self, name: str, argv: list[str], wanted: list[re.Pattern[str]]) -> SparkDaemon:
+        daemon = SparkDaemon(name, self.root / f"{name}.log")
+        command = [str(spark_home() / "bin" / "spark-class"), *argv]
+        with open(daemon.log_path, "ab") as log:
+            offset = log.tell()
+            # Its own session: a Ctrl-C in the terminal reaches only the launcher, which stops it.
+            daemon.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                           env=self.env(), start_new_session=True)  # fmt: skip
+        try:
+            self._read_start_lines(daemon, offset, wanted)
+        except BaseException:
+            self._stop_daemons([daemon])
+            raise
+        return daemon
+
+    def _read_start_lines(self, daemon: SparkDaemon, offset: int, wanted: list[re.Pattern[str]]) -> None:
+        assert daemon.proc is not None
+        deadline = time.monotonic() + START_SECONDS
+        missing = list(wanted)
+        with open(daemon.log_path, "rb") as log:
+            log.seek(offset)
+            pending = b""
+            while missing:
+                chunk = log.readline()
+                if not chunk.endswith(b"\n"):
+                    pending += chunk
+                    if daemon.proc.poll() is not None:
+                        raise RuntimeError(f"Spark {daemon.name} exited during start-up (status "
+                                           f"{daemon.proc.returncode}); see {daemon.log_path}")  # fmt: skip
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"Spark {daemon.name} did not start within {START_SECONDS:.0f}s "
+                                           f"(see {daemon.log_path})")  # fmt: skip
+                    time.sleep(_POLL)
+                    continue
+                line, pending = (pending + chunk).decode(errors="replace"), b""
+                for pattern in list(missing):
+                    found = pattern.search(line)
+                    if found is None:
+                        continue
+                    missing.remove(pattern)
+                    if pattern is _MASTER_URL or pattern is _WORKER_AT:
+                        daemon.address = found.group(1)
+                    elif pattern is _UI_URL:
+                        daemon.ui = f"http://{HOST}:{found.group(1)}"
+
+    # -- failures, for tests and the exactly-once run --------------------------------------------
+
+    def kill_worker(self, index: int) -> int:
+        """SIGKILL worker ``index`` and everything under it (its executor, their Python workers),
+        as a machine that dies would; how many processes were killed."""
+        worker = self.workers[index]
+        pids = {worker.pid, *descendants(worker.pid)}
+        _signal_pids(pids, signal.SIGKILL)
+        assert worker.proc is not None
+        worker.proc.wait(STOP_SECONDS)
+        return len(pids)
+
+    def restart_worker(self, index: int) -> SparkDaemon:
+        """Start worker ``index`` again (a new worker to the master, same cores and memory)."""
+        old = self.workers[index]
+        if old.alive:
+            self._stop_daemons([old])
+        self.workers[index] = self._start_worker(index)
+        return self.workers[index]
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    @property
+    def daemons(self) -> list[SparkDaemon]:
+        return [*self.workers, *([self.master] if self.master is not None else [])]
+
+    def exited(self) -> list[SparkDaemon]:
+        return [d for d in self.daemons if d.proc is not None and not d.alive]
+
+    def stop(self) -> int:
+        """Stop the workers, then the master; how many processes (daemons and their children) were stopped."""
+        return self._stop_daemons(self.daemons)
+
+    def _stop_daemons(self, daemons: list[SparkDaemon]) -> int:
+        running = [d for d in daemons if d.alive]
+        for d in running:
+            d.children = descendants(d.pid)
+        everything = {pid for d in running for pid in (d.pid, *d.children)}
+        # A worker stops its executors on SIGTERM; the executors' Python workers follow their JVM.
+        _signal_pids({d.pid for d in running}, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_SECONDS
+        while time.monotonic() < deadline and not all(_gone(pid) for pid in everything):
+            for d in running:
+                if d.proc is not None:
+                    d.proc.poll()  # reap our own children so they stop answering
+            time.sleep(_POLL)
+        _signal_pids({pid for pid in everything if not _gone(pid)}, signal.SIGKILL)
+        for d in running:
+            if d.proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    d.proc.wait(STOP_SECONDS)
+        return len(everything)
+
+    def __enter__(self) -> LocalSparkCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def master_url(self) -> str:
+        assert self.master is not None
+        return self.master.address
+
+    def describe(self) -> str:
+        assert self.master is not None
+        lines = [f"master    {self.master.address}  web UI {self.master.ui}  PID {self.master.pid}"]
+        for w in self.workers:
+            lines.append(f"{w.name:<9} {w.address}  web UI {w.ui}  PID {w.pid}  "
+                         f"({self.cores} core{'s' if self.cores != 1 else ''}, {self.memory})")  # fmt: skip
+        lines.append(f"executors run {self.python} (PYSPARK_PYTHON); logs in {self.root}")
+        return "\n".join(lines)
