@@ -129,7 +129,7 @@ def read_range(
 
     expected = start
     with (
-        connect_first(hubs, connect_timeout=connect_timeout, name="spark-reader") as client,
+        connect_first(hubs, connect_timeout=connect_timeout, retry_for=connect_timeout, name="spark-reader") as client,
         client.subscribe(topic, start={topic: start}, timeout=connect_timeout) as sub,
     ):
         quiet_since = time.monotonic()
