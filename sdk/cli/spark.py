@@ -97,23 +97,30 @@ def up(args: argparse.Namespace, prog: str) -> int:
     def watch() -> int:
         print(f"starting a Spark master and {args.workers} worker{'s' if args.workers != 1 else ''} ...", flush=True)
         cluster.start()
+        cluster.write_state()
         print(cluster.describe(), flush=True)
         print(f"try: pub0sub analyze DATA_DIR --master {cluster.master_url}", flush=True)
         print(f"running {f'for {args.seconds:g}s' if args.seconds else 'until Ctrl-C'}", flush=True)
         deadline = time.monotonic() + args.seconds if args.seconds else None
+        reported: set[int] = set()
         while deadline is None or time.monotonic() < deadline:
             time.sleep(WATCH_INTERVAL)
-            gone = cluster.exited()
-            if gone:
-                for d in gone:
-                    print(f"{prog}: {d.name} (PID {d.pid}) exited with status {d.proc.returncode if d.proc else '?'}; "
-                          f"see {d.log_path}", file=sys.stderr)  # fmt: skip
-                return 1
+            for d in cluster.exited():
+                if d.pid in reported:
+                    continue
+                reported.add(d.pid)
+                status = d.proc.returncode if d.proc is not None else "?"
+                print(f"{prog}: {d.name} (PID {d.pid}) exited with status {status}; see {d.log_path}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                if d is cluster.master:
+                    return 1
+                # A worker lost is what a cluster lives through (and what exactly-once runs do on purpose).
         return 0
 
     def stop() -> None:
         nonlocal stopped
         stopped = cluster.stop()
+        cluster.state_path.unlink(missing_ok=True)
 
     try:
         outcome = run_until_stopped(watch, cleanup=stop)

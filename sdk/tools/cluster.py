@@ -188,6 +188,19 @@ class LocalCluster:
                 elif line.startswith("metrics on "):  # http://HOST:PORT/metrics; the page is at its root
                     info.metrics_url = line.split()[-1].removesuffix("/metrics")
 
+    def restart(self, index: int) -> HubInfo:
+        """Stop hub ``index`` (SIGTERM by PID) and start it again on the same data dir and ports,
+        bootstrapping from another hub: the same hub to its clients and peers."""
+        old = self.hubs[index]
+        if old.proc is not None:
+            stop_processes([old.proc])
+        client_port = int(old.address.rsplit(":", 1)[1])
+        mesh_port = int(old.multiaddrs[0].split("/tcp/")[1].split("/")[0])
+        others = [h for i, h in enumerate(self.hubs) if i != index and h.multiaddrs]
+        bootstrap = ["--bootstrap", others[0].multiaddrs[0]] if others else []
+        self.hubs[index] = self._start_hub(old.name, (client_port, mesh_port), bootstrap)
+        return self.hubs[index]
+
     def wait_converged(self, timeout: float = CONVERGE_SECONDS) -> bool:
         """True once every hub is linked to every other one."""
         deadline = time.monotonic() + timeout

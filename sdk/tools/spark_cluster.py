@@ -14,6 +14,7 @@ Python workers), which are looked up in ``/proc`` before the daemon goes.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -30,6 +31,7 @@ STOP_SECONDS = 15.0
 #: Heap of the master and worker daemons themselves (executors get ``--memory``): they keep little.
 DAEMON_MEMORY = "256m"
 _POLL = 0.1
+STATE_FILE = "spark-cluster.json"
 
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
 _UI_URL = re.compile(r"Bound \w+WebUI to \S+, and started at http://[^:/]+:(\d+)")
@@ -50,21 +52,27 @@ class SparkDaemon:
 
     name: str
     log_path: Path
+    #: None for a daemon of another process's cluster (attached from its state file)
     proc: subprocess.Popen[bytes] | None = None
     #: spark://host:port for the master, host:port for a worker
     address: str = ""
     ui: str = ""
+    known_pid: int = 0
     #: processes under this daemon (executors, Python workers), as last seen in /proc
     children: set[int] = field(default_factory=set)
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        return self.proc.pid if self.proc is not None else self.known_pid
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return self.known_pid > 0 and not _gone(self.known_pid)
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "pid": self.pid, "address": self.address, "ui": self.ui, "log": str(self.log_path)}
 
 
 def descendants(pid: int) -> set[int]:
@@ -133,6 +141,41 @@ class LocalSparkCluster:
         self.master: SparkDaemon | None = None
         self.workers: list[SparkDaemon] = []
 
+    # -- a cluster another process runs (pub0sub spark up) ----------------------------------------
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / STATE_FILE
+
+    def write_state(self) -> None:
+        """``ROOT/spark-cluster.json``: the master URL and every daemon's PID, for :meth:`attach`."""
+        assert self.master is not None
+        state = {
+            "master": self.master.to_json(), "workers": [w.to_json() for w in self.workers],
+            "cores": self.cores, "memory": self.memory, "python": self.python, "launcher_pid": os.getpid(),
+        }  # fmt: skip
+        self.state_path.write_text(json.dumps(state, indent=2) + "\n")
+
+    @classmethod
+    def attach(cls, root: Path) -> LocalSparkCluster:
+        """The cluster a ``pub0sub spark up --root ROOT`` runs.  Its daemons stay that command's:
+        :meth:`stop` stops only what this object started (a worker started again after a kill)."""
+        try:
+            state = json.loads((root / STATE_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"no running cluster in {root} ({exc}): start one with pub0sub spark up") from None
+
+        def daemon(d: dict[str, object]) -> SparkDaemon:
+            return SparkDaemon(str(d["name"]), Path(str(d["log"])), None, str(d["address"]), str(d["ui"]),
+                               int(str(d["pid"])))  # fmt: skip
+
+        cluster = cls(len(state["workers"]), root, cores=state["cores"], memory=state["memory"], python=state["python"])
+        cluster.master = daemon(state["master"])
+        cluster.workers = [daemon(w) for w in state["workers"]]
+        if not cluster.master.alive:
+            raise RuntimeError(f"the Spark master of {root} (PID {cluster.master.pid}) is not running")
+        return cluster
+
     # -- start ----------------------------------------------------------------------------------
 
     def env(self) -> dict[str, str]:
@@ -167,14 +210,16 @@ class LocalSparkCluster:
             self.stop()
             raise
 
-    def _start_worker(self, index: int) -> SparkDaemon:
+    def _worker_argv(self) -> list[str]:
         assert self.master is not None
-        argv = [
+        return [
             "org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", "0", "--webui-port", "0",
             "--cores", str(self.cores), "--memory", self.memory, "--work-dir", str(self.root / "work"),
             self.master.address,
         ]  # fmt: skip
-        return self._launch(f"worker-{index + 1}", argv, [_WORKER_AT, _UI_URL, _REGISTERED])
+
+    def _start_worker(self, index: int) -> SparkDaemon:
+        return self._launch(f"worker-{index + 1}", self._worker_argv(), [_WORKER_AT, _UI_URL, _REGISTERED])
 
     def _launch(self, name: str, argv: list[str], wanted: list[re.Pattern[str]]) -> SparkDaemon:
         daemon = SparkDaemon(name, self.root / f"{name}.log")
@@ -229,8 +274,11 @@ class LocalSparkCluster:
         worker = self.workers[index]
         pids = {worker.pid, *descendants(worker.pid)}
         _signal_pids(pids, signal.SIGKILL)
-        assert worker.proc is not None
-        worker.proc.wait(STOP_SECONDS)
+        if worker.proc is not None:
+            worker.proc.wait(STOP_SECONDS)
+        deadline = time.monotonic() + STOP_SECONDS
+        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(_POLL)
         return len(pids)
 
     def restart_worker(self, index: int) -> SparkDaemon:
@@ -238,6 +286,11 @@ class LocalSparkCluster:
         old = self.workers[index]
         if old.alive:
             self._stop_daemons([old])
+        # Its own log: a worker of ``spark up`` keeps its log to itself.
+        if old.proc is None:
+            self.workers[index] = self._launch(f"{old.name}-again", self._worker_argv(), [_WORKER_AT, _UI_URL,
+                                                                                           _REGISTERED])  # fmt: skip
+            return self.workers[index]
         self.workers[index] = self._start_worker(index)
         return self.workers[index]
 
@@ -255,7 +308,7 @@ class LocalSparkCluster:
         return self._stop_daemons(self.daemons)
 
     def _stop_daemons(self, daemons: list[SparkDaemon]) -> int:
-        running = [d for d in daemons if d.alive]
+        running = [d for d in daemons if d.proc is not None and d.alive]  # only our own
         for d in running:
             d.children = descendants(d.pid)
         everything = {pid for d in running for pid in (d.pid, *d.children)}
