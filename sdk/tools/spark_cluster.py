@@ -32,6 +32,14 @@ STOP_SECONDS = 15.0
 DAEMON_MEMORY = "256m"
 _POLL = 0.1
 STATE_FILE = "spark-cluster.json"
+#: Driver settings for an application on such a cluster: 1-core executors that fit a worker's
+#: default 1g, no driver UI.  ``spark.cores.max`` is the application's to set (all workers' cores).
+DRIVER_CONF = {
+    "spark.executor.memory": "512m",
+    "spark.executor.cores": "1",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+}
 
 _MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
 _UI_URL = re.compile(r"Bound \w+WebUI to \S+, and started at http://[^:/]+:(\d+)")

@@ -30,7 +30,7 @@ from typing import Any
 
 from ...blocking import connect_blocking
 from ..cluster import LocalCluster
-from ..spark_cluster import LocalSparkCluster
+from ..spark_cluster import DRIVER_CONF, LocalSparkCluster
 from ..stopping import run_until_stopped
 from .pipeline import (
     INPUT_PATTERN,
@@ -39,6 +39,7 @@ from .pipeline import (
     Streams,
     check_output,
     check_parquet,
+    duplicate_frames,
     next_offsets,
     read_topic,
 )
@@ -47,14 +48,8 @@ HELP = "streaming through a 3-hub mesh on a local cluster with a worker killed, 
 DEFAULT_ROOT = Path("pub0sub-spark-exactly-once")
 #: How long the queries may take to catch up once publishing stopped.
 DRAIN_SECONDS = 180.0
-#: Spark settings for the cluster's driver: small executors (2-core machine), no UI.
-CLUSTER_CONF = {
-    "spark.executor.memory": "512m",
-    "spark.executor.cores": "1",
-    "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
-}
+#: How long the first batch with data may take (executors start their Python workers for it).
+WARM_SECONDS = 120.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,7 +102,7 @@ class Run:
         from ...spark import register
         from ...spark.session import build_session
 
-        conf = {**CLUSTER_CONF, "spark.cores.max": str(len(self.cluster.workers) * self.cluster.cores)}
+        conf = {**DRIVER_CONF, "spark.cores.max": str(len(self.cluster.workers) * self.cluster.cores)}
         self.spark = build_session(self.cluster.master_url, app_name="pub0sub exactly-once", conf=conf)
         register(self.spark)
         self.event("driver connected")
@@ -116,9 +111,11 @@ class Run:
     def hub(self, n: int) -> str:
         return self.hubs.hubs[n - 1].address
 
-    def kill_worker(self) -> None:
+    def kill_worker(self, streams: Streams) -> None:
+        # Aim at a batch in flight: wait (a little) until the topic query processes data.
+        busy = streams.wait_busy(timeout=5.0)
         killed = self.cluster.kill_worker(0)
-        self.event("SIGKILL worker-1 and its executor", processes=killed)
+        self.event("SIGKILL worker-1 and its executor", processes=killed, during_a_batch=busy)
 
     def restart_worker(self) -> None:
         self.cluster.restart_worker(0)
@@ -146,16 +143,22 @@ def _phase(run: Run, name: str, trigger: str) -> dict[str, Any]:
     micro = trigger == "micro-batch"
     streams = Streams(run.spark, run.hub(2), run.hub(3), f"out.{name}", args.root / name,
                       {"processingTime": "1 second"} if micro else {"availableNow": True})  # fmt: skip
-    # The failures, at fractions of the publishing time.
-    plan: list[tuple[float, Callable[[], None]]] = [(0.2, run.kill_worker), (0.3, run.restart_worker)]
+    # The failures, at fractions of the publishing time, counted from the first batch with data.
+    plan: list[tuple[float, Callable[[], None]]] = [(0.2, lambda: run.kill_worker(streams)),
+                                                    (0.3, run.restart_worker)]  # fmt: skip
     if micro:
         plan.append((0.5, lambda: _restart_queries(run, streams)))
     plan.append((0.75, run.restart_source_hub))
+    dropped_before = duplicate_frames(run.hub(3))
     run.publisher.start()
     streams.start()
-    started = time.monotonic()
     run.event(f"{name}: publishing, queries started", trigger=trigger)
     runs = 1
+    warm_until = time.monotonic() + WARM_SECONDS
+    while not streams.has_written() and time.monotonic() < warm_until:
+        runs += _service(streams, micro, 0.2)
+    started = time.monotonic()
+    run.event(f"{name}: first batch written")
     while plan or time.monotonic() - started < args.seconds:
         elapsed = (time.monotonic() - started) / args.seconds
         while plan and plan[0][0] <= elapsed:
@@ -167,8 +170,10 @@ def _phase(run: Run, name: str, trigger: str) -> dict[str, Any]:
     runs += _drain(run, streams, len(published), micro)
     check = check_output(published, read_topic(run.hub(3), streams.out_topic))
     parquet = check_parquet(run.spark, streams.parquet, published)
-    run.event(f"{name}: checked", topic=check.received, parquet=parquet["rows"])
-    return {"output": check, "parquet": parquet, "runs": runs, "batches": streams.batches}
+    dropped = duplicate_frames(run.hub(3)) - dropped_before
+    run.event(f"{name}: checked", topic=check.received, parquet=parquet["rows"], replayed_frames_dropped=dropped)
+    return {"output": check, "parquet": parquet, "runs": runs, "batches": streams.batches,
+            "replayed_frames_dropped": dropped}  # fmt: skip
 
 
 def _service(streams: Streams, micro: bool, seconds: float) -> int:
@@ -263,6 +268,7 @@ def _report(results: dict[str, Any], run: Run, args: argparse.Namespace) -> int:
         "published": len(run.publisher.published),
         "phases": {
             trigger: {"output": r["output"].to_json(), "parquet": r["parquet"], "query_runs": r["runs"],
+                      "replayed_frames_dropped": r["replayed_frames_dropped"],
                       "batches": {name: _batch_figures(d) for name, d in r["batches"].items()}}
             for trigger, r in results.items()
         },
@@ -281,6 +287,7 @@ def _report(results: dict[str, Any], run: Run, args: argparse.Namespace) -> int:
             print(f"{trigger:>13}: topic {out.received:,}/{out.published:,} (missing {out.missing}, duplicates "
                   f"{out.duplicates}, out of order {out.order_violations}); parquet {pq['rows']:,} rows, "
                   f"{pq['distinct_offsets']:,} distinct (missing {pq['missing']}); publish->output p50 "
-                  f"{lat['latency_p50_ms']} ms, p99 {lat['latency_p99_ms']} ms; query runs {r['runs']}")  # fmt: skip
+                  f"{lat['latency_p50_ms']} ms, p99 {lat['latency_p99_ms']} ms; query runs {r['runs']}; "
+                  f"replayed frames dropped by hub-3: {r['replayed_frames_dropped']}")  # fmt: skip
         print("exactly once, in order per key: " + ("yes" if ok else "NO"))
     return 0 if ok else 1
