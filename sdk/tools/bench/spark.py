@@ -7,7 +7,8 @@
 * S2, streaming read to the sink: :mod:`sdk.tools.bench.spark_stream`.
 
 Both masters measure against one server: a hub with a data directory plus a standalone master
-and two 1-core workers on loopback (:class:`HubAndSparkCluster`), idle while ``local[2]`` runs.
+and two 1-core workers on loopback (:class:`HubAndSparkCluster`, started on the first cluster
+measurement), idle while ``local[2]`` runs.
 A process holds one SparkContext, so :func:`session_for` stops the other master's session
 when the methods alternate; every measurement first runs an untimed warm-up read, so the
 timed query never pays for the executors' Python workers starting.
@@ -66,11 +67,12 @@ class HubAndSparkCluster:
 
     def start(self) -> None:
         self.hub.start()
-        try:
+
+    def master_url(self) -> str:
+        """The cluster's master, started on first use (a local[2]-only run never pays for it)."""
+        if self.cluster.master is None:
             self.cluster.start()
-        except BaseException:
-            self.hub.stop()
-            raise
+        return self.cluster.master_url
 
     def stop(self) -> None:
         global _session
@@ -107,7 +109,7 @@ def session_for(master: str, app: str) -> SparkSession:
 
 def master_of(server: Server | None, which: str) -> str:
     assert isinstance(server, HubAndSparkCluster)
-    return LOCAL if which == "local" else server.cluster.master_url
+    return LOCAL if which == "local" else server.master_url()
 
 
 def hub_address(server: Server | None) -> str:
