@@ -77,7 +77,9 @@ def test_analyze_runs_on_the_cluster(spark_up: tuple[Command, Path, str], tmp_pa
 def committed_parquet_rows(path: Path) -> list[dict[str, Any]]:
     """The Parquet sink's rows as Spark's file sink defines them: only files its commit log lists."""
     files: set[str] = set()
-    for log in sorted((path / "_spark_metadata").iterdir(), key=lambda p: int(p.name.split(".")[0])):
+    # Batch logs are named N, every 10th one N.compact (it repeats the earlier ones); .N.crc are checksums.
+    logs = [p for p in (path / "_spark_metadata").iterdir() if not p.name.startswith(".")]
+    for log in sorted(logs, key=lambda p: int(p.name.split(".")[0])):
         for line in log.read_text().splitlines()[1:]:  # the first line is the log's version
             entry = json.loads(line)
             if entry["action"] == "add":
