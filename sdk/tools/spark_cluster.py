@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .start_lines import start_lines
+
 HOST = "127.0.0.1"
 START_SECONDS = 90.0
 STOP_SECONDS = 15.0
@@ -246,33 +248,19 @@ class LocalSparkCluster:
 
     def _read_start_lines(self, daemon: SparkDaemon, offset: int, wanted: list[re.Pattern[str]]) -> None:
         assert daemon.proc is not None
-        deadline = time.monotonic() + START_SECONDS
         missing = list(wanted)
-        with open(daemon.log_path, "rb") as log:
-            log.seek(offset)
-            pending = b""
-            while missing:
-                chunk = log.readline()
-                if not chunk.endswith(b"\n"):
-                    pending += chunk
-                    if daemon.proc.poll() is not None:
-                        raise RuntimeError(f"Spark {daemon.name} exited during start-up (status "
-                                           f"{daemon.proc.returncode}); see {daemon.log_path}")  # fmt: skip
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"Spark {daemon.name} did not start within {START_SECONDS:.0f}s "
-                                           f"(see {daemon.log_path})")  # fmt: skip
-                    time.sleep(_POLL)
+        for line in start_lines(daemon.proc, daemon.log_path, offset, START_SECONDS, f"Spark {daemon.name}"):
+            for pattern in list(missing):
+                found = pattern.search(line)
+                if found is None:
                     continue
-                line, pending = (pending + chunk).decode(errors="replace"), b""
-                for pattern in list(missing):
-                    found = pattern.search(line)
-                    if found is None:
-                        continue
-                    missing.remove(pattern)
-                    if pattern is _MASTER_URL or pattern is _WORKER_AT:
-                        daemon.address = found.group(1)
-                    elif pattern is _UI_URL:
-                        daemon.ui = f"http://{HOST}:{found.group(1)}"
+                missing.remove(pattern)
+                if pattern is _MASTER_URL or pattern is _WORKER_AT:
+                    daemon.address = found.group(1)
+                elif pattern is _UI_URL:
+                    daemon.ui = f"http://{HOST}:{found.group(1)}"
+            if not missing:
+                return
 
     # -- failures, for tests and the exactly-once run --------------------------------------------
 
