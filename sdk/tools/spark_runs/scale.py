@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT,
                         help=f"hub data, reports, Spark logs (default ./{DEFAULT_ROOT})")
     parser.add_argument("--reuse", action="store_true", help="use the data already under ROOT/hubs")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the cluster's run (repeatable; local[2] keeps the project's "
+                             "local settings), e.g. spark.sql.shuffle.partitions=4")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
 
 
@@ -127,6 +130,10 @@ def main(args: argparse.Namespace, prog: str) -> int:
     if args.messages < 4 or args.workers < 1:
         print(f"{prog}: error: --messages must be >= 4 and --workers >= 1", file=sys.stderr)
         return 2
+    if any("=" not in item for item in args.conf):
+        print(f"{prog}: error: --conf takes KEY=VALUE", file=sys.stderr)
+        return 2
+    extra_conf = dict(item.split("=", 1) for item in args.conf)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -144,7 +151,8 @@ def main(args: argparse.Namespace, prog: str) -> int:
         say(cluster.describe())
         cores = str(args.workers)
         figures["cluster"] = analyze(data, args.root / "report-cluster", cluster.master_url,
-                                     {"spark.executor.memory": EXECUTOR_MEMORY, "spark.cores.max": cores})  # fmt: skip
+                                     {"spark.executor.memory": EXECUTOR_MEMORY, "spark.cores.max": cores,
+                                      **extra_conf})  # fmt: skip
         cluster.stop()  # local[2] gets the cores to itself
         figures["local"] = analyze(data, args.root / "report-local", "local[2]", {})
         return 0
