@@ -182,7 +182,8 @@ class LocalCluster:
         mesh_port = int(old.multiaddrs[0].split("/tcp/")[1].split("/")[0])
         others = [h for i, h in enumerate(self.hubs) if i != index and h.multiaddrs]
         bootstrap = ["--bootstrap", others[0].multiaddrs[0]] if others else []
-        self.hubs[index] = self._start_hub(old.name, (client_port, mesh_port), bootstrap)
+        metrics_port = int(old.metrics_url.rsplit(":", 1)[1]) if old.metrics_url else None
+        self.hubs[index] = self._start_hub(old.name, Ports(client_port, mesh_port, metrics_port), bootstrap)
         return self.hubs[index]
 
     def wait_converged(self, timeout: float = CONVERGE_SECONDS) -> bool:
