@@ -49,7 +49,7 @@ def raise_fd_limit() -> FdLimit:
             soft = hard
         except (ValueError, OSError) as exc:  # e.g. macOS refuses RLIM_INFINITY: keep what we have
             log.warning("cannot raise the file descriptor limit from %d to %d: %s", soft, hard, exc,
-                        extra=ev("fd_limit_not_raised", reason=str(exc)))
+                        extra=ev("fd_limit_not_raised", reason=str(exc)))  # fmt: skip
     return FdLimit(before=_finite(before), soft=_finite(soft), hard=_finite(hard))
 
 

@@ -72,9 +72,9 @@ class ClientListener:
                 except OSError as exc:
                     if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
                         raise
-                    name = errno.errorcode.get(exc.errno or 0, str(exc))
-                    log.error("accept failed (%s): retrying in %.0f ms", name, ACCEPT_RETRY_SECONDS * 1000,
-                              extra=ev("accept_failed", reason=name))  # fmt: skip
+                    reason = errno.errorcode.get(exc.errno or 0, str(exc))
+                    log.error("accept failed (%s): retrying in %.0f ms", reason, ACCEPT_RETRY_SECONDS * 1000,
+                              extra=ev("accept_failed", reason=reason))  # fmt: skip
                     await trio.sleep(ACCEPT_RETRY_SECONDS)
                     continue
                 self.handle(stream, nursery)

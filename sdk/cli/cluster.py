@@ -24,9 +24,10 @@ from typing import Any
 
 from ..blocking import connect_blocking
 from ..errors import Pub0subError
-from ..tools.cluster import LocalCluster, describe, last_line
+from ..tools.cluster import LocalCluster, describe
 from ..tools.cluster_secret import SECRET_FILE, make_secret_file
 from ..tools.cluster_state import ClusterState, HubEntry, stop_hubs
+from ..tools.start_lines import last_line
 from ..tools.stopping import run_until_stopped
 
 DEFAULT_ROOT = Path("pub0sub-cluster-data")

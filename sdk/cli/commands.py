@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, str] = {
     "cluster": "N meshed hubs on loopback: pub0sub cluster up|status|down|secret",
     "demo": "start a local demo with traffic you can watch",
     "analyze": "Spark job: per-topic counts, rates and latency from hub data directories",
+    "spark": "a local Spark cluster and the runs on it: pub0sub spark up|exactly-once|scale",
 }
 #: subcommand -> the module whose ``main(argv, prog=...) -> int`` runs it in this process
 #: (every subcommand but ``hub``)
@@ -42,6 +43,7 @@ MODULES: dict[str, str] = {
     "cluster": "sdk.cli.cluster",
     "demo": "sdk.tools.demo",
     "analyze": "sdk.spark.analyze.cli",
+    "spark": "sdk.cli.spark",
 }
 
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 
+from wire.records import split_records
+
 from ..messages import Gap
+from .columns import key_value_arrays, strings, u64_as_i64
 from .hubs import connect_first
 from .options import NO_ACCESS, DataLossError, HubAccess
 
@@ -30,7 +34,9 @@ SPARK_DDL = "topic STRING, offset BIGINT, timestamp TIMESTAMP, key BINARY, value
 
 #: Rows per Arrow batch handed to Spark: big enough to amortise the per-batch cost, small enough for memory.
 ROWS_PER_BATCH = 65_536
-#: How long one wait for data lasts before the reader looks at gap notices again.
+#: ... and bytes: Arrow binary columns address their data with 32-bit offsets.
+BYTES_PER_BATCH = 64 << 20
+#: How long one wait for data lasts before the reader looks at its read timeout again.
 _POLL_SECONDS = 0.25
 
 
@@ -41,12 +47,55 @@ def _loss_message(topic: str, first: int, last: int, why: str) -> str:
     )
 
 
-def _gap_end(gaps: Sequence[Gap], topic: str, at: int) -> tuple[int, str] | None:
-    """The end of a noted gap of ``topic`` covering offset ``at``, and its reason."""
-    for gap in gaps:
-        if gap.topic == topic and gap.first_offset <= at < gap.first_offset + gap.dropped:
-            return gap.first_offset + gap.dropped, gap.reason
-    return None
+class _Columns:
+    """Delivered batches of one topic, kept as per-batch facts and per-batch key/value arrays
+    until :meth:`take` expands them into one Arrow batch of the source's schema."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self._origins: dict[int, int] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows = 0
+        self.bytes = 0
+        self.counts: list[int] = []
+        self.base: list[int] = []
+        self.stamps: list[int] = []
+        self.origin: list[int] = []
+        self.keys: list[pa.Array] = []
+        self.values: list[pa.Array] = []
+
+    def add(self, base_offset: int, timestamp: int, origin: int, records: bytes, count: int) -> None:
+        keys, values = key_value_arrays(records, count)
+        self.counts.append(count)
+        self.base.append(base_offset)
+        self.stamps.append(timestamp)
+        self.origin.append(self._origins.setdefault(origin, len(self._origins)))
+        self.keys.append(keys)
+        self.values.append(values)
+        self.rows += count
+        self.bytes += len(records)
+
+    def take(self) -> pa.RecordBatch:
+        counts = np.array(self.counts, dtype=np.int64)
+        total = int(counts.sum())
+        starts = np.cumsum(counts) - counts
+        within = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+        origins = [f"{o:016x}" for o in self._origins]
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(pa.scalar(self.topic, pa.string()), total),
+                pa.array(np.repeat(np.array(self.base, dtype=np.int64), counts) + within),
+                pa.array(np.repeat(u64_as_i64(self.stamps), counts)).cast(pa.timestamp("us", tz="UTC")),
+                pa.concat_arrays(self.keys),
+                pa.concat_arrays(self.values),
+                strings(origins, np.repeat(np.array(self.origin, dtype=np.int32), counts)),
+            ],
+            schema=ARROW_SCHEMA,
+        )
+        self._reset()
+        return batch
 
 
 def read_range(
@@ -64,95 +113,61 @@ def read_range(
 
     Every offset is accounted for: a message, or a gap notice from the hub (retention,
     corrupted batch) that fails with :class:`DataLossError` unless ``fail_on_data_loss``
-    is false, in which case the missing offsets are skipped.  Works a delivered batch at a
-    time (``next_batch``; offsets inside one batch are consecutive) rather than a message
-    at a time: that halves the Python cost per row.
+    is false, in which case the missing offsets are skipped.  Works on the delivered record
+    batches themselves (offsets inside one are consecutive): their regions become Arrow
+    columns with numpy (:mod:`sdk.spark.columns`), never a Python object per message.
     """
     if start >= end:
         return
-    offsets: list[int] = []
-    stamps: list[int] = []
-    keys: list[bytes | None] = []
-    values: list[bytes] = []
-    origin_hex: list[str] = []
-    origins: dict[int, str] = {}
+    cols = _Columns(topic)
 
-    def flush() -> pa.RecordBatch:
-        n = len(offsets)
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array([topic] * n, pa.string()),
-                pa.array(offsets, pa.int64()),
-                pa.array(stamps, pa.timestamp("us", tz="UTC")),
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array(origin_hex, pa.string()),
-            ],
-            schema=ARROW_SCHEMA,
-        )
-        for column in (offsets, stamps, keys, values, origin_hex):
-            column.clear()
-        return batch
-
-    def skip_to(expected: int, first_present: int | None) -> int:
-        """Offsets from ``expected`` are missing (before ``first_present``, or a noted gap): fail or skip."""
-        noted = _gap_end(sub.gaps, topic, expected)
-        if noted is None and first_present is None:
-            return expected  # nothing known to be missing yet: keep waiting
-        if noted is not None:
-            gap_end = min(end, noted[0])
-        else:
-            assert first_present is not None  # both None returned above
-            gap_end = min(end, first_present)
-        why = f"gap notice, reason {noted[1]!r}" if noted else "not delivered"
+    def skip(expected: int, to: int, why: str) -> int:
+        """Offsets ``expected .. to-1`` are missing: fail, or go on at ``min(to, end)``."""
+        to = min(to, end)
         if fail_on_data_loss:
-            raise DataLossError(_loss_message(topic, expected, gap_end - 1, why))
-        return gap_end
+            raise DataLossError(_loss_message(topic, expected, to - 1, why))
+        return to
 
     expected = start
     with (
-        connect_first(hubs, connect_timeout=connect_timeout, access=access, name="spark-reader") as client,
+        connect_first(hubs, connect_timeout=connect_timeout, retry_for=connect_timeout, access=access,
+                      name="spark-reader") as client,
         client.subscribe(topic, start={topic: start}, timeout=connect_timeout) as sub,
     ):
         quiet_since = time.monotonic()
         while expected < end:
-            # A short wait, so a gap notice at the very end of the range (nothing follows it) is seen soon.
-            msgs = sub.next_batch(timeout=_POLL_SECONDS)
-            if not msgs:
-                moved = skip_to(expected, None)
-                if moved != expected:
-                    expected = moved
-                    quiet_since = time.monotonic()
-                elif time.monotonic() - quiet_since > read_timeout:
+            # Record batches and gap notices in the order the hub sent them.  ``_item`` is the
+            # subscription's own buffer: the public iterators would make a Message per record.
+            item = sub._item(_POLL_SECONDS)
+            if item is None:
+                if time.monotonic() - quiet_since > read_timeout:
                     raise TimeoutError(
                         f"pub0sub: reading topic {topic!r} offsets [{start}, {end}) from {client.address}: "
                         f"nothing arrived for {read_timeout:g} s at offset {expected} (option readTimeout)"
                     )
                 continue
             quiet_since = time.monotonic()
-            first = msgs[0].offset
+            if isinstance(item, Gap):
+                if item.topic == topic and item.first_offset <= expected < item.first_offset + item.dropped:
+                    expected = skip(expected, item.first_offset + item.dropped, f"gap notice, reason {item.reason!r}")
+                continue
+            first, count, records = item.base_offset, item.count, item.records
             if first > expected:
-                expected = skip_to(expected, first)
-            if first < expected:
-                msgs = msgs[expected - first :]  # already had these (cannot happen on one follower; cheap)
-                if not msgs:
+                expected = skip(expected, first, "not delivered")
+            if first < expected:  # already had these (cannot happen on one follower; cheap)
+                if first + count <= expected:
                     continue
-                first = msgs[0].offset
-            if first + len(msgs) > end:
-                msgs = msgs[: end - first]
-            n = len(msgs)
-            offsets.extend(range(first, first + n))
-            stamps.extend([m.timestamp for m in msgs])
-            keys.extend([m.key for m in msgs])
-            values.extend([m.data for m in msgs])
-            origin = msgs[0].origin
-            if msgs[-1].origin == origin and all(m.origin == origin for m in msgs):
-                text = origins.get(origin) or origins.setdefault(origin, f"{origin:016x}")
-                origin_hex.extend([text] * n)
-            else:
-                origin_hex.extend([f"{m.origin:016x}" for m in msgs])
-            expected = first + n
-            if len(offsets) >= ROWS_PER_BATCH:
-                yield flush()
-    if offsets:
-        yield flush()
+                _, records = split_records(records, expected - first)
+                count -= expected - first
+                first = expected
+            if first + count > end:
+                records, _ = split_records(records, end - first)
+                count = end - first
+            if count <= 0:
+                continue
+            cols.add(first, item.timestamp, item.origin, records, count)
+            expected = first + count
+            if cols.rows >= ROWS_PER_BATCH or cols.bytes >= BYTES_PER_BATCH:
+                yield cols.take()
+    if cols.rows:
+        yield cols.take()

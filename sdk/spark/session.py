@@ -23,7 +23,6 @@ DEFAULT_MASTER = "local[*]"
 #: Settings for a single machine; a cluster master keeps its own defaults for the rest.
 LOCAL_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
     "spark.sql.shuffle.partitions": "2",
@@ -33,6 +32,8 @@ LOCAL_CONF: dict[str, str] = {
 #: Settings for every master: results must not depend on the driver's time zone.
 COMMON_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
+    # Progress bars on stderr interleave with the commands' own lines (analyze has its own).
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # INT96 is Spark's legacy default; microseconds read back the same in pandas, DuckDB and Arrow.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",

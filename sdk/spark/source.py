@@ -103,7 +103,7 @@ def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 
 
 def _partitions(opts: ReadOptions, ranges: dict[str, tuple[int, int]]) -> list[RangePartition]:
-    planned = plan_ranges(ranges, opts.max_records_per_partition, opts.min_partitions)
+    planned = plan_ranges(ranges, opts.max_records_per_partition, opts.min_partitions, split=opts.split_topics)
     return [RangePartition(topic, start, end, opts) for topic, start, end in planned]
 
 
@@ -120,7 +120,7 @@ class Pub0subBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
-        bounds = topic_bounds(opts.hubs, connect_timeout=opts.connect_timeout, access=opts.access)
+        bounds = topic_bounds(opts)
         ranges: dict[str, tuple[int, int]] = {}
         for topic in opts.subscription.resolve(bounds):
             b = bounds.get(topic, _NO_BOUNDS)
@@ -156,7 +156,7 @@ class Pub0subStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, int] | None = None
 
     def _bounds(self) -> dict[str, TopicBounds]:
-        return topic_bounds(self.opts.hubs, connect_timeout=self.opts.connect_timeout, access=self.opts.access)
+        return topic_bounds(self.opts)
 
     def _now(self) -> dict[str, int]:
         bounds = self._bounds()

@@ -99,7 +99,7 @@ def publish_rows(
         kwargs["producer_id"] = producer_id
     if flush_bytes is not None:
         kwargs["flush_bytes"] = flush_bytes
-    client = connect_first(hubs, connect_timeout=connect_timeout, access=access, **kwargs)
+    client = connect_first(hubs, connect_timeout=connect_timeout, retry_for=connect_timeout, access=access, **kwargs)
     result = PublishResult(partition=partition, producer_id=client.protocol.buffer.producer_id)
     per_topic = result.per_topic
     try:

@@ -30,6 +30,7 @@ from typing import Any
 from ..blocking import connect_blocking
 from .cluster_secret import cluster_secret
 from .local_tls import local_tls
+from .start_lines import start_lines
 
 HUB_START_SECONDS = 30.0
 CONVERGE_SECONDS = 30.0
@@ -38,8 +39,6 @@ STOP_SECONDS = 10.0
 #: its metrics port (``--metrics``) its client port + 2.
 PORT_STEP = 10
 HOST = "127.0.0.1"
-#: Seconds between two looks at a starting hub's log (it prints its addresses within ~1-2 s).
-_POLL = 0.05
 
 
 @dataclass
@@ -172,32 +171,31 @@ class LocalCluster:
     def _read_start_lines(self, info: HubInfo, offset: int, *, metrics: bool) -> None:
         """Wait (deadline) for the addresses the hub prints once it listens (its metrics URL last)."""
         assert info.proc is not None
-        deadline = time.monotonic() + HUB_START_SECONDS
-        with open(info.log_path, "rb") as log:
-            log.seek(offset)
-            pending = b""
-            while not info.multiaddrs or (metrics and not info.metrics_url):
-                chunk = log.readline()
-                if not chunk.endswith(b"\n"):  # nothing new (or half a line): look again shortly
-                    pending += chunk
-                    if info.proc.poll() is not None:
-                        status = info.proc.wait()
-                        raise RuntimeError(f"{info.name} exited during start-up (exit status {status}): "
-                                           f"{last_line(info.log_path)}")  # fmt: skip
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{info.name} did not start within {HUB_START_SECONDS:.0f}s "
-                                           f"(see {info.log_path})")  # fmt: skip
-                    time.sleep(_POLL)
-                    continue
-                line, pending = (pending + chunk).decode(errors="replace"), b""
-                if line.startswith("listening on "):
-                    info.address = line.split()[-1]
-                elif line.startswith("hub id "):
-                    info.hub_id = line.split()[-1]
-                elif line.startswith("mesh listening on "):
-                    info.multiaddrs.append(line.split()[-1])
-                elif line.startswith("metrics on "):  # http://HOST:PORT/metrics; the page is at its root
-                    info.metrics_url = line.split()[-1].removesuffix("/metrics")
+        for line in start_lines(info.proc, info.log_path, offset, HUB_START_SECONDS, info.name):
+            if line.startswith("listening on "):
+                info.address = line.split()[-1]
+            elif line.startswith("hub id "):
+                info.hub_id = line.split()[-1]
+            elif line.startswith("mesh listening on "):
+                info.multiaddrs.append(line.split()[-1])
+            elif line.startswith("metrics on "):  # http://HOST:PORT/metrics; the page is at its root
+                info.metrics_url = line.split()[-1].removesuffix("/metrics")
+            if info.multiaddrs and (info.metrics_url or not metrics):
+                return
+
+    def restart(self, index: int) -> HubInfo:
+        """Stop hub ``index`` (SIGTERM by PID) and start it again on the same data dir and ports,
+        bootstrapping from another hub: the same hub to its clients and peers."""
+        old = self.hubs[index]
+        if old.proc is not None:
+            stop_processes([old.proc])
+        client_port = int(old.address.rsplit(":", 1)[1])
+        mesh_port = int(old.multiaddrs[0].split("/tcp/")[1].split("/")[0])
+        others = [h for i, h in enumerate(self.hubs) if i != index and h.multiaddrs]
+        bootstrap = ["--bootstrap", others[0].multiaddrs[0]] if others else []
+        metrics_port = int(old.metrics_url.rsplit(":", 1)[1]) if old.metrics_url else None
+        self.hubs[index] = self._start_hub(old.name, Ports(client_port, mesh_port, metrics_port), bootstrap)
+        return self.hubs[index]
 
     def wait_converged(self, timeout: float = CONVERGE_SECONDS) -> bool:
         """True once every hub is linked to every other one."""
@@ -248,15 +246,6 @@ def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-
-
-def last_line(path: Path) -> str:
-    """The last non-empty line of a hub's log (its one-line reason when it refuses to start)."""
-    try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    return lines[-1] if lines else ""
 
 
 def describe(cluster: LocalCluster) -> str:

@@ -17,7 +17,6 @@ Pure Python + numpy + pyarrow + wire: unit-testable without Spark.
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import pyarrow as pa
 import wire
 from wire.limits import DEFAULT_MAX_DECODE_BODY
 
+from ..columns import record_lengths, strings, u64_as_i64
 from .inputs import hex_id, read_hub_id
 
 #: Output columns of :func:`decode_segment` (and of the mapInArrow stage), in order.
@@ -58,44 +58,7 @@ MESSAGE_COLUMNS = [name for name in SCHEMA.names if name != "meta"]
 #: Rows per output batch: bounds the memory one file's columns take at once.
 MAX_ROWS_PER_BATCH = 1 << 18
 
-_RECORD_HEADER = struct.Struct(">HI")
 _LIMITS = wire.Limits(max_body=DEFAULT_MAX_DECODE_BODY)
-
-
-def _u64_as_i64(values: list[int]) -> np.ndarray:
-    # Spark has no unsigned long: offsets and times never reach 2**63; a producer id above it keeps
-    # its 64 bits as a negative number (two's complement) instead of failing the job.
-    return np.array(values, dtype=np.uint64).view(np.int64)
-
-
-def _record_lengths(records: bytes, count: int) -> tuple[int, int] | tuple[np.ndarray, np.ndarray]:
-    """``(key_len, data_len)`` when every record has the same lengths, else one array of each.
-
-    The region was already proven to hold exactly ``count`` records by the decoder; the uniform
-    case is then confirmed by comparing every record's 6 header bytes with the first (numpy).
-    """
-    key_len, data_len = _RECORD_HEADER.unpack_from(records, 0)
-    size = 6 + key_len + data_len
-    if size * count == len(records):
-        headers = np.frombuffer(records, dtype=np.uint8).reshape(count, size)[:, :6]
-        if count == 1 or bool((headers == headers[0]).all()):
-            return key_len, data_len
-    # Varied sizes: wire's own record iteration, one pair of lengths per record.
-    keys: list[int] = []
-    data: list[int] = []
-    for key, value in wire.iter_records(records):
-        keys.append(len(key))
-        data.append(len(value))
-    return np.array(keys, dtype=np.int32), np.array(data, dtype=np.int64)
-
-
-def _strings(values: list[str], indices: np.ndarray) -> pa.Array:
-    """``values[indices]`` as a plain string array.
-
-    Decoding a dictionary array is ~30x faster than ``pc.take`` on strings for a million rows,
-    and Spark wants plain strings, not dictionaries.
-    """
-    return pa.DictionaryArray.from_arrays(pa.array(indices), pa.array(values, pa.string())).cast(pa.string())
 
 
 class _Columns:
@@ -134,7 +97,7 @@ class _Columns:
         self.origin_seq.append(batch.origin_seq)
         self.producer.append(frame.producer_id)
         self.topic.append(self._topics.setdefault(batch.topic, len(self._topics)))
-        lengths = _record_lengths(batch.records, batch.count)
+        lengths = record_lengths(batch.records, batch.count)
         if isinstance(lengths[0], np.ndarray):
             self.key_len.append(0)
             self.data_len.append(0)
@@ -155,7 +118,7 @@ class _Columns:
         within = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
 
         def per_record(values: list[int]) -> np.ndarray:
-            return np.repeat(_u64_as_i64(values), counts)
+            return np.repeat(u64_as_i64(values), counts)
 
         timestamp = per_record(self.ts)
         append_ts = per_record(self.append_ts)
@@ -166,13 +129,13 @@ class _Columns:
             key_len[start : start + len(keys)] = keys
             data_len[start : start + len(data)] = data
         columns = [
-            _strings([self.hub_id], np.zeros(total, dtype=np.int32)),
-            _strings(list(self._topics), np.repeat(np.array(self.topic, dtype=np.int32), counts)),
+            strings([self.hub_id], np.zeros(total, dtype=np.int32)),
+            strings(list(self._topics), np.repeat(np.array(self.topic, dtype=np.int32), counts)),
             pa.array(per_record(self.base) + within),
             pa.array(timestamp),
             pa.array(append_ts),
             pa.array(append_ts - timestamp),
-            _strings([hex_id(o) for o in self._origins], np.repeat(np.array(self.origin, dtype=np.int32), counts)),
+            strings([hex_id(o) for o in self._origins], np.repeat(np.array(self.origin, dtype=np.int32), counts)),
             pa.array(per_record(self.origin_seq) + within),
             pa.array(key_len),
             pa.array(data_len),

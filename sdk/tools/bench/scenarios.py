@@ -176,4 +176,5 @@ from . import c1 as _c1  # noqa: E402, F401
 from . import mesh as _mesh  # noqa: E402, F401
 from . import pub0sub as _pub0sub  # noqa: E402, F401
 from . import spark as _spark  # noqa: E402, F401
+from . import spark_stream as _spark_stream  # noqa: E402, F401
 from . import zenoh_peer as _zenoh_peer  # noqa: E402, F401

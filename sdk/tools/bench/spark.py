@@ -1,13 +1,17 @@
-"""S1: the ``pub0sub`` Spark data source, batch read rows/s on ``local[2]``.
+"""S1 and S2: the ``pub0sub`` Spark data source on ``local[2]`` and on a standalone cluster.
 
-The hub (``--data-dir``) is filled first by the raw publisher (not timed): ``messages`` records
-of ``size`` bytes on one topic.  Then one Spark query reads exactly that offset range through the
-data source and aggregates every row (``count(*)``, ``sum(length(value))``): partitions of at
-most 125k records read in parallel by ``local[2]``'s Python workers, each with the blocking SDK
-client over loopback.  The hub, the JVM and both workers share this machine's cores.
+* S1, batch read: the hub (``--data-dir``) is filled first by the raw publisher (not timed):
+  ``messages`` records of ``size`` bytes on one topic.  Then one Spark query reads exactly that
+  offset range through the data source and aggregates every row (``count(*)``,
+  ``sum(length(value))``), in two partitions (one per core).
+* S2, streaming read to the sink: :mod:`sdk.tools.bench.spark_stream`.
 
-The SparkSession (8-14 s to start) is created before the timed part and reused across repeats;
-each repeat fills and reads its own fresh range, so the hub's log grows by ``messages`` per repeat.
+Both masters measure against one server: a hub with a data directory plus a standalone master
+and two 1-core workers on loopback (:class:`HubAndSparkCluster`, started on the first cluster
+measurement), idle while ``local[2]`` runs.
+A process holds one SparkContext, so :func:`session_for` stops the other master's session
+when the methods alternate; every measurement first runs an untimed warm-up read, so the
+timed query never pays for the executors' Python workers starting.
 """
 
 from __future__ import annotations
@@ -15,21 +19,30 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from ..spark_cluster import DRIVER_CONF, LocalSparkCluster
 from .orchestrate import worker
 from .peers import Server
 from .procs import spawn, stop_process
-from .registry import Method, Params, Scenario, register_method, register_scenario, with_defaults
+from .pub0sub import Pub0subHub
+from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
 from .results import FigureSpec, Measurement
 
-#: Partition size for the benchmark: 1M records -> 8 tasks, so both cores stay busy to the end.
-MAX_RECORDS_PER_PARTITION = 125_000
-MASTER = "local[2]"
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+LOCAL = "local[2]"
+WORKERS = 2
+#: Rows read by the untimed warm-up query of each measurement.
+WARM_UP_ROWS = 20_000
 
 
-def _unavailable() -> str | None:
+def unavailable() -> str | None:
     for module in ("pyspark", "pyarrow"):
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed (pip install -e '.[spark]')"
@@ -38,63 +51,144 @@ def _unavailable() -> str | None:
     return None
 
 
-def _next_offsets(address: str) -> dict[str, int]:
+class HubAndSparkCluster:
+    """A hub with a data dir and a standalone Spark cluster of :data:`WORKERS` 1-core workers."""
+
+    name = "pub0sub-log+spark"
+
+    def __init__(self) -> None:
+        self.hub = Pub0subHub(data_dir=True)
+        self._root = Path(tempfile.mkdtemp(prefix="pub0sub-bench-spark-"))
+        self.cluster = LocalSparkCluster(WORKERS, self._root)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.hub.address
+
+    def start(self) -> None:
+        self.hub.start()
+
+    def master_url(self) -> str:
+        """The cluster's master, started on first use (a local[2]-only run never pays for it)."""
+        if self.cluster.master is None:
+            self.cluster.start()
+        return self.cluster.master_url
+
+    def stop(self) -> None:
+        global _session
+        if _session is not None:
+            _session.stop()
+            _session = None
+        try:
+            self.cluster.stop()
+        finally:
+            self.hub.stop()
+            shutil.rmtree(self._root, ignore_errors=True)
+
+
+register_server("pub0sub-log+spark", HubAndSparkCluster)
+
+_session: SparkSession | None = None
+
+
+def session_for(master: str, app: str) -> SparkSession:
+    """The SparkSession on ``master``, stopping another master's first (one context per process)."""
+    global _session
+    from ...spark import register
+    from ...spark.session import build_session
+
+    if _session is not None and _session.sparkContext.master != master:
+        _session.stop()
+        _session = None
+    if _session is None:
+        conf = {} if master == LOCAL else {**DRIVER_CONF, "spark.cores.max": str(WORKERS)}
+        _session = build_session(master, app_name=app, conf=conf)
+        register(_session)
+    return _session
+
+
+def master_of(server: Server | None, which: str) -> str:
+    assert isinstance(server, HubAndSparkCluster)
+    return LOCAL if which == "local" else server.master_url()
+
+
+def hub_address(server: Server | None) -> str:
+    assert server is not None
+    host, port = server.address
+    return f"{host}:{port}"
+
+
+def next_offsets(address: str) -> dict[str, int]:
     import sdk
 
     with sdk.connect_blocking(address, reconnect=None) as client:
         return {t["topic"]: int(t["next_offset"]) for t in client.status()["topic_list"]}
 
 
-def _s1(server: Server | None, p: Params) -> Measurement:
-    assert server is not None and p.messages is not None
-    host, port = server.address
-    address = f"{host}:{port}"
-    before = _next_offsets(address)
-    pub = spawn(worker("pub-pub0sub-raw", host=host, port=port, messages=p.messages, size=p.size), capture=False)
+def publish_raw(address: str, messages: int, size: int, timeout: float) -> tuple[str, int, int]:
+    """Publish ``messages`` raw (topic ``bench``) and wait for the hub to store them: ``(topic, start, end)``."""
+    before = next_offsets(address)
+    host, port = address.rsplit(":", 1)
+    pub = spawn(worker("pub-pub0sub-raw", host=host, port=int(port), messages=messages, size=size), capture=False)
     try:
-        pub.wait(timeout=p.timeout)
+        pub.wait(timeout=timeout)
     finally:
         stop_process(pub)
-    after = _next_offsets(address)
+    after = next_offsets(address)
     grown = {t: (before.get(t, 0), n) for t, n in after.items() if n > before.get(t, 0)}
     if len(grown) != 1:
-        raise RuntimeError(f"expected one topic to grow by {p.messages}, got {grown}")
+        raise RuntimeError(f"expected one topic to grow by {messages}, got {grown}")
     ((topic, (start, end)),) = grown.items()
+    return topic, start, end
 
-    from ...spark import register
-    from ...spark.session import build_session
 
-    spark = build_session(MASTER, app_name="pub0sub-bench-S1")
-    register(spark)
-    df = (
+def _read(spark: SparkSession, address: str, topic: str, start: int, end: int) -> Any:
+    return (
         spark.read.format("pub0sub")
         .option("hub", address)
         .option("subscribe", topic)
         .option("startingOffsets", json.dumps({topic: start}))
         .option("endingOffsets", json.dumps({topic: end}))
-        .option("maxRecordsPerPartition", str(MAX_RECORDS_PER_PARTITION))
+        .option("minPartitions", str(WORKERS))  # one partition per core: each costs a task and a subscription
         .load()
     )
-    started = time.perf_counter()
-    row = df.selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
-    seconds = time.perf_counter() - started
-    if row.n != end - start or row.bytes != (end - start) * p.size:
-        raise RuntimeError(f"read {row.n} rows / {row.bytes} bytes, expected {end - start} x {p.size}")
-    details: dict[str, Any] = {
-        "rows": row.n,
-        "seconds": round(seconds, 3),
-        "partitions": df.rdd.getNumPartitions(),
-        "master": MASTER,
-    }
-    return Measurement(figures={"rows": row.n / seconds}, details=details)
 
+
+def _s1(which: str) -> Callable[[Server | None, Params], Measurement]:
+    def measure(server: Server | None, p: Params) -> Measurement:
+        assert p.messages is not None
+        address, master = hub_address(server), master_of(server, which)
+        topic, start, end = publish_raw(address, p.messages, p.size, p.timeout)
+        spark = session_for(master, "pub0sub-bench-S1")
+        warm = _read(spark, address, topic, start, min(end, start + WARM_UP_ROWS))
+        warm.selectExpr("count(*)").collect()
+        df = _read(spark, address, topic, start, end)
+        started = time.perf_counter()
+        row = df.selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
+        seconds = time.perf_counter() - started
+        if row.n != end - start or row.bytes != (end - start) * p.size:
+            raise RuntimeError(f"read {row.n} rows / {row.bytes} bytes, expected {end - start} x {p.size}")
+        details = {"rows": row.n, "seconds": round(seconds, 3), "partitions": df.rdd.getNumPartitions(),
+                   "master": master}  # fmt: skip
+        return Measurement(figures={"rows": row.n / seconds}, details=details)
+
+    return measure
+
+
+TOOLING = {
+    "local": "spark.read.format('pub0sub') on local[2]",
+    "cluster": f"spark.read.format('pub0sub') on a standalone master + {WORKERS} workers of 1 core (loopback)",
+}
 
 S1 = register_scenario(Scenario(
-    id="S1", title="Spark batch read through the pub0sub data source (local[2]), rows/s",
+    id="S1", title="Spark batch read through the pub0sub data source, rows/s (local[2] and a standalone cluster)",
     figures=(FigureSpec(name="rows", unit="rows/s"),),
     defaults=with_defaults(messages=1_000_000, quick_messages=20_000),
 ))  # fmt: skip
-register_method("S1", Method(system="pub0sub", method="spark", server="pub0sub-log", measure=_s1,
-                             unavailable=_unavailable,
-                             tooling="hub --data-dir filled by raw PUBLISH frames; spark.read.format('pub0sub') "
-                                     "on local[2], count + sum(length(value)) over the range"))  # fmt: skip
+for _which in ("local", "cluster"):
+    register_method("S1", Method(
+        system="pub0sub", method=f"spark-{_which}", server="pub0sub-log+spark", measure=_s1(_which),
+        unavailable=unavailable,
+        tooling=f"hub --data-dir filled by raw PUBLISH frames; {TOOLING[_which]}, count + sum(length(value)) over "
+                f"the range in {WORKERS} partitions, after an untimed warm-up read",
+    ))  # fmt: skip
