@@ -25,6 +25,7 @@ from .core.histogram import Histogram
 from .core.hub import CoreSettings, HubCore
 from .core.status import hub_status
 from .core.subscribing import SubscriptionLimits
+from .core.topic_budget import TopicLimits
 from .shell.clock import TrioClock
 from .shell.committer import run_committer
 from .shell.fdlimit import FdLimit, connection_limit, raise_fd_limit
@@ -59,6 +60,11 @@ def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
             max_subscriptions=config.max_subscriptions,
             max_topics_per_connection=config.max_topics_per_connection,
             ack_wait_seconds=config.ack_wait_seconds,
+        ),
+        topics=TopicLimits(
+            max_topics=config.max_topics,
+            max_new_topics_per_connection=config.max_new_topics_per_connection,
+            max_new_topics_per_frame=config.max_new_topics_per_frame,
         ),
     )
 
@@ -128,7 +134,8 @@ class HubServer:
             retention_bytes=config.retention_bytes,
             retention_seconds=config.retention_seconds,
         )
-        store = LogStore(config.data_dir, settings, durability=config.durability)
+        store = LogStore(config.data_dir, settings, durability=config.durability,
+                         max_open_files=config.max_open_files or None)  # fmt: skip
         store.open()
         self.store = store
         self.consumers = ConsumerRegistry(config.data_dir, expiry_seconds=config.consumer_expiry_seconds)

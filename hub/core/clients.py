@@ -196,6 +196,8 @@ class ClientSession:
         self.out = OutboundQueue(max_pending_bytes)
         self.subs: dict[int, Subscription] = {}
         self.topic_count = 0
+        #: topics this connection created by publishing to new names (hub.core.topic_budget)
+        self.topics_created = 0
         self.greeted = False
         now = clock.monotonic()
         self.last_received = now

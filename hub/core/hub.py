@@ -58,6 +58,7 @@ from .routing import RoutingTable
 from .slow_consumers import SlowConsumerPolicies
 from .stats import HubStats, bump
 from .subscribing import SubscriptionLimits, Subscriptions
+from .topic_budget import YIELD_AFTER_NEW_TOPICS, TopicLimits
 from .work import WorkQueue
 
 log = logging.getLogger("pub0sub.hub")
@@ -84,6 +85,7 @@ class CoreSettings:
     heartbeat_interval: float = 5.0
     heartbeat_misses: int = 3
     subscriptions: SubscriptionLimits = field(default_factory=SubscriptionLimits)
+    topics: TopicLimits = field(default_factory=TopicLimits)
 
 
 class HubCore:
@@ -114,7 +116,8 @@ class HubCore:
         self.mesh = MeshLink(origin=self.origin, store=store, router=self.router, output=self.output)
         self.router.on_change = self.mesh.interest_changed
         self.publisher = Publisher(
-            store=store, router=self.router, stats=self.stats, clock=clock, origin=self.origin, mesh=self.mesh
+            store=store, router=self.router, stats=self.stats, clock=clock, origin=self.origin, mesh=self.mesh,
+            limits=settings.topics,
         )
         self.mesh.publisher = self.publisher
         self.subscriptions = Subscriptions(
@@ -233,27 +236,38 @@ class HubCore:
         self.stats.connections_total += 1
         return session
 
-    def receive_data(self, session: ClientSession, data: bytes) -> None:
+    def receive_data(self, session: ClientSession, data: bytes) -> bool:
         """Bytes ``session``'s connection read: decode and handle every complete frame.
 
         Handling is synchronous; the output it makes leaves when the chunk is done.
+        Returns True when it stopped early with frames left (they created many topics:
+        see :data:`~hub.core.topic_budget.YIELD_AFTER_NEW_TOPICS`): the shell lets other
+        connections run, then calls again with ``b""``.
+
+        Complete frames, not bytes, are signs of life: a client that drips one byte a
+        second is still silent for the heartbeat deadline.
         """
-        session.last_received = self.clock.monotonic()
         session.bytes_in += len(data)
         decoder = session.decoder
         handlers = self._handlers
+        stats = self.stats
+        created_before = stats.topics_created
         try:
             decoder.feed(data)
             with self.output:
                 while (frame := decoder.next_frame()) is not None:
+                    session.last_received = self.clock.monotonic()
                     if not session.greeted and type(frame) is not Hello:
                         session.fail(ErrorCode.UNEXPECTED_FRAME, f"expected HELLO first, got {frame.name}")
-                        return
+                        return False
                     handlers[type(frame)](session, frame)
                     if session.closing is not None:
-                        return
+                        return False
+                    if stats.topics_created - created_before >= YIELD_AFTER_NEW_TOPICS:
+                        return True
         except ProtocolError as exc:
             session.fail(exc.code, str(exc))
+        return False
 
     def session_ended(self, session: ClientSession) -> None:
         """The connection is gone: its subscriptions end with it (durable state stays)."""
