@@ -93,3 +93,43 @@ async def test_a_slow_drip_sender_is_closed_at_the_frame_deadline(start_server: 
     assert isinstance(error, wire.Error), error
     assert error.code is wire.ErrorCode.HEARTBEAT_TIMEOUT
     assert server.core.stats.heartbeat_timeouts == 1
+
+
+def test_replies_a_client_never_reads_count_against_its_pending_cap(tmp_path: Path) -> None:
+    """The harness: four clients sent 2M pings each and never read; the pongs were not
+    counted against ``--max-pending-bytes`` and the hub grew by ~1.1 GB.  Here: pongs past
+    the cap end the connection with LIMIT_EXCEEDED, and they never cost a queue item each."""
+    hub = CoreHub(tmp_path, max_pending_bytes=64 << 10)
+    client = hub.connect()
+    client.stop_reading()
+    pings = wire.PING.encode() * 1000
+    sent = 0
+    while not client.closed and sent < 100:  # 100,000 pings: 900 KB of pongs if nothing stops them
+        hub.core.receive_data(client.session, pings)
+        sent += 1
+        assert len(client.session.out.items) <= 2
+    assert client.closed
+    pong = len(wire.PONG.encode())
+    assert (64 << 10) <= sent * 1000 * pong < (64 << 10) + 1000 * pong  # closed once the pongs passed the cap
+    client.resume_reading()
+    error = client.take()[-1]
+    assert isinstance(error, wire.Error) and error.code is wire.ErrorCode.LIMIT_EXCEEDED
+    assert "limit max_pending_bytes=65536" in error.reason
+    hub.close()
+
+
+def test_control_replies_share_queue_items_and_keep_their_order(tmp_path: Path) -> None:
+    hub = CoreHub(tmp_path)
+    sub = hub.connect()
+    sub.send(wire.Sub(sub_id=1, patterns=("t",)))
+    sub.expect(wire.SubOk)
+    sub.stop_reading()
+    sub.send(wire.PING, wire.PING)
+    hub.publish("t", b"one")
+    sub.send(wire.PING)
+    assert len(sub.session.out.items) == 3  # pongs | deliver | pong
+    sub.resume_reading()
+    kinds = [type(f).__name__ + (f":{f.word}" if isinstance(f, wire.Heartbeat) else "") for f in sub.take()]
+    assert kinds == ["Heartbeat:pong", "Heartbeat:pong", "Deliver", "Heartbeat:pong"]
+    assert sub.session.out.pending_bytes == sub.session.out.control_bytes == 0
+    hub.close()

@@ -250,11 +250,17 @@ class ClientSession:
     def send_control(self, frame: bytes) -> None:
         if self.closing is not None:
             return
-        self.out.push_control(frame)
-        if self.out.pending_bytes > 2 * self.out.cap:
-            # Only responses to the client's own requests are queued here: a client
-            # that keeps asking without reading gets cut off, not unbounded memory.
-            self.fail(ErrorCode.LIMIT_EXCEEDED, "responses pile up unread", why=CloseReason.NOT_READING)
+        out = self.out
+        already = out.control_bytes
+        out.push_control(frame)
+        if already and out.control_bytes > out.cap:
+            # Only responses to the client's own requests are queued here: a client that
+            # keeps asking without reading is cut off at the cap, as a slow subscriber is.
+            self.fail(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"{out.control_bytes} bytes of replies pile up unread, limit max_pending_bytes={out.cap}",
+                why=CloseReason.NOT_READING,
+            )
             return
         self._ready()
 
