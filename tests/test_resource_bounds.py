@@ -7,6 +7,8 @@ while a healthy client keeps being served.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import wire
 from hub.storage.batches import SharedBatch
 from hub.storage.store import LogStore
 from hub.storage.topic_log import LogSettings
-from tests.support.hubprocess import HubProcess
+from tests.support.hubprocess import ROOT, HubProcess
 from tests.support.syncclient import SyncClient, publish_frame
 
 StartHub = Callable[..., HubProcess]
@@ -89,3 +91,23 @@ def test_segments_beyond_the_cache_are_reopened_on_demand(tmp_path: Path) -> Non
         assert all(lg.next_offset == 5 for lg in reopened.logs.values())
     finally:
         reopened.close()
+
+
+BLOCKING_CLIENT_WITH_MANY_FILES = """
+import os, sys
+import sdk
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # the client's socket gets fd >= 1100
+with sdk.connect_blocking(sys.argv[1]) as client, client.subscribe("fds.t") as sub:
+    client.publish_acked("fds.t", b"beyond 1023")
+    message = sub.next(timeout=10)
+    print(message.data.decode() if message else "nothing", max(held))
+"""
+
+
+def test_the_blocking_client_works_beside_more_than_1023_open_files(hub: HubProcess) -> None:
+    """The harness: ``ValueError: filedescriptor out of range in select()`` (select() stops at 1023)."""
+    done = subprocess.run([sys.executable, "-c", BLOCKING_CLIENT_WITH_MANY_FILES, hub.address],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    data, highest = done.stdout.rsplit(" ", 1)
+    assert data == "beyond 1023" and int(highest) >= 1100
