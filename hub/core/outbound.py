@@ -38,7 +38,7 @@ class Subscriber(Protocol):
 class Outgoing:
     """One queued piece of output: a DELIVER, a GAP or a control frame."""
 
-    pieces: tuple[bytes, ...]
+    pieces: tuple[bytes | bytearray, ...]
     nbytes: int
     sub: Subscriber | None = None
     batch: SharedBatch | None = None
@@ -190,7 +190,7 @@ class OutboundQueue:
     def take(self, limit: int) -> tuple[bytes, int]:
         """Pop items worth up to ``limit`` bytes (at least one): their bytes for one socket
         send, and their queued size."""
-        pieces: list[bytes] = []
+        pieces: list[bytes | bytearray] = []
         size = 0
         items = self.items
         while items and size < limit:
