@@ -38,6 +38,7 @@ from .shell.loops import (
     run_rates,
     run_retention,
 )
+from .shell.position_saver import run_position_saver
 from .storage.store import LogStore
 from .storage.topic_log import LogSettings
 
@@ -203,6 +204,7 @@ class HubServer:
                     nursery.start_soon(run_retention, core, self.store, self.config.retention_check_seconds)
                 if self.consumers is not None:
                     nursery.start_soon(run_consumer_saves, self.consumers)
+                    nursery.start_soon(run_position_saver, self.consumers)
                 if self.mesh is not None:
                     await nursery.start(self.mesh.run)
                 await nursery.start(self._listener.serve, listeners)

@@ -168,6 +168,9 @@ class Group(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def state(self) -> ConsumerState: ...
+
     def wake(self) -> None: ...
 
     def ack_refusal(self, topic: str, first: int, last: int) -> str | None: ...
@@ -199,6 +202,8 @@ class ClientSession:
         #: topics this connection created by publishing to new names (hub.core.topic_budget)
         self.topics_created = 0
         self.greeted = False
+        #: the client protocol version agreed in HELLO
+        self.version = 0
         now = clock.monotonic()
         self.last_received = now
         self.last_sent = now

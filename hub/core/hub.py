@@ -27,6 +27,7 @@ from wire import (
     PING,
     PONG,
     Ack,
+    Commit,
     Credit,
     Error,
     ErrorCode,
@@ -47,6 +48,7 @@ from ..storage.store import LogStore
 from .acks import AckTracker
 from .clients import ClientSession, CloseReason
 from .clock import Clock
+from .commits import Commits
 from .consumers import ConsumerRegistry, ConsumerState, StandingInterest
 from .events import ev
 from .flushing import OutputBatch
@@ -62,6 +64,9 @@ from .topic_budget import YIELD_AFTER_NEW_TOPICS, TopicLimits
 from .work import WorkQueue
 
 log = logging.getLogger("pub0sub.hub")
+
+#: Version 2 added COMMIT and COMMITTED (docs/protocol.md §10); a version 1 client is served as before.
+SUPPORTED_CLIENT_VERSIONS = frozenset({1, CLIENT_PROTOCOL_VERSION})
 
 PING_FRAME = PING.encode()
 PONG_FRAME = PONG.encode()
@@ -142,6 +147,7 @@ class HubCore:
                 self._keep_interest(state)
         self.slow_consumers = SlowConsumerPolicies(self.stats, self.subscriptions.end)
         subs = self.subscriptions
+        self.commits = Commits(consumers, self.stats)
         self._handlers: dict[type[Frame], Callable[[ClientSession, Any], None]] = {
             Publish: self.publisher.publish,
             Heartbeat: self._on_heartbeat,
@@ -150,6 +156,7 @@ class HubCore:
             Unsub: subs.on_unsub,
             Credit: subs.on_credit,
             Ack: subs.on_ack,
+            Commit: self.commits.on_commit,
             Status: self._on_status,
             Error: self._on_client_error,
             Hello: self._on_hello,
@@ -292,16 +299,17 @@ class HubCore:
         if session.greeted:
             session.fail(ErrorCode.UNEXPECTED_FRAME, "HELLO sent twice")
             return
-        if frame.version != CLIENT_PROTOCOL_VERSION:
+        if frame.version not in SUPPORTED_CLIENT_VERSIONS:
             session.fail(
                 ErrorCode.UNSUPPORTED_VERSION,
-                f"client protocol version {frame.version} not supported (hub speaks {CLIENT_PROTOCOL_VERSION})",
+                f"client protocol version {frame.version} not supported (hub speaks 1..{CLIENT_PROTOCOL_VERSION})",
             )
             return
         session.greeted = True
+        session.version = frame.version
         session.client_name = frame.client_name
         welcome = Welcome(
-            version=CLIENT_PROTOCOL_VERSION,
+            version=frame.version,
             hub_id=self.hub_id,
             max_body=self.settings.max_body,
             heartbeat_ms=int(self.settings.heartbeat_interval * 1000),

@@ -34,6 +34,8 @@ class HubStats:
 
     #: topics created by client publishes, and publishes refused for creating too many
     topics_created: int = 0
+    #: COMMIT frames answered or waiting (hub.core.commits)
+    commits: int = 0
     topic_limit_refusals: int = 0
 
 
