@@ -6,8 +6,6 @@ The core's rules without sockets, the group commit of the position saves, then r
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import wire
 from hub.core.consumers import ConsumerRegistry
 from tests.support.corehub import CoreHub
 from tests.support.hubprocess import HubProcess
+from tests.support.scenarios import kill9
 
 StartHub = Callable[..., HubProcess]
 
@@ -109,11 +108,6 @@ def test_a_failed_save_fails_every_waiting_commit(tmp_path: Path) -> None:
 
 
 # -- real hubs, killed --------------------------------------------------------------------
-
-
-def kill9(hub: HubProcess) -> None:
-    os.kill(hub.pid, signal.SIGKILL)
-    hub.proc.wait(5)
 
 
 @pytest.mark.parametrize("kind", ["durable", "group"])
