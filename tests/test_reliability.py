@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,6 +70,10 @@ def test_a_length_header_of_2_to_the_32_minus_1_allocates_nothing(hub: HubProces
         assert healthy.expect(wire.PublishAck).status is wire.AckStatus.STORED
 
 
+def deaf_connection(hub: HubProcess) -> dict[str, Any]:
+    return next(c for c in hub_status(hub.address)["connection_list"] if c["name"] == "deaf")
+
+
 def test_a_deaf_subscribers_queue_stays_within_its_cap(start_hub: StartHub) -> None:
     """Scenario 6: a drop-oldest subscriber that never reads holds at most --max-pending-bytes
     (plus one batch) while a fast one gets everything; the slow one is told what it lost."""
@@ -90,9 +95,7 @@ def test_a_deaf_subscribers_queue_stays_within_its_cap(start_hub: StartHub) -> N
             while got < (i + 1) * 20:
                 got += fast.expect(wire.Deliver).batch.count
             if i % 20 == 19:
-                deaf_conn = [c for c in hub_status(hub.address)["connection_list"] if c["name"] == "deaf"]
-                peak = max(peak, deaf_conn[0]["pending_bytes"])
+                peak = max(peak, deaf_connection(hub)["pending_bytes"])
         assert got == 4000
         assert 0 < peak <= 1.5 * cap, peak
-        dropped = [c for c in hub_status(hub.address)["connection_list"] if c["name"] == "deaf"][0]
-        assert dropped["dropped_messages"] > 0
+        assert deaf_connection(hub)["dropped_messages"] > 0
