@@ -103,7 +103,7 @@ def step_fault_plans(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
 def step_attack(tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     starter = HubStarter()
     try:
-        run = survive_attack(starter, tmp / "data", seconds=120, malformed=10_000)
+        run = survive_attack(starter, tmp / "data", seconds=60, malformed=10_000)
     finally:
         starter.stop_all()
     row = run.row()

@@ -264,7 +264,8 @@ def client_pause(start_hub: StartHub, data_dir: Path, *, heartbeat: float, messa
 def survive_attack(start_hub: StartHub, data_dir: Path, *, seconds: float, malformed: int) -> FaultRun:
     """A healthy idempotent publisher logs every publish while the hub meets malformed connections
     (``malformed`` of them), a connection flood past --max-connections, a slow-drip sender and
-    subscribers that never read; afterwards the hub still serves and holds everything acknowledged."""
+    subscribers that never read, for at least ``seconds`` (and until the malformed connections are
+    done); afterwards the hub still serves and holds everything acknowledged."""
     args = ["--data-dir", str(data_dir), "--max-connections", "200", "--heartbeat-interval", "1",
             "--max-pending-bytes", str(1 << 20)]  # fmt: skip
     hub = start_hub(*args)
@@ -277,7 +278,8 @@ def survive_attack(start_hub: StartHub, data_dir: Path, *, seconds: float, malfo
     attack.start()
     try:
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not attack.done_malformed():
+        give_up = deadline + 300
+        while (time.monotonic() < deadline or not attack.done_malformed()) and time.monotonic() < give_up:
             time.sleep(0.2)
     finally:
         attack.stop()
@@ -289,5 +291,6 @@ def survive_attack(start_hub: StartHub, data_dir: Path, *, seconds: float, malfo
     figures = {**attack.counts, "hub_alive": hub.proc.poll() is None, "rss_mib_before": round(rss_before, 1),
                "rss_mib_after": round(rss_after, 1), "connections_refused": status["counters"]["connections_refused"],
                "protocol_errors": status["counters"]["protocol_errors"],
-               "heartbeat_timeouts": status["counters"]["heartbeat_timeouts"]}  # fmt: skip
+               "heartbeat_timeouts": status["counters"]["heartbeat_timeouts"],
+               "seconds_under_attack": seconds}  # fmt: skip
     return FaultRun(history, check(history, reads), [pub], hub, reads, figures)
