@@ -53,7 +53,8 @@ class Client:
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = wire.FrameDecoder(limits=wire.Limits(max_body=64 << 20), accept=wire.HUB_TO_CLIENT_OPCODES)
-        self.send(wire.Hello(client_name=name))
+        # Version 1: nothing here needs COMMIT, and a hub from before it (--hub-root) speaks only 1.
+        self.send(wire.Hello(version=1, client_name=name))
         self.expect(wire.Welcome)
 
     def send(self, *frames: wire.Frame) -> None:
@@ -109,26 +110,31 @@ def rss_mib(pid: int) -> float:
 
 
 def acked_rate(address: str, seconds: float, *, topic: Callable[[int], str], size: int = 64) -> float:
-    """Acknowledged messages per second of one publisher keeping ``PUBLISH_WINDOW`` frames in flight."""
+    """Acknowledged messages per second of one new publisher (see :func:`client_acked_rate`)."""
     client = Client(address, name="healthy")
+    try:
+        return client_acked_rate(client, seconds, topic=topic, size=size)
+    finally:
+        client.close()
+
+
+def client_acked_rate(client: Client, seconds: float, *, topic: Callable[[int], str], size: int = 64) -> float:
+    """Acknowledged messages per second of ``client`` keeping ``PUBLISH_WINDOW`` frames in flight."""
     payload = bytes(size)
     sent = acked = 0
     started = time.perf_counter()
     deadline = started + seconds
-    try:
-        while True:
-            now = time.perf_counter()
-            while sent - acked < PUBLISH_WINDOW and now < deadline:
-                mset = wire.MessageSet.build((topic(sent),), [(b"", payload)])
-                client.send(wire.Publish(sequence=sent + 1, flags=wire.PublishFlags.ACK, sets=(mset,)))
-                sent += 1
-            if acked == sent:
-                break
-            client.expect(wire.PublishAck)
-            acked += 1
-        return acked / (time.perf_counter() - started)
-    finally:
-        client.close()
+    while True:
+        now = time.perf_counter()
+        while sent - acked < PUBLISH_WINDOW and now < deadline:
+            mset = wire.MessageSet.build((topic(sent),), [(b"", payload)])
+            client.send(wire.Publish(sequence=sent + 1, flags=wire.PublishFlags.ACK, sets=(mset,)))
+            sent += 1
+        if acked == sent:
+            break
+        client.expect(wire.PublishAck)
+        acked += 1
+    return acked / (time.perf_counter() - started)
 
 
 # -- patterns ------------------------------------------------------------------------------
@@ -329,20 +335,27 @@ def bench_attack(seconds: float, root: Path, *, rounds: int = 3) -> dict[str, An
     counts: dict[str, int] = {}
     with hub_process(*args, root=root) as (address, pid):
         topic = lambda n: f"bench.t{n % 100}"  # noqa: E731
-        acked_rate(address, 1.0, topic=topic)  # warm-up: topics exist, caches filled
-        rss_before = rss_mib(pid)
-        for _ in range(rounds):
-            alone.append(acked_rate(address, seconds, topic=topic))
-            attack = Attack(address)
-            attack.start()
-            time.sleep(1.0)  # the attack under way
-            try:
-                attacked.append(acked_rate(address, seconds, topic=topic))
-            finally:
-                attack.stop()
-            for name, value in attack.counts.items():
-                counts[name] = counts.get(name, 0) + value
-        rss_after = rss_mib(pid)
+        # One connection for every sample, made before any attack: an established client
+        # (the flood holds the hub at --max-connections, so a new one would be refused).
+        healthy = Client(address, name="healthy")
+        try:
+            client_acked_rate(healthy, 1.0, topic=topic)  # warm-up: topics exist, caches filled
+            rss_before = rss_mib(pid)
+            for _ in range(rounds):
+                alone.append(client_acked_rate(healthy, seconds, topic=topic))
+                attack = Attack(address)
+                attack.start()
+                time.sleep(1.0)  # the attack under way
+                try:
+                    attacked.append(client_acked_rate(healthy, seconds, topic=topic))
+                finally:
+                    attack.stop()
+                for name, value in attack.counts.items():
+                    counts[name] = counts.get(name, 0) + value
+                time.sleep(1.0)  # the hub sees the attackers' connections close
+            rss_after = rss_mib(pid)
+        finally:
+            healthy.close()
     return {
         "rounds": rounds,
         "seconds_per_sample": seconds,
