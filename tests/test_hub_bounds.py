@@ -8,6 +8,7 @@ from pathlib import Path
 import trio
 
 import wire
+from hub.core.hub import FRAMES_PER_TURN
 from tests.support.corehub import CoreHub
 from tests.support.inprocess import StartHub, publish, start_server
 from tests.support.rawclient import RawClient
@@ -74,6 +75,25 @@ def test_a_chunk_creating_many_topics_yields_before_its_next_frame(tmp_path: Pat
     hub.close()
 
 
+def test_a_chunk_of_many_small_frames_yields_every_frames_per_turn(tmp_path: Path) -> None:
+    """A client that sends 64 KiB of pings at once must not hold the loop for 13,000 frames:
+    after FRAMES_PER_TURN the shell lets other connections run, and the rest follows."""
+    hub = CoreHub(tmp_path)
+    pinger, healthy = hub.connect(), hub.connect()
+    assert hub.core.receive_data(pinger.session, wire.PING.encode() * 1000)
+    assert [f.word for f in pinger.take()] == ["pong"] * FRAMES_PER_TURN  # type: ignore[attr-defined]
+    healthy.send(publish("healthy", [b"between two turns"], seq=1, ack=True))
+    assert healthy.expect(wire.PublishAck).ranges == (wire.OffsetRange(topic="healthy", first_offset=0, num=1),)
+    turns = 1
+    while True:
+        turns += 1
+        if not hub.core.receive_data(pinger.session, b""):
+            break
+    assert turns == -(-1000 // FRAMES_PER_TURN)  # 256 + 256 + 256 + 232
+    assert [f.word for f in pinger.take()] == ["pong"] * (1000 - FRAMES_PER_TURN)  # type: ignore[attr-defined]
+    hub.close()
+
+
 async def test_a_slow_drip_sender_is_closed_at_the_frame_deadline(start_server: StartHub) -> None:
     """Bytes are no sign of life: one byte every 50 ms of a frame that never completes still
     leaves the connection silent, and it is closed at the heartbeat deadline (0.2 s x 3)."""
@@ -105,7 +125,7 @@ def test_replies_a_client_never_reads_count_against_its_pending_cap(tmp_path: Pa
     pings = wire.PING.encode() * 1000
     sent = 0
     while not client.closed and sent < 100:  # 100,000 pings: 900 KB of pongs if nothing stops them
-        hub.core.receive_data(client.session, pings)
+        client.send_bytes(pings)
         sent += 1
         assert len(client.session.out.items) <= 2
     assert client.closed

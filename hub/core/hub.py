@@ -63,6 +63,13 @@ from .subscribing import SubscriptionLimits, Subscriptions
 from .topic_budget import YIELD_AFTER_NEW_TOPICS, TopicLimits
 from .work import WorkQueue
 
+#: Frames of one connection handled before the others get a turn.  A chunk read is up
+#: to 64 KiB, 13,000 pings: four clients pinging without reading held the loop so long
+#: per turn that a healthy client with 16 publishes in flight kept 2-4% of its acked rate
+#: (``hub.tools.bounds_bench attack``).  A PUBLISH of 1,000 messages is one frame: bulk
+#: publishers never meet this bound.
+FRAMES_PER_TURN = 256
+
 log = logging.getLogger("pub0sub.hub")
 
 #: Version 2 added COMMIT and COMMITTED (docs/protocol.md §10); a version 1 client is served as before.
@@ -247,8 +254,9 @@ class HubCore:
         """Bytes ``session``'s connection read: decode and handle every complete frame.
 
         Handling is synchronous; the output it makes leaves when the chunk is done.
-        Returns True when it stopped early with frames left (they created many topics:
-        see :data:`~hub.core.topic_budget.YIELD_AFTER_NEW_TOPICS`): the shell lets other
+        Returns True when it stopped early with frames left -- after :data:`FRAMES_PER_TURN`
+        frames, or frames that created many topics (see
+        :data:`~hub.core.topic_budget.YIELD_AFTER_NEW_TOPICS`): the shell lets other
         connections run, then calls again with ``b""``.
 
         Complete frames, not bytes, are signs of life: a client that drips one byte a
@@ -259,6 +267,7 @@ class HubCore:
         handlers = self._handlers
         stats = self.stats
         created_before = stats.topics_created
+        turn_left = FRAMES_PER_TURN
         try:
             decoder.feed(data)
             with self.output:
@@ -270,7 +279,8 @@ class HubCore:
                     handlers[type(frame)](session, frame)
                     if session.closing is not None:
                         return False
-                    if stats.topics_created - created_before >= YIELD_AFTER_NEW_TOPICS:
+                    turn_left -= 1
+                    if not turn_left or stats.topics_created - created_before >= YIELD_AFTER_NEW_TOPICS:
                         return True
         except ProtocolError as exc:
             session.fail(exc.code, str(exc))
