@@ -26,8 +26,11 @@ from typing import Protocol
 #: Descriptors left for everything else (sockets, the mesh, state files) when the
 #: capacity is derived from the process's limit.
 RESERVED_DESCRIPTORS = 256
-#: The capacity when nothing else is said, if the descriptor limit allows it.
-DEFAULT_CAPACITY = 4096
+#: The capacity when nothing else is said, if the descriptor limit allows it: half of the
+#: 512 descriptors the hub keeps back from client connections (``RESERVED_FDS`` in
+#: hub/shell/fdlimit.py), so that a full cache and a full connection table fit the limit
+#: together.  A larger ``--max-open-files`` needs as many more descriptors.
+DEFAULT_CAPACITY = 256
 
 
 class CachedFile(Protocol):
