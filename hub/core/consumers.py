@@ -198,7 +198,7 @@ class ConsumerRegistry:
         try:
             self.save()
         except OSError as exc:
-            log.error("cannot save %s: %s", self.path, exc)
+            log.error("cannot save %s: %s", self.path, exc, extra=ev("consumers_save_failed"))
             self.saved(self.version, exc)
 
     @property

@@ -13,6 +13,7 @@ import logging
 import trio
 
 from ..core.consumers import ConsumerRegistry
+from ..core.events import ev
 
 log = logging.getLogger("pub0sub.hub.consumers")
 
@@ -34,7 +35,7 @@ async def run_position_saver(consumers: ConsumerRegistry) -> None:
             try:
                 await trio.to_thread.run_sync(consumers.file.write, data, version)
             except OSError as exc:
-                log.error("cannot save %s: %s", consumers.path, exc)
+                log.error("cannot save %s: %s", consumers.path, exc, extra=ev("consumers_save_failed"))
                 consumers.saved(version, exc)
             else:
                 consumers.saved(version, None)
