@@ -182,8 +182,8 @@ def test_a_closed_terminal_stops_the_hub_unless_hangups_are_ignored(ignored: boo
     """SIGHUP (the terminal went away) is a clean stop, as SIGINT and SIGTERM are -- but a hub started
     under ``nohup`` (SIGHUP ignored) keeps running through one."""
     def start() -> None:
-        if ignored:
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        # Explicit either way: a suite started under nohup would hand the hub an ignored SIGHUP.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN if ignored else signal.SIG_DFL)
 
     proc = subprocess.Popen([sys.executable, "-m", "hub", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, preexec_fn=start)  # fmt: skip

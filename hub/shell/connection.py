@@ -154,6 +154,8 @@ class ClientConnection:
                 if not data:
                     session.close(CloseReason.CLIENT_CLOSED)
                     return
-                core.receive_data(session, data)
+                while core.receive_data(session, data) and session.closing is None:
+                    data = b""
+                    await trio.lowlevel.checkpoint()  # a chunk that created many topics: others run first
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             session.close(CloseReason.READ_FAILED)
