@@ -26,6 +26,7 @@ from .core.histogram import Histogram
 from .core.hub import CoreSettings, HubCore
 from .core.status import hub_status
 from .core.subscribing import SubscriptionLimits
+from .core.topic_budget import TopicLimits
 from .shell.auth import read_auth_file
 from .shell.clock import TrioClock
 from .shell.committer import run_committer
@@ -39,6 +40,7 @@ from .shell.loops import (
     run_rates,
     run_retention,
 )
+from .shell.position_saver import run_position_saver
 from .shell.tls import server_context
 from .storage.store import LogStore
 from .storage.topic_log import LogSettings
@@ -63,6 +65,11 @@ def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
             max_subscriptions=config.max_subscriptions,
             max_topics_per_connection=config.max_topics_per_connection,
             ack_wait_seconds=config.ack_wait_seconds,
+        ),
+        topics=TopicLimits(
+            max_topics=config.max_topics,
+            max_new_topics_per_connection=config.max_new_topics_per_connection,
+            max_new_topics_per_frame=config.max_new_topics_per_frame,
         ),
     )
 
@@ -138,7 +145,8 @@ class HubServer:
             retention_bytes=config.retention_bytes,
             retention_seconds=config.retention_seconds,
         )
-        store = LogStore(config.data_dir, settings, durability=config.durability)
+        store = LogStore(config.data_dir, settings, durability=config.durability,
+                         max_open_files=config.max_open_files or None)  # fmt: skip
         store.open()
         self.store = store
         self.consumers = ConsumerRegistry(config.data_dir, expiry_seconds=config.consumer_expiry_seconds)
@@ -213,6 +221,7 @@ class HubServer:
                     nursery.start_soon(run_retention, core, self.store, self.config.retention_check_seconds)
                 if self.consumers is not None:
                     nursery.start_soon(run_consumer_saves, self.consumers)
+                    nursery.start_soon(run_position_saver, self.consumers)
                 if self.mesh is not None:
                     await nursery.start(self.mesh.run)
                 await nursery.start(self._listener.serve, listeners)

@@ -72,6 +72,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--max-subscriptions", "open subscriptions per connection", metavar="N", type=int)
     option("--max-topics-per-connection", "topics and patterns across one connection's subscriptions",
            metavar="N", type=int)  # fmt: skip
+    option("--max-topics", "topic logs the hub holds in all; publishes creating more are refused", metavar="N",
+           type=int)  # fmt: skip
+    option("--max-new-topics-per-connection", "topics one connection may create by publishing to new names",
+           metavar="N", type=int)  # fmt: skip
+    option("--max-new-topics-per-frame", "topics one publish frame may create", metavar="N", type=int)
+    option("--max-open-files", "segment files kept open at once, least recently used closed first; 0: derived "
+           "from the descriptor limit", metavar="N", type=int)  # fmt: skip
     option("--max-pending-bytes", "outbound bytes queued per connection before the slow-consumer policy applies",
            metavar="BYTES", type=int)  # fmt: skip
     option("--heartbeat-interval", "seconds between heartbeats on idle client connections", metavar="SECONDS",
@@ -184,6 +191,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "max_connections": args.max_connections,
         "max_subscriptions": args.max_subscriptions,
         "max_topics_per_connection": args.max_topics_per_connection,
+        "max_topics": args.max_topics,
+        "max_new_topics_per_connection": args.max_new_topics_per_connection,
+        "max_new_topics_per_frame": args.max_new_topics_per_frame,
+        "max_open_files": args.max_open_files,
         "max_pending_bytes": args.max_pending_bytes,
         "heartbeat_interval": args.heartbeat_interval,
         "heartbeat_misses": args.heartbeat_misses,

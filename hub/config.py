@@ -31,6 +31,15 @@ class HubConfig:
     max_subscriptions: int = 1024
     #: Topics and patterns across all subscriptions of one connection.
     max_topics_per_connection: int = 10_000
+    #: Topic logs the hub holds in all; a publish that would create more is refused (LIMIT_EXCEEDED).
+    max_topics: int = 100_000
+    #: Topics one connection may create over its life by publishing to names that did not exist.
+    max_new_topics_per_connection: int = 10_000
+    #: Topics one PUBLISH frame may create (bounds the time the hub spends on one frame).
+    max_new_topics_per_frame: int = 256
+    #: Segment files kept open at once, the least recently used closed first (0: derived from
+    #: the process's descriptor limit, see hub/storage/file_cache.py).
+    max_open_files: int = 0
     #: Bytes queued for one connection before its slow-consumer policy applies.
     max_pending_bytes: int = 8 << 20
     #: Seconds between heartbeats on an idle connection.
@@ -132,6 +141,7 @@ class HubConfig:
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         for name in ("max_body", "max_connections", "max_subscriptions", "max_topics_per_connection",
+                     "max_topics", "max_new_topics_per_connection", "max_new_topics_per_frame",
                      "max_pending_bytes", "heartbeat_misses", "write_chunk", "mesh_window_bytes"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -144,6 +154,8 @@ class HubConfig:
             raise ValueError("tls_cert and tls_key go together: give both, or neither for plain TCP")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ValueError("tls_client_ca needs tls_cert and tls_key: client certificates are checked under TLS")
+        if self.max_open_files < 0:
+            raise ValueError("max_open_files must be >= 0 (0: derived from the descriptor limit)")
         if self.mesh_write_interval < 0:
             raise ValueError("mesh_write_interval must be >= 0")
         if self.durability not in ("received", "fsync"):

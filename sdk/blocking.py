@@ -253,10 +253,7 @@ class BlockingClient:
         try:
             for _ in range(_MAX_READS_PER_SERVICE):
                 wait = min(timeout, proto.poll())
-                # TLS may hold decrypted bytes the socket no longer shows select().
-                buffered = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
-                readable = buffered or select.select([sock], [], [], max(0.0, wait))[0]
-                if not readable:
+                if not _readable(sock, wait):
                     if timeout > 0:
                         proto.poll()  # the silence may have just passed the heartbeat bound
                     break
@@ -365,3 +362,15 @@ class BlockingClient:
         if not self._wait(lambda: ticket.done, timeout):
             raise TimeoutError(f"no {what} within {timeout:g}s")
         return ticket.outcome()
+
+
+def _readable(sock: socket.socket, wait: float) -> bool:
+    """Wait up to ``wait`` s for ``sock`` to have input (or EOF, or an error).
+
+    ``poll``, not ``select``: select() cannot watch a descriptor numbered 1024 or more,
+    and an application that holds many files gets such numbers for its sockets."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending() > 0:
+        return True  # TLS holds decrypted bytes the socket no longer shows poll()
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(-1 if wait == math.inf else math.ceil(max(0.0, wait) * 1000)))

@@ -170,6 +170,16 @@ class BlockingSubscription(SubscriptionView):
         self._client._send()
         self._client._await_ticket(ticket, timeout, "SUB_OK")
 
+    def commit(self, *, timeout: float | None = 30.0) -> dict[str, int]:
+        """Send the acknowledgements made so far and wait until the hub has the position on disk.
+
+        Returns ``{topic: first offset not acknowledged}``; see the async ``Subscription.commit``.
+        """
+        ticket = self._client._proto.commit(self._s)
+        self._client._send()
+        result: dict[str, int] = self._client._await_ticket(ticket, timeout, "COMMITTED")
+        return result
+
     def ack(self, messages: Message | Iterable[Message]) -> None:
         """Acknowledge messages (``ack="manual"``); also ``msg.ack()``.
 

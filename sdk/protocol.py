@@ -29,6 +29,7 @@ from wire import ErrorCode, Opcode
 from wire.limits import DEFAULT_MAX_PEER_BODY
 
 from .batching import DEFAULT_FLUSH_BYTES, AckTicket, PendingBatch, PublishBuffer, Ticket
+from .commits import PendingCommits
 from .errors import ConnectionLostError, HubError, ProtocolError, SlowConsumerError, SubscriptionClosedError
 from .messages import Gap, Message
 from .subscriptions import MAX_SENT_RANGES, POLICIES, SubState, _Op, add_range, parse_start, resolve_ack
@@ -86,6 +87,7 @@ class ClientProtocol:
         self._ack_dirty: list[SubState] = []
         self._next_sub_id = 1
         self._status: deque[Ticket] = deque()
+        self._commits = PendingCommits()
         # Outgoing frames in order: (bytes, pending batch or None, is_publish).
         self._out: list[tuple[bytes, PendingBatch | None, bool]] = []
         self._hello = b""
@@ -120,6 +122,7 @@ class ClientProtocol:
         lost = error if error is not None else ConnectionLostError("connection lost")
         while self._status:
             self._status.popleft().finish(error=lost)
+        self._commits.fail_all(lost)
         for sub_id, state in list(self.subs.items()):
             state.open = False
             if state.unsubscribing or state.closed:
@@ -347,6 +350,23 @@ class ClientProtocol:
                     (wire.Ack(sub_id=state.sub_id, ranges=tuple(ranges[i : i + 0xFFFF])).encode(), None, False)
                 )
 
+    def commit(self, state: SubState) -> Ticket:
+        """Send the acks made so far, then COMMIT; the ticket completes with ``{topic: offset}``
+        (the first offset not acknowledged) once the hub has the position on disk."""
+        if self.failed is not None:
+            raise self.failed
+        if not (state.durable or state.group):
+            raise ValueError("only durable subscriptions and groups keep a position to commit")
+        if state.closed:
+            raise state.error or SubscriptionClosedError(
+                state.sub_id, ErrorCode.UNSUBSCRIBED, "subscription is closed", topics=state.topics
+            )
+        if self.state != State.READY or not state.open:
+            raise ConnectionLostError("not connected: commit again once the subscription is open")
+        ref, ticket = self._commits.add(state.sub_id)
+        self._control(wire.Commit(sub_id=state.sub_id, ref=ref))
+        return ticket
+
     def status(self) -> Ticket:
         """Ask for the hub's status document; the ticket completes with the parsed JSON."""
         if self.failed is not None:
@@ -415,6 +435,12 @@ class ClientProtocol:
                 ticket.finish(json.loads(frame.document.decode("utf-8")))
             except ValueError as exc:
                 ticket.finish(error=ProtocolError(wire.RemoteProtocolError(f"status document is not JSON: {exc}")))
+        elif isinstance(frame, wire.Committed):
+            positions = {p.topic: p.offset for p in frame.positions}
+            if not self._commits.committed(frame.sub_id, frame.ref, positions):
+                raise wire.RemoteProtocolError(
+                    f"COMMITTED {frame.ref} without a COMMIT", code=ErrorCode.UNEXPECTED_FRAME
+                )
         elif isinstance(frame, wire.Welcome):
             self._on_welcome(frame)
         elif isinstance(frame, wire.Error):
@@ -489,6 +515,8 @@ class ClientProtocol:
         else:
             error = SubscriptionClosedError(state.sub_id, frame.code, frame.reason, topics=state.topics)
         state.end(error)
+        ended = SubscriptionClosedError(state.sub_id, frame.code, frame.reason, topics=state.topics)
+        self._commits.fail_sub(state.sub_id, error or ended)
 
     def _cancel_slow(self, state: SubState) -> None:
         """The client-side buffer passed max_pending_bytes under the cancel policy."""

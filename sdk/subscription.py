@@ -235,6 +235,19 @@ class Subscription(SubscriptionView):
         result: dict[str, int] = await client._wait(ticket, None)
         return result
 
+    async def commit(self, *, timeout: float | None = 30.0) -> dict[str, int]:  # noqa: ASYNC109
+        """Send the acknowledgements made so far and wait until the hub has the position on disk.
+
+        Returns ``{topic: first offset not acknowledged}``.  After it returns, a hub crash or a
+        power loss cannot deliver those acknowledged messages again (docs/durability.md).  Raises
+        ``ConnectionLostError`` if the connection drops first: commit again after the reconnect.
+        """
+        client = self._client
+        ticket = client._proto.commit(self._s)
+        await client._write()
+        result: dict[str, int] = await client._wait(ticket, timeout)
+        return result
+
     async def ack(self, messages: Message | Iterable[Message]) -> None:
         """Acknowledge messages (``ack="manual"``); also ``await msg.ack()``.
 

@@ -18,8 +18,8 @@ def start_hub() -> Iterator[Callable[..., HubProcess]]:
     """Factory: ``start_hub("--max-body", "4096")`` -> a running :class:`HubProcess`."""
     hubs: list[HubProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> HubProcess:
-        hub = HubProcess(*args, env=env)
+    def start(*args: str, env: dict[str, str] | None = None, nofile: int | None = None) -> HubProcess:
+        hub = HubProcess(*args, env=env, nofile=nofile)
         hubs.append(hub)
         return hub
 

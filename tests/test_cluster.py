@@ -283,7 +283,7 @@ def test_blackholed_link_detected_within_three_heartbeats(tmp_path: Path) -> Non
             proxy.stop()
 
 
-def test_proxy_forwards_cuts_blackholes_stalls_and_heals() -> None:
+def test_proxy_forwards_cuts_blackholes_stalls_delays_drops_and_heals() -> None:
     """The proxy itself, against a plain echo server (the hub tests above rely on these modes)."""
     import socket
     import threading
@@ -335,6 +335,20 @@ def test_proxy_forwards_cuts_blackholes_stalls_and_heals() -> None:
                 proxy.heal()  # a stall loses nothing: the bytes carry on
                 s.settimeout(2)
                 assert s.recv(4) == b"held"
+                proxy.delay(0.2)  # late, but whole and in order
+                s.sendall(b"slow")
+                s.settimeout(0.1)
+                with pytest.raises(TimeoutError):
+                    s.recv(4)
+                s.settimeout(2)
+                assert s.recv(4) == b"slow"
+                proxy.heal()
+                proxy.drop(1.0)  # every chunk swallowed: the stream is damaged...
+                s.sendall(b"gone")
+                wait_until(lambda: proxy.stats.bytes_dropped >= 4, timeout=2, what="bytes dropped")
+                proxy.heal()  # ...so heal closes it
+                assert _closed(s)
+            with socket.create_connection(proxy.address, timeout=2) as s:
                 proxy.cut()
                 assert _closed(s)
     finally:

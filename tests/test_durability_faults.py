@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import select
-import signal
 import subprocess
 import sys
 import time
@@ -32,15 +30,15 @@ import trio
 import wire
 from tests.support.history import FAIL, OK, UNKNOWN, History, check
 from tests.support.hubprocess import ROOT, HubProcess
-from tests.support.publisher import Publisher, assert_acked_offsets_hold, wait_progress
+from tests.support.publisher import assert_acked_offsets_hold
 from tests.support.rawclient import RawClient
+from tests.support.scenarios import SERVE_AGAIN_WITHIN, kill9, kill_loop, power_loss_loop, restart_timed
 from tests.support.syncclient import SyncClient, publish_frame, read_all, topic_ends
 from tests.support.waiting import wait_until
 from wire.frames import HEADER, HEADER_SIZE
 
 StartHub = Callable[..., HubProcess]
 
-SERVE_AGAIN_WITHIN = 5.0
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -57,26 +55,11 @@ def journal_env(journal: Path) -> dict[str, str]:
     return {"PUB0SUB_SYNC_JOURNAL": str(journal)}
 
 
-def kill9(hub: HubProcess) -> None:
-    """SIGKILL the hub by its PID and reap it."""
-    os.kill(hub.pid, signal.SIGKILL)
-    hub.proc.wait(5)
-
-
 def stop_and_read_stderr(hub: HubProcess) -> str:
     """Graceful stop (SIGTERM, by PID); returns everything the hub logged."""
     hub.proc.terminate()
     hub.proc.wait(10)
     return hub.stderr_text()
-
-
-def restart_timed(start_hub: StartHub, args: list[str], env: dict[str, str] | None = None) -> tuple[HubProcess, float]:
-    """Start a hub; returns it and the seconds until it answered STATUS."""
-    t0 = time.monotonic()
-    hub = start_hub(*args, env=env)
-    with SyncClient.connect_retry(hub.address, within=SERVE_AGAIN_WITHIN) as client:
-        client.status()
-    return hub, time.monotonic() - t0
 
 
 def hub_start_error(*args: str, timeout: float = 20.0) -> str | None:
@@ -237,125 +220,40 @@ def test_history_refuses_double_completion() -> None:
 
 @pytest.mark.slow
 def test_sigkill_under_load_loses_and_duplicates_nothing(start_hub: StartHub, tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    args = hub_args(data_dir, durability="received", segment_bytes=64 << 10)  # small segments: kills span rolls
-    hub = start_hub(*args)
-    current = [hub.address]
-    seed = int(time.time())
-    rng = random.Random(seed)
-    history = History()
-    # Two idempotent producers on overlapping topics: order is checked per producer and topic.
-    pubs = [
-        Publisher(history, lambda: current[0], ["load.a", "load.b", "load.c"], producer=0xA11CE, window=4),
-        Publisher(history, lambda: current[0], ["load.b", "load.c", "load.d"], producer=0xB0B, window=8),
-    ]
-    for pub in pubs:
-        pub.start()
-    restart_times = []
-    try:
-        for _ in range(3):
-            for pub in pubs:
-                wait_progress(pub, pub.acked_batches + 20)
-            time.sleep(rng.uniform(0.1, 0.6))  # kill at a random moment, mid-stream
-            kill9(hub)
-            hub, took = restart_timed(start_hub, args)
-            restart_times.append(took)
-            current[0] = hub.address
-        for pub in pubs:
-            wait_progress(pub, pub.acked_batches + 20)
-    finally:
-        for pub in pubs:
-            pub.stop()
-    for pub in pubs:
+    run = kill_loop(start_hub, tmp_path / "data", kills=3, seed=int(time.time()))
+    for pub in run.publishers:
         assert not pub.errors, pub.errors
         assert pub.finished_cleanly
         assert pub.reconnects >= 4
-    counts = history.counts()
+    counts = run.history.counts()
     assert counts[UNKNOWN] >= 3, f"every kill should leave batches in flight: {counts}"
     assert counts[FAIL] == 0
-    assert all(t < SERVE_AGAIN_WITHIN for t in restart_times), restart_times
-
-    topics = ["load.a", "load.b", "load.c", "load.d"]
-    reads, gaps = read_all(hub.address, topics)
-    assert not gaps
-    result = check(history, reads)
+    assert run.figures["restart_s_max"] < SERVE_AGAIN_WITHIN, run.figures
+    result = run.verdict
     assert result.valid, result.summary()
     assert result.lost == 0 and result.duplicated == 0 and result.unknown_missing == 0, result.summary()
     assert result.acknowledged > 1000
-    for pub in pubs:
-        assert_acked_offsets_hold(pub, reads)
-    print(
-        f"seed {seed}; history {dict(counts)}; restarts took {[round(t, 2) for t in restart_times]}s; "
-        f"{sum(p.duplicate_acks for p in pubs)} retries answered DUPLICATE; {result.summary()}"
-    )
+    for pub in run.publishers:
+        assert_acked_offsets_hold(pub, run.reads)
+    print(run.row())
 
 
 # -- 2. simulated power loss ---------------------------------------------------------------------
 
 
-def simulate_power_loss(data_dir: Path, journal: Path) -> dict[str, int]:
-    """Truncate every segment to the last synced length journaled for it; empty unjournaled ones.
-
-    Call only after the hub was SIGKILLed.  Returns {segment: bytes cut}.
-    """
-    synced: dict[str, int] = {}
-    if journal.exists():
-        for line in journal.read_text().splitlines(keepends=True):
-            if not line.endswith("\n"):
-                continue  # a torn last line: that fsync's acks were never sent
-            path, _, length = line.strip().rpartition(" ")
-            if path and length.isdigit():
-                key = str(Path(path).resolve())
-                synced[key] = max(synced.get(key, 0), int(length))
-    cut = {}
-    for segment in segment_files(data_dir):
-        keep = synced.get(str(segment.resolve()), 0)
-        size = segment.stat().st_size
-        if size > keep:
-            os.truncate(segment, keep)
-            cut[segment.name] = size - keep
-    return cut
-
-
 @pytest.mark.slow
 def test_power_loss_with_fsync_loses_nothing_acknowledged(start_hub: StartHub, tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    journal = tmp_path / "sync-journal"
-    args = hub_args(data_dir, durability="fsync", segment_bytes=64 << 10)
-    env = journal_env(journal)
-    hub = start_hub(*args, env=env)
-    current = [hub.address]
-    topics = ["power.a", "power.b", "power.c"]
-    history = History()
-    # A wide window keeps appends waiting on the group commit when the power goes.
-    pub = Publisher(history, lambda: current[0], topics, producer=0xF5, per_batch=20, window=32)
-    pub.start()
-    cut: dict[str, int] = {}
-    try:
-        for _ in range(3):
-            wait_progress(pub, pub.acked_batches + 150)
-            kill9(hub)
-            for name, n in simulate_power_loss(data_dir, journal).items():
-                cut[name] = cut.get(name, 0) + n
-            hub, took = restart_timed(start_hub, args, env)
-            assert took < SERVE_AGAIN_WITHIN
-            current[0] = hub.address
-        wait_progress(pub, pub.acked_batches + 50)
-    finally:
-        pub.stop()
+    run = power_loss_loop(start_hub, tmp_path / "data", tmp_path / "sync-journal", losses=3)
+    (pub,) = run.publishers
     assert not pub.errors, pub.errors
     assert pub.finished_cleanly
-    reads, gaps = read_all(hub.address, topics)
-    assert not gaps
-    result = check(history, reads)
+    assert run.figures["restart_s_max"] < SERVE_AGAIN_WITHIN, run.figures
+    result = run.verdict
     assert result.valid, result.summary()
     assert result.lost == 0 and result.duplicated == 0 and result.unknown_missing == 0, result.summary()
     # An ack is only sent once its batch is synced: every acknowledged offset still holds its value.
-    assert_acked_offsets_hold(pub, reads)
-    print(
-        f"power loss cut {sum(cut.values())} unsynced bytes ({len(cut)} segment cuts); "
-        f"history {dict(history.counts())}; {result.summary()}"
-    )
+    assert_acked_offsets_hold(pub, run.reads)
+    print(run.row())
 
 
 def test_power_loss_window_of_received_mode(start_hub: StartHub, tmp_path: Path) -> None:

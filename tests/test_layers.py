@@ -191,6 +191,8 @@ IO_MODULES = {"trio", "anyio", "asyncio", "socket", "selectors", "libp2p", "mult
 #: Longest hub file before it is asked to be split (STYLE.md: "a file that passes ~400 lines is
 #: asking to be split").
 MAX_HUB_FILE_LINES = 420
+#: Files allowed past the limit: each says at its top why (checked below).
+LONG_HUB_FILES = {"hub/core/overlay/core.py": 620}
 
 
 def hub_layer(module: str) -> int:
@@ -244,12 +246,11 @@ def test_the_core_decides_without_io() -> None:
 
 
 def test_hub_files_stay_short() -> None:
-    long = {
-        str(p.relative_to(ROOT)): n
-        for p in source_files("hub")
-        if (n := len(p.read_text().splitlines())) > MAX_HUB_FILE_LINES
-    }
+    lengths = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in source_files("hub")}
+    long = {name: n for name, n in lengths.items() if n > LONG_HUB_FILES.get(name, MAX_HUB_FILE_LINES)}
     assert not long, f"hub files over {MAX_HUB_FILE_LINES} lines: {long}"
+    for name in LONG_HUB_FILES:
+        assert "Why this file is long" in (ROOT / name).read_text(), f"{name} does not say why it is long"
 
 
 def test_the_layer_rule_catches_an_upward_import(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import wire
 from hub.app import HubServer
 from hub.config import HubConfig
 from hub.storage.batches import SharedBatch
+from hub.storage.file_cache import FileCache
 from hub.storage.topic_log import LogSettings, TopicLog
 from tests.support.cluster import HUB_POLL, Cluster, collect
 from tests.support.mesh import OwnLog, Store, interest_of, new_hub_id, start_mesh, status_of
@@ -171,7 +172,7 @@ def test_a_set_stored_in_some_topics_only_is_replayed_for_those(tmp_path: Path) 
 
 
 def test_offset_index_starts_reads_near_the_wanted_sequence(tmp_path: Path) -> None:
-    log = TopicLog.create("t", tmp_path, LogSettings(), now=1)
+    log = TopicLog.create("t", tmp_path, LogSettings(), now=1, files=FileCache())
     records = wire.encode_records([(b"", b"x" * 1000)])[1]
     for i in range(1, 2001):
         log.append(SharedBatch("t", i - 1, 1, 7, i, 1, records), topics=("t",), producer_id=0, producer_seq=0,

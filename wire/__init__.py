@@ -10,6 +10,7 @@ from .decoder import BODY_BOUNDS, FrameDecoder, check_header
 from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError
 from .frames import FRAME_TYPES
 from .frames.base import HEADER, HEADER_SIZE, Frame, plain
+from .frames.client_commit import Commit, Committed
 from .frames.client_publish import AckStatus, OffsetRange, Publish, PublishAck, PublishFlags
 from .frames.client_session import CLIENT_PROTOCOL_VERSION, Error, Hello, Status, StatusReply, Welcome
 from .frames.client_subscribe import (
@@ -66,6 +67,8 @@ from .topics import InvalidTopicError, check_topic, is_pattern
 
 __all__ = [
     "Ack",
+    "Commit",
+    "Committed",
     "AckMode",
     "AckRange",
     "AckStatus",

@@ -56,6 +56,8 @@ BODY_BOUNDS: dict[Opcode, tuple[int, int | None]] = {
     Opcode.ERROR: (12, 12 + 0xFFFF),
     Opcode.STATUS: (0, 0),
     Opcode.STATUS_REPLY: (4, None),
+    Opcode.COMMIT: (8, 8),
+    Opcode.COMMITTED: (10, None),
     Opcode.SEGMENT_HEADER: (24, 24 + 254),
     Opcode.LOG_BATCH: (79, None),
 }

@@ -94,6 +94,10 @@ class Opcode(IntEnum):
     STATUS = 0x2E
     #: The hub's status document (UTF-8 JSON).
     STATUS_REPLY = 0x2F
+    #: Ask for the hub's word that a subscription's acknowledged position is on disk.
+    COMMIT = 0x30
+    #: Hub answer to COMMIT: the position is durable.
+    COMMITTED = 0x31
 
     #: First frame of a log segment file: format, topic, base offset.
     SEGMENT_HEADER = 0x40
@@ -146,6 +150,7 @@ CLIENT_TO_HUB_OPCODES = frozenset(
         Opcode.CREDIT,
         Opcode.ERROR,
         Opcode.STATUS,
+        Opcode.COMMIT,
     }
 )
 #: Frames a hub may send to a client.
@@ -160,6 +165,7 @@ HUB_TO_CLIENT_OPCODES = frozenset(
         Opcode.SUB_END,
         Opcode.ERROR,
         Opcode.STATUS_REPLY,
+        Opcode.COMMITTED,
     }
 )
 LOG_OPCODES = frozenset({Opcode.SEGMENT_HEADER, Opcode.LOG_BATCH})

@@ -352,6 +352,14 @@ BODIES: dict[Opcode, Construct] = {
     Opcode.ERROR: Struct("code" / Int16ub, "ref" / Int64ub, "reason" / Str16, Terminated),
     Opcode.STATUS: Struct(Terminated),
     Opcode.STATUS_REPLY: Struct("document" / Prefixed(Int32ub, GreedyBytes), Terminated),
+    Opcode.COMMIT: Struct("sub_id" / Int32ub, "ref" / Int32ub, Terminated),
+    Opcode.COMMITTED: Struct(
+        "sub_id" / Int32ub,
+        "ref" / Int32ub,
+        "position_count" / Rebuild(Int16ub, len_(this.positions)),
+        "positions" / Array(this.position_count, TopicOffset),
+        Terminated,
+    ),
     # -- log segments ----------------------------------------------------------
     Opcode.SEGMENT_HEADER: Struct(
         "magic" / OneOf(Bytes(4), [b"P0SL"]),

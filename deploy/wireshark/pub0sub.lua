@@ -1,4 +1,4 @@
--- Wireshark dissector for pub0sub: the client protocol (opcodes 0x20-0x2F), the mesh v1 frames
+-- Wireshark dissector for pub0sub: the client protocol (opcodes 0x20-0x31), the mesh v1 frames
 -- (the seed's opcodes 1-6) and the mesh v2 frames (0x10-0x12) when they are seen in clear.
 -- Mesh v3 frames (0x13-0x1D) are named, their bodies shown as bytes (not dissected yet).
 --
@@ -26,7 +26,7 @@ local OPCODES = {
   [0x20] = "HELLO", [0x21] = "WELCOME", [0x22] = "PUBLISH", [0x23] = "PUBLISH_ACK", [0x24] = "SUB",
   [0x25] = "SUB_OK", [0x26] = "UNSUB", [0x27] = "SUB_UPDATE", [0x28] = "DELIVER", [0x29] = "ACK",
   [0x2A] = "CREDIT", [0x2B] = "GAP", [0x2C] = "SUB_END", [0x2D] = "ERROR", [0x2E] = "STATUS",
-  [0x2F] = "STATUS_REPLY",
+  [0x2F] = "STATUS_REPLY", [0x30] = "COMMIT", [0x31] = "COMMITTED",
 }
 
 -- Enum names, as wire/ defines them (tests/test_wireshark.py checks they agree).
@@ -231,6 +231,11 @@ local BODIES = {
   [0x2D] = function(b, t) b:int(t, "code", 2); b:int(t, "ref", 8); b:text(t, "reason", 2) end,
   [0x2E] = function(_, _) end,
   [0x2F] = function(b, t) b:blob(t, "document", 4) end,
+  [0x30] = function(b, t) b:int(t, "sub_id", 4); b:int(t, "ref", 4) end,
+  [0x31] = function(b, t)
+    b:int(t, "sub_id", 4); b:int(t, "ref", 4)
+    b:each(t, 2, "position", function(o) b:text(o, "topic", 1); b:int(o, "offset", 8) end)
+  end,
 }
 
 -- Mesh v3 (wire/frames/mesh_v3.py): named, the body shown whole.
@@ -298,8 +303,9 @@ local function plausible_header(tvb, offset)
     local word = tvb(offset + 5, 4):string()
     if word ~= "ping" and word ~= "pong" then return nil end
   end
-  if (opcode == 0x20 or opcode == 0x21) and tvb:len() >= offset + 7 and tvb(offset + 5, 2):uint() ~= 1 then
-    return nil  -- HELLO and WELCOME start with protocol version 1
+  if (opcode == 0x20 or opcode == 0x21) and tvb:len() >= offset + 7 then
+    local version = tvb(offset + 5, 2):uint()
+    if version < 1 or version > 2 then return nil end  -- HELLO and WELCOME start with protocol version 1 or 2
   end
   return length
 end

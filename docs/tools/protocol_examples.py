@@ -203,7 +203,7 @@ ex_frame("repaired", Repaired(topic="orders.eu", upto=43, missing=2),
 ex_frame("hello", Hello(version=1, client_name="demo", token=b"alice:s3cret"),
          [u16(1, "version 1"), str8("demo", "client_name"),
           S([b16(12), b"alice:s3cret"], 'token (u16 length 12) b"alice:s3cret": user alice, secret s3cret')])
-ex_frame("hello_anon", Hello(), [u16(1, "version 1"), str8("", "client_name"), S([b16(0)], "token: length 0 (none)")])
+ex_frame("hello_anon", Hello(), [u16(2, "version 2"), str8("", "client_name"), S([b16(0)], "token: length 0 (none)")])
 ex_frame("welcome", Welcome(version=1, hub_id=7, max_body=1 << 20, heartbeat_ms=5000, hub_name="hub-a"),
          [u16(1, "version 1"), u64(7, "hub_id 7"), u32(1 << 20, "max_body 1048576 (1 MiB)"),
           u32(5000, "heartbeat_ms 5000"), str8("hub-a", "hub_name")])
@@ -274,6 +274,10 @@ ex_frame("sub_end_unsub", SubEnd(sub_id=2, code=ErrorCode.UNSUBSCRIBED),
          [u32(2, "sub_id 2"), u16(10, "code 10 = UNSUBSCRIBED"), str16("", "reason")])
 ex_frame("error", Error(code=ErrorCode.INVALID_TOPIC, ref=5, reason="wildcard in topic"),
          [u16(6, "code 6 = INVALID_TOPIC"), u64(5, "ref 5 (the PUBLISH sequence)"), str16("wildcard in topic", "reason")])
+ex_frame("commit", Commit(sub_id=2, ref=7), [u32(2, "sub_id 2"), u32(7, "ref 7")])
+ex_frame("committed", Committed(sub_id=2, ref=7, positions=(TopicOffset(topic="orders.eu", offset=102),)),
+         [u32(2, "sub_id 2"), u32(7, "ref 7"), u16(1, "position_count 1"),
+          topic("orders.eu", "position 0: topic"), u64(102, "position 0: offsets below 102 acknowledged, on disk")])
 ex_frame("status", Status(), [])
 doc = b'{"hub":"hub-a","uptime_s":12}'
 ex_frame("status_reply", StatusReply(document=doc), [S([b32(len(doc))], f"document length {len(doc)}"), S([doc], f"document {doc.decode()}")])

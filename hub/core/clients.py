@@ -175,6 +175,9 @@ class Group(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def state(self) -> ConsumerState: ...
+
     def wake(self) -> None: ...
 
     def ack_refusal(self, topic: str, first: int, last: int) -> str | None: ...
@@ -203,11 +206,15 @@ class ClientSession:
         self.out = OutboundQueue(max_pending_bytes)
         self.subs: dict[int, Subscription] = {}
         self.topic_count = 0
+        #: topics this connection created by publishing to new names (hub.core.topic_budget)
+        self.topics_created = 0
         self.greeted = False
         #: Who the client is (``hub.core.auth``); None on a hub without a users file.
         self.identity: Identity | None = None
         #: HELLO's secret waiting for its slow hash check (the shell runs it, then ``HubCore.verified``).
         self.auth_job: Verification | None = None
+        #: the client protocol version agreed in HELLO
+        self.version = 0
         now = clock.monotonic()
         self.last_received = now
         self.last_sent = now
@@ -259,11 +266,17 @@ class ClientSession:
     def send_control(self, frame: bytes) -> None:
         if self.closing is not None:
             return
-        self.out.push_control(frame)
-        if self.out.pending_bytes > 2 * self.out.cap:
-            # Only responses to the client's own requests are queued here: a client
-            # that keeps asking without reading gets cut off, not unbounded memory.
-            self.fail(ErrorCode.LIMIT_EXCEEDED, "responses pile up unread", why=CloseReason.NOT_READING)
+        out = self.out
+        already = out.control_bytes
+        out.push_control(frame)
+        if already and out.control_bytes > out.cap:
+            # Only responses to the client's own requests are queued here: a client that
+            # keeps asking without reading is cut off at the cap, as a slow subscriber is.
+            self.fail(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"{out.control_bytes} bytes of replies pile up unread, limit max_pending_bytes={out.cap}",
+                why=CloseReason.NOT_READING,
+            )
             return
         self._ready()
 

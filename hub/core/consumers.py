@@ -6,6 +6,12 @@ hub crash can therefore lose up to that much acknowledgement progress: those
 messages are delivered again (at-least-once); the SDK drops offsets it has
 already delivered, so an application sees no duplicate within a process.
 
+A client that must not see them again waits for its COMMIT to be answered
+(:meth:`ConsumerRegistry.when_saved`): the answer comes once a save that holds
+its acknowledgements is on disk.  Saves run in a worker thread (the shell's
+``run_position_saver``), and every COMMIT that arrives meanwhile waits for the
+next one: one fsync serves many (group commit).
+
 A new durable name or group, or new topics for one, is different: it is on
 disk before the hub confirms it (:meth:`ConsumerRegistry.save_if_urgent`, before
 SUB_OK).  Forgetting it in a crash would forget its standing interest, and in a
@@ -24,7 +30,7 @@ from typing import Any
 
 from wire import AckMode
 
-from ..storage.statefile import write_json
+from ..storage.statefile import VersionedStateFile
 from .acks import AckTracker
 from .events import ev
 
@@ -94,9 +100,17 @@ class StandingInterest:
 class ConsumerRegistry:
     def __init__(self, root: Path, *, expiry_seconds: float) -> None:
         self.path = root / FILE_NAME
+        self.file = VersionedStateFile(self.path)
         self.expiry_seconds = expiry_seconds
         self.states: dict[str, ConsumerState] = {}
         self._dirty = False
+        #: bumped by every change; a save holds the version it was taken at
+        self.version = 0
+        self.saved_version = 0
+        #: (version needed, callback(error)) of COMMITs waiting for a save
+        self._waiting: list[tuple[int, Callable[[OSError | None], None]]] = []
+        #: Told when a save is wanted (the shell's position saver wakes up); None: save at once.
+        self.on_save_wanted: Callable[[], None] | None = None
         #: a name was created or its topics changed: saved before the hub confirms it
         self._urgent = False
         self.saves = 0
@@ -138,11 +152,58 @@ class ConsumerRegistry:
 
     def touch(self) -> None:
         self._dirty = True
+        self.version += 1
+
+    def snapshot(self) -> tuple[int, bytes]:
+        """The state to save now: its version and the file's bytes (taken in the loop)."""
+        document = {"consumers": [s.to_json() for s in self.states.values()]}
+        return self.version, json.dumps(document, separators=(",", ":")).encode()
 
     def save(self) -> None:
-        write_json(self.path, {"consumers": [s.to_json() for s in self.states.values()]})
-        self._dirty = self._urgent = False
-        self.saves += 1
+        """Save now, from the calling thread (raises OSError)."""
+        version, data = self.snapshot()
+        self.file.write(data, version)
+        self.saved(version, None)
+
+    def saved(self, version: int, error: OSError | None) -> None:
+        """A save of state ``version`` finished (``error``: it failed); answer who waited for it."""
+        if error is None:
+            self.saves += 1
+            self.saved_version = max(self.saved_version, version)
+            if self.saved_version >= self.version:
+                self._dirty = self._urgent = False
+        waiting, self._waiting = self._waiting, []
+        for needed, callback in waiting:
+            if error is not None:
+                callback(error)
+            elif needed <= self.saved_version:
+                callback(None)
+            else:
+                self._waiting.append((needed, callback))
+        if self._waiting:
+            self._want_save()
+
+    def when_saved(self, callback: Callable[[OSError | None], None]) -> None:
+        """Call ``callback(None)`` once everything changed so far is on disk, or ``callback(error)``."""
+        if self.saved_version >= self.version:
+            callback(None)
+            return
+        self._waiting.append((self.version, callback))
+        self._want_save()
+
+    def _want_save(self) -> None:
+        if self.on_save_wanted is not None:
+            self.on_save_wanted()
+            return
+        try:
+            self.save()
+        except OSError as exc:
+            log.error("cannot save %s: %s", self.path, exc, extra=ev("consumers_save_failed"))
+            self.saved(self.version, exc)
+
+    @property
+    def save_wanted(self) -> bool:
+        return self._dirty or bool(self._waiting)
 
     def expire(self, now: float) -> list[ConsumerState]:
         """Forget consumers nobody attached to for ``expiry_seconds``."""
@@ -154,7 +215,7 @@ class ConsumerRegistry:
             log.info("%s %r expired after %.0fs idle", state.kind, state.name, now - state.last_active,
                      extra=ev("consumer_expired", x_consumer=state.name, x_kind=state.kind))
         if gone:
-            self._dirty = True
+            self.touch()
         return gone
 
     def keep_from(self, topic: str) -> int | None:
@@ -172,7 +233,4 @@ class ConsumerRegistry:
                 state.last_active = now
         self.expire(now)
         if self._dirty:
-            try:
-                self.save()
-            except OSError as exc:
-                log.error("cannot save %s: %s", self.path, exc, extra=ev("consumers_save_failed"))
+            self._want_save()

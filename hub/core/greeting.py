@@ -23,6 +23,9 @@ from .stats import HubStats
 #: many times over, and an unauthenticated peer cannot make the hub buffer more.
 GREETING_LIMITS = Limits(max_body=4096)
 
+#: Version 2 added COMMIT and COMMITTED (docs/protocol.md §10); a version 1 client is served as before.
+SUPPORTED_CLIENT_VERSIONS = frozenset({1, CLIENT_PROTOCOL_VERSION})
+
 
 class Greeting:
     def __init__(
@@ -30,7 +33,7 @@ class Greeting:
         *,
         auth: ClientAuth,
         stats: HubStats,
-        welcome: Callable[[], bytes],
+        welcome: Callable[[int], bytes],
         max_body: int,
         hello_timeout: float,
         end_subscription: EndSubscription,
@@ -49,12 +52,13 @@ class Greeting:
         if session.greeted or session.auth_job is not None:
             session.fail(ErrorCode.UNEXPECTED_FRAME, "HELLO sent twice")
             return
-        if frame.version != CLIENT_PROTOCOL_VERSION:
+        if frame.version not in SUPPORTED_CLIENT_VERSIONS:
             session.fail(
                 ErrorCode.UNSUPPORTED_VERSION,
-                f"client protocol version {frame.version} not supported (hub speaks {CLIENT_PROTOCOL_VERSION})",
+                f"client protocol version {frame.version} not supported (hub speaks 1..{CLIENT_PROTOCOL_VERSION})",
             )
             return
+        session.version = frame.version
         session.client_name = frame.client_name
         outcome = self.auth.hello(frame.token)
         if outcome is None or isinstance(outcome, Identity | str):
@@ -103,4 +107,4 @@ class Greeting:
         session.identity = identity
         session.greeted = True
         session.decoder.limits = self._limits
-        session.send_control(self._welcome())
+        session.send_control(self._welcome(session.version))

@@ -5,6 +5,11 @@ blocked by a slow subscriber.  When a delivery would push the queue past
 ``cap`` bytes, the subscription's policy decides: CANCEL ends it, DROP_OLDEST
 replaces its oldest queued batches by GAP notices that say exactly what was
 dropped.  Nothing is dropped silently: every drop is counted.
+
+Control frames (pongs, acks, SUB_OK, errors, status) count against the same cap
+(:attr:`OutboundQueue.control_bytes`, see ``ClientSession.send_control``), and
+consecutive ones share one buffer: a client that sends millions of pings and
+never reads costs its queued bytes, not a queue item per pong.
 """
 
 from __future__ import annotations
@@ -33,13 +38,19 @@ class Subscriber(Protocol):
 class Outgoing:
     """One queued piece of output: a DELIVER, a GAP or a control frame."""
 
-    pieces: tuple[bytes, ...]
+    pieces: tuple[bytes | bytearray, ...]
     nbytes: int
     sub: Subscriber | None = None
     batch: SharedBatch | None = None
     gap_topic: str = ""
     gap_first: int = 0
     gap_count: int = 0
+    #: a buffer of control frames that later control frames may join (``pieces[0]`` is a bytearray)
+    control: bool = False
+
+
+#: Control frames share one queue item up to this size (one send takes at least one item whole).
+CONTROL_BUFFER_BYTES = 64 << 10
 
 
 #: What an empty queue holds instead of a deque of its own: an empty deque is ~600 bytes,
@@ -52,12 +63,14 @@ _NOTHING = cast("deque[Outgoing]", ())
 class OutboundQueue:
     """FIFO of encoded frames with a byte cap enforced per subscription policy."""
 
-    __slots__ = ("cap", "dropped_messages", "items", "pending_bytes")
+    __slots__ = ("cap", "control_bytes", "dropped_messages", "items", "pending_bytes")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.items: deque[Outgoing] = _NOTHING
         self.pending_bytes = 0
+        #: the part of ``pending_bytes`` that is control frames
+        self.control_bytes = 0
         self.dropped_messages = 0
 
     def _append(self, item: Outgoing) -> None:
@@ -69,9 +82,20 @@ class OutboundQueue:
         return len(self.items)
 
     def push_control(self, frame: bytes) -> None:
-        """Acks, pongs, SUB_OK/SUB_END, errors: small, never subject to the policy."""
-        self._append(Outgoing((frame,), len(frame)))
-        self.pending_bytes += len(frame)
+        """Acks, pongs, SUB_OK/SUB_END, errors: never subject to a subscription's policy
+        (``ClientSession.send_control`` bounds them); joined to the control buffer queued last."""
+        items = self.items
+        n = len(frame)
+        last = items[-1] if items else None
+        if last is not None and last.control and last.nbytes + n <= CONTROL_BUFFER_BYTES:
+            buffer = last.pieces[0]
+            assert isinstance(buffer, bytearray)
+            buffer += frame
+            last.nbytes += n
+        else:
+            self._append(Outgoing((bytearray(frame),), n, control=True))
+        self.pending_bytes += n
+        self.control_bytes += n
 
     def fits(self, nbytes: int) -> bool:
         # An empty queue always takes one item, so a single big batch cannot
@@ -160,20 +184,22 @@ class OutboundQueue:
         """Drop everything (the connection is closing); returns messages discarded."""
         gone = sum(item.batch.count for item in self.items if item.batch is not None)
         self.items = _NOTHING
-        self.pending_bytes = 0
+        self.pending_bytes = self.control_bytes = 0
         return gone
 
     def take(self, limit: int) -> tuple[bytes, int]:
         """Pop items worth up to ``limit`` bytes (at least one): their bytes for one socket
         send, and their queued size."""
-        pieces: list[bytes] = []
+        pieces: list[bytes | bytearray] = []
         size = 0
         items = self.items
         while items and size < limit:
             item = items.popleft()
             pieces.extend(item.pieces)
             size += item.nbytes
-            if item.sub is not None and item.batch is not None:
+            if item.control:
+                self.control_bytes -= item.nbytes
+            elif item.sub is not None and item.batch is not None:
                 sub = item.sub
                 sub.queued_messages -= item.batch.count
                 sub.delivered_messages += item.batch.count

@@ -19,6 +19,7 @@ from ..storage.batches import SharedBatch
 from .clients import CloseReason
 from .events import ev
 from .memory_topics import MemoryTopic
+from .topic_budget import TopicLimits, new_topics, topic_refusal
 
 if TYPE_CHECKING:
     from ..storage.store import LogStore
@@ -46,8 +47,10 @@ class Publisher:
         clock: Clock,
         origin: OriginSequence,
         mesh: MeshLink,
+        limits: TopicLimits,
     ) -> None:
         self.store = store
+        self.limits = limits
         self.router = router
         self.stats = stats
         self.clock = clock
@@ -104,6 +107,8 @@ class Publisher:
         if store is not None and store.storage_error is not None:
             session.fail(ErrorCode.STORAGE_ERROR, f"the hub cannot store: {store.storage_error}", ref=frame.sequence)
             return
+        if not self._may_create_topics(session, frame):
+            return
         producer = frame.producer_id
         seq = frame.sequence
         timestamp = self.clock.wall_us()
@@ -152,6 +157,22 @@ class Publisher:
             else:
                 ack = PublishAck(producer_id=producer, sequence=seq, status=AckStatus.DUPLICATE, timestamp=timestamp)
             self._acknowledge(session, ack.encode(), seq)
+
+    def _may_create_topics(self, session: ClientSession, frame: Publish) -> bool:
+        """Check the topics ``frame`` would create against the limits; refuse it whole if one is passed."""
+        new = new_topics(frame, self.existing)
+        if not new:
+            return True
+        existing = len(self.store.logs) if self.store is not None else len(self.memory_topics)
+        refusal = topic_refusal(self.limits, new=len(new), created_by_connection=session.topics_created,
+                                existing=existing)  # fmt: skip
+        if refusal is not None:
+            self.stats.topic_limit_refusals += 1
+            session.fail(ErrorCode.LIMIT_EXCEEDED, refusal, ref=frame.sequence, why=CloseReason.LIMIT_EXCEEDED)
+            return False
+        session.topics_created += len(new)
+        self.stats.topics_created += len(new)
+        return True
 
     def store_set(
         self,

@@ -1,9 +1,10 @@
 """The routing table: which subscriptions want a topic.  Pure data, no I/O.
 
 Like nats-server's ``sublist.go``: exact topics in a dict, wildcard patterns
-in a list, and a cache of "topic -> matching subscriptions" that any change
-clears.  Publishes vastly outnumber (un)subscribes, so a match is usually one
-dict lookup.
+in a token trie (:mod:`hub.core.topic_trie`: a match costs the topic's token
+count, however many patterns are held), and a cache of "topic -> matching
+subscriptions" that any change clears.  Publishes vastly outnumber
+(un)subscribes, so a match is usually one dict lookup.
 
 Topics are ``.``-separated tokens.  In a pattern ``*`` matches exactly one
 token and ``>`` (last token only) matches one or more tokens.  The table does
@@ -17,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from wire.topics import pattern_matches, pattern_tokens
+from wire.topics import pattern_tokens
+
+from .topic_trie import TopicTrie
 
 S = TypeVar("S", bound=Hashable)
 
@@ -31,7 +34,9 @@ class RoutingTable(Generic[S]):
 
     def __init__(self) -> None:
         self._exact: dict[str, dict[S, int]] = {}
+        #: pattern -> (its tokens, subscriber counts); the trie holds the same count dicts
         self._wild: dict[str, tuple[tuple[str, ...], dict[S, int]]] = {}
+        self._trie: TopicTrie[dict[S, int]] = TopicTrie()
         self._cache: dict[str, tuple[S, ...]] = {}
         #: called with (pattern, True) when a pattern gets its first subscriber and
         #: (pattern, False) when it loses its last: the mesh announces and withdraws interest
@@ -42,7 +47,10 @@ class RoutingTable(Generic[S]):
         tokens = pattern_tokens(pattern)
         new = pattern not in self._wild and pattern not in self._exact
         if tokens is not None:
-            entry = self._wild.setdefault(pattern, (tokens, {}))
+            entry = self._wild.get(pattern)
+            if entry is None:
+                entry = self._wild[pattern] = (tokens, {})
+                self._trie.insert(tokens, entry[1])
             entry[1][sub] = entry[1].get(sub, 0) + 1
         else:
             subs = self._exact.setdefault(pattern, {})
@@ -66,7 +74,8 @@ class RoutingTable(Generic[S]):
             del table[sub]
             if not table:
                 if wild:
-                    del self._wild[pattern]
+                    tokens, _ = self._wild.pop(pattern)
+                    self._trie.remove(tokens)
                 else:
                     del self._exact[pattern]
                 if self.on_change is not None:
@@ -81,10 +90,8 @@ class RoutingTable(Generic[S]):
             return hit
         found: dict[S, None] = dict.fromkeys(self._exact.get(topic, ()))
         if self._wild:
-            topic_tokens = topic.split(".")
-            for tokens, subs in self._wild.values():
-                if pattern_matches(tokens, topic_tokens):
-                    found.update(dict.fromkeys(subs))
+            for subs in self._trie.match(topic.split(".")):
+                found.update(dict.fromkeys(subs))
         result = tuple(found)
         if len(self._cache) >= MAX_CACHED_TOPICS:
             self._cache.clear()

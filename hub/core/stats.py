@@ -38,6 +38,12 @@ class HubStats:
     #: Per reason (``queue_full``, ``held_full``): slow subscriptions cancelled.
     cancels: dict[str, int] = field(default_factory=dict)
 
+    #: topics created by client publishes, and publishes refused for creating too many
+    topics_created: int = 0
+    #: COMMIT frames answered or waiting (hub.core.commits)
+    commits: int = 0
+    topic_limit_refusals: int = 0
+
 
 def bump(counts: dict[str, int], key: str, by: int = 1) -> None:
     """One more ``key`` in a per-reason counter (never on a per-message path)."""

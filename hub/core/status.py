@@ -55,6 +55,7 @@ def hub_status(core: HubCore, *, listen: str) -> dict[str, Any]:
             "data_dir": str(store.root),
             "durability": store.durability,
             "fsyncs": store.fsyncs,
+            "open_files": store.files.status(),
             "storage_error": str(store.storage_error) if store.storage_error else None,
             "recovery": [
                 {

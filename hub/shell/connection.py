@@ -180,10 +180,16 @@ class ClientConnection:
                 if not data:
                     session.close(CloseReason.CLIENT_CLOSED)
                     return
-                core.receive_data(session, data)
-                while (job := session.auth_job) is not None and session.closing is None:
-                    # Nothing more is read until HELLO's secret is checked (off the event loop).
-                    core.verified(session, await self.verifier.check(job))
+                more = core.receive_data(session, data)
+                while session.closing is None:
+                    if (job := session.auth_job) is not None:
+                        # Nothing more is read until HELLO's secret is checked (off the event loop).
+                        more = core.verified(session, await self.verifier.check(job))
+                    elif more:
+                        await trio.lowlevel.checkpoint()  # a chunk that created many topics: others run first
+                        more = core.receive_data(session, b"")
+                    else:
+                        break
                 if session.greeted and not self._greeting.cancel_called:
                     self._greeting.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):

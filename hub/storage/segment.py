@@ -19,6 +19,8 @@ from wire import FRAME_TYPES, Limits, LogBatch, ProtocolError, SegmentHeader, ch
 from wire.frames import HEADER, HEADER_SIZE
 from wire.opcodes import LOG_OPCODES
 
+from .file_cache import FileCache
+
 log = logging.getLogger("pub0sub.hub.storage")
 
 SUFFIX = ".log"
@@ -56,11 +58,14 @@ class RecoveryReport:
 
 
 class Segment:
-    def __init__(self, path: Path, topic: str, base_offset: int, fd: int, size: int) -> None:
+    """Its descriptor is borrowed from a :class:`FileCache`: closed when others need room,
+    reopened on the next read or write."""
+
+    def __init__(self, path: Path, topic: str, base_offset: int, files: FileCache, size: int) -> None:
         self.path = path
         self.topic = topic
         self.base_offset = base_offset
-        self.fd = fd
+        self.files = files
         self.size = size
         #: bytes known to be on stable storage (fsync'ed)
         self.synced = size
@@ -73,31 +78,46 @@ class Segment:
         self.bad_ranges: list[BadRange] = []
         self._last_indexed = -INDEX_INTERVAL
 
+    @property
+    def fd(self) -> int:
+        return self.files.fd(self)
+
+    @staticmethod
+    def reopen_flags() -> int:
+        return os.O_RDWR | os.O_APPEND
+
     # -- creating and opening ---------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, topic: str, base_offset: int, created: int) -> Segment:
+    def create(cls, directory: Path, topic: str, base_offset: int, created: int, files: FileCache) -> Segment:
         path = directory / segment_name(base_offset)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        header = SegmentHeader(topic=topic, base_offset=base_offset, created=created).encode()
-        os.write(fd, header)
-        segment = cls(path, topic, base_offset, fd, len(header))
+        try:
+            header = SegmentHeader(topic=topic, base_offset=base_offset, created=created).encode()
+            os.write(fd, header)
+        except BaseException:
+            os.close(fd)
+            raise
+        segment = cls(path, topic, base_offset, files, len(header))
+        files.adopt(segment, fd)
         segment.synced = 0
         return segment
 
     @classmethod
-    def open(cls, path: Path) -> tuple[Segment, RecoveryReport]:
+    def open(cls, path: Path, files: FileCache) -> tuple[Segment, RecoveryReport]:
         """Open and verify an existing segment, repairing a torn tail."""
         report = RecoveryReport(path)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        fd = os.open(path, cls.reopen_flags())
         try:
-            return cls._recover(path, fd, report), report
+            segment = cls._recover(path, fd, report, files)
         except BaseException:
             os.close(fd)
             raise
+        files.adopt(segment, fd)
+        return segment, report
 
     @classmethod
-    def _recover(cls, path: Path, fd: int, report: RecoveryReport) -> Segment:
+    def _recover(cls, path: Path, fd: int, report: RecoveryReport, files: FileCache) -> Segment:
         size = os.fstat(fd).st_size
         reader = _ChunkReader(fd)
         limits = Limits(max_body=MAX_STORED_BODY)
@@ -138,7 +158,7 @@ class Segment:
             if segment is None:
                 if not isinstance(frame, SegmentHeader):
                     raise OSError(f"{path}: does not start with a SEGMENT_HEADER")
-                segment = cls(path, frame.topic, frame.base_offset, fd, 0)
+                segment = cls(path, frame.topic, frame.base_offset, files, 0)
             elif isinstance(frame, LogBatch):
                 segment._note_batch(frame, pos)
                 report.batches += 1
@@ -188,9 +208,10 @@ class Segment:
     def append(self, pieces: list[bytes], nbytes: int, base_offset: int, count: int, append_ts: int) -> None:
         """Write one LOG_BATCH frame (given as pieces) in one system call."""
         position = self.size
-        written = os.writev(self.fd, pieces)
+        fd = self.fd
+        written = os.writev(fd, pieces)
         if written != nbytes:  # a short write on a regular file means the disk is full
-            os.ftruncate(self.fd, position)
+            os.ftruncate(fd, position)
             raise OSError(f"{self.path}: short write ({written} of {nbytes} bytes)")
         self.size = position + nbytes
         if position - self._last_indexed >= INDEX_INTERVAL or not self.index:
@@ -202,11 +223,6 @@ class Segment:
         self.next_offset = base_offset + count
         self.batches += 1
 
-    def sync(self) -> int:
-        """fsync; returns the size now durable.  Runs in a worker thread."""
-        size = self.size
-        os.fsync(self.fd)
-        return size
 
     # -- reading -----------------------------------------------------------------------
 
@@ -233,9 +249,7 @@ class Segment:
         return os.pread(self.fd, nbytes, position)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.files.release(self)
 
 
 class _ChunkReader:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,27 @@ def sync_directory(directory: Path) -> None:
 def write_json(path: Path, document: Any) -> None:
     """:func:`replace_atomically` with ``document`` as compact JSON."""
     replace_atomically(path, json.dumps(document, separators=(",", ":")).encode())
+
+
+class VersionedStateFile:
+    """One state file written from the event loop and from a worker thread, never backwards.
+
+    Each write carries the version of the state it holds; writes are serialized by a
+    lock and a version older than the one on disk is skipped, so a slow background
+    save can never replace a newer file an urgent save wrote meanwhile.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._written = -1
+
+    def write(self, data: bytes, version: int) -> bool:
+        """Make the file hold ``data`` (state ``version``) unless a newer version is there;
+        True if written.  Blocking: fsyncs (raises OSError)."""
+        with self._lock:
+            if version < self._written:
+                return False
+            replace_atomically(self.path, data)
+            self._written = version
+            return True

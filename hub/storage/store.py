@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .file_cache import FileCache, fsync_path
 from .segment import RecoveryReport, Segment
 from .statefile import replace_atomically, sync_directory
 from .topic_log import LogSettings, TopicLog
@@ -88,7 +89,9 @@ def _read_pid(fd: int) -> int | None:
 
 
 class LogStore:
-    def __init__(self, root: Path, settings: LogSettings, *, durability: str = "received") -> None:
+    def __init__(
+        self, root: Path, settings: LogSettings, *, durability: str = "received", max_open_files: int | None = None
+    ) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, got {durability!r}")
         self.root = root
@@ -96,6 +99,8 @@ class LogStore:
         self.settings = settings
         self.durability = durability
         self.logs: dict[str, TopicLog] = {}
+        #: Open segment descriptors, bounded (None: derived from the process's descriptor limit).
+        self.files = FileCache(max_open_files)
         #: bumped whenever a topic log is created (cached topic selections compare it)
         self.generation = 0
         self.reports: list[RecoveryReport] = []
@@ -125,7 +130,7 @@ class LogStore:
     def _open_logs(self) -> None:
         self.topics_dir.mkdir(parents=True, exist_ok=True)
         for directory in sorted(p for p in self.topics_dir.iterdir() if p.is_dir()):
-            topic_log, reports = TopicLog.open(directory, self.settings)
+            topic_log, reports = TopicLog.open(directory, self.settings, self.files)
             self.reports.extend(reports)
             if topic_log is not None:
                 self.logs[topic_log.topic] = topic_log
@@ -156,7 +161,7 @@ class LogStore:
     def log_for(self, topic: str, now: int) -> TopicLog:
         topic_log = self.logs.get(topic)
         if topic_log is None:
-            topic_log = self.logs[topic] = TopicLog.create(topic, self.topics_dir, self.settings, now)
+            topic_log = self.logs[topic] = TopicLog.create(topic, self.topics_dir, self.settings, now, self.files)
             self.generation += 1
             self._new_dirs.add(self.topics_dir)
             self._new_dirs.add(topic_log.directory)
@@ -165,6 +170,7 @@ class LogStore:
     def close(self) -> None:
         for topic_log in self.logs.values():
             topic_log.close()
+        self.files.close()
         if self._journal is not None:
             self._journal.close()
             self._journal = None
@@ -197,7 +203,9 @@ class LogStore:
 
     def begin_commit(self) -> Commit:
         """Take everything written so far, and everyone waiting on it, into one commit."""
-        commit = Commit(list(self._dirty), list(self._new_dirs), self._after_sync)
+        segments = list(self._dirty)
+        # Sizes are taken here, in the loop: everything appended so far is covered by the fsync.
+        commit = Commit(segments, [s.size for s in segments], list(self._new_dirs), self._after_sync)
         self._dirty.clear()
         self._new_dirs.clear()
         self._after_sync = []
@@ -237,16 +245,18 @@ class Commit:
     """One group commit: the segments and new directory entries to make durable, and who waits."""
 
     segments: list[Segment]
+    #: each segment's size when the commit began: what its fsync makes durable
+    sizes: list[int]
     dirs: list[Path]
     callbacks: list[Callable[[], None]]
 
     def sync(self) -> list[int]:
-        """Blocking: fsync every segment and directory; the synced size of each segment."""
-        return _sync_all(self.segments, self.dirs)
+        """Blocking (a worker thread): fsync every segment and directory; the synced size of each segment.
 
-
-def _sync_all(segments: list[Segment], dirs: list[Path]) -> list[int]:
-    sizes = [segment.sync() for segment in segments]
-    for directory in dirs:
-        sync_directory(directory)  # a new file's directory entry must be durable too, or the file may vanish
-    return sizes
+        Each file is opened by path for its fsync, never through the loop's file cache
+        (see :mod:`hub.storage.file_cache`)."""
+        for segment in self.segments:
+            fsync_path(segment.path)
+        for directory in self.dirs:
+            sync_directory(directory)  # a new file's directory entry must be durable too, or the file may vanish
+        return self.sizes

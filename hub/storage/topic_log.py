@@ -25,6 +25,7 @@ from wire.frames import HEADER, HEADER_SIZE, log_batch_head
 from wire.opcodes import LOG_OPCODES
 
 from .batches import Hole, SharedBatch, StoredBatch
+from .file_cache import FileCache
 from .origin_index import OriginIndex
 from .segment import MAX_STORED_BODY, SUFFIX, RecoveryReport, Segment, TornSegmentError
 
@@ -58,10 +59,12 @@ def topic_directory_name(topic: str) -> str:
 
 
 class TopicLog:
-    def __init__(self, topic: str, directory: Path, settings: LogSettings) -> None:
+    def __init__(self, topic: str, directory: Path, settings: LogSettings, files: FileCache) -> None:
         self.topic = topic
         self.directory = directory
         self.settings = settings
+        #: where its segments borrow their open descriptors (shared by every log of a store)
+        self.files = files
         self.segments: list[Segment] = []
         self.next_offset = 0
         #: producer id -> highest batch sequence stored in this topic
@@ -79,15 +82,17 @@ class TopicLog:
     # -- opening ---------------------------------------------------------------------
 
     @classmethod
-    def create(cls, topic: str, root: Path, settings: LogSettings, now: int) -> TopicLog:
+    def create(cls, topic: str, root: Path, settings: LogSettings, now: int, files: FileCache) -> TopicLog:
         directory = root / topic_directory_name(topic)
         directory.mkdir(parents=True, exist_ok=True)
-        topic_log = cls(topic, directory, settings)
-        topic_log.segments.append(Segment.create(directory, topic, 0, now))
+        topic_log = cls(topic, directory, settings, files)
+        topic_log.segments.append(Segment.create(directory, topic, 0, now, files))
         return topic_log
 
     @classmethod
-    def open(cls, directory: Path, settings: LogSettings) -> tuple[TopicLog | None, list[RecoveryReport]]:
+    def open(
+        cls, directory: Path, settings: LogSettings, files: FileCache
+    ) -> tuple[TopicLog | None, list[RecoveryReport]]:
         reports: list[RecoveryReport] = []
         segments: list[Segment] = []
         for path in sorted(directory.glob(f"*{SUFFIX}")):
@@ -97,7 +102,7 @@ class TopicLog:
                 path.unlink()
                 continue
             try:
-                segment, report = Segment.open(path)
+                segment, report = Segment.open(path, files)
             except TornSegmentError as exc:
                 if path != max(directory.glob(f"*{SUFFIX}")):
                     raise  # only the newest segment can be mid-creation; anything else is real damage
@@ -109,7 +114,7 @@ class TopicLog:
             segments.append(segment)
         if not segments:
             return None, reports
-        topic_log = cls(segments[0].topic, directory, settings)
+        topic_log = cls(segments[0].topic, directory, settings, files)
         topic_log.segments = segments
         topic_log.next_offset = segments[-1].next_offset
         topic_log._rebuild_positions()
@@ -170,7 +175,7 @@ class TopicLog:
     def _writable_segment(self, now: int) -> Segment:
         segment = self.segments[-1]
         if segment.size >= self.settings.segment_bytes and segment.batches:
-            segment = Segment.create(self.directory, self.topic, self.next_offset, now)
+            segment = Segment.create(self.directory, self.topic, self.next_offset, now, self.files)
             self.segments.append(segment)
         return segment
 

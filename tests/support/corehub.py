@@ -69,7 +69,13 @@ class Client:
 
     # the test's side
     def send(self, *frames: wire.Frame) -> None:
-        self.hub.core.receive_data(self.session, b"".join(f.encode() for f in frames))
+        self.send_bytes(b"".join(f.encode() for f in frames))
+
+    def send_bytes(self, data: bytes) -> None:
+        """``data`` as one chunk read, handled to its end as the shell does (turn after turn)."""
+        core = self.hub.core
+        while core.receive_data(self.session, data) and self.session.closing is None:
+            data = b""
 
     def take(self) -> list[wire.Frame]:
         frames, self.frames = self.frames, []

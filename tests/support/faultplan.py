@@ -112,6 +112,24 @@ def all_plans() -> list[tuple[str, ...]]:
     return plans
 
 
+#: What each link event does to both proxies of a link (the plans' "cut" is one of several).
+LINK_FAULTS: dict[str, Any] = {
+    "cut": TcpProxy.cut,
+    "heal": TcpProxy.heal,
+    "blackhole": TcpProxy.blackhole,
+    "stall": TcpProxy.stall,
+    "delay": lambda proxy: proxy.delay(0.05),
+    "drop": lambda proxy: proxy.drop(0.02),
+}
+#: Link faults beyond the systematic search (run by the reliability command): each alone.
+LINK_PLANS = [
+    ("blackhole h1-h3", "heal h1-h3"),
+    ("stall h2-h3", "heal h2-h3"),
+    ("delay h1-h3", "delay h2-h3", "heal h1-h3", "heal h2-h3"),
+    ("drop h1-h3", "heal h1-h3"),
+    ("blackhole h1-h3", "kill h1", "restart h1", "heal h1-h3"),
+]
+
 #: The order the independent harness found (hub 3 paused, hub 2 killed and restarted, hub 3 resumed).
 HARNESS_ORDER = ("pause h3", "kill h2", "restart h2", "resume h3")
 
@@ -187,10 +205,10 @@ class ProxiedMesh:
 
     def apply(self, event: str) -> None:
         verb, where = event.split()
-        if verb in ("cut", "heal"):
+        if verb in LINK_FAULTS:
             a, b = (int(x[1:]) for x in where.split("-"))
             for pair in ((a, b), (b, a)):
-                getattr(self.proxies[pair], verb)()
+                LINK_FAULTS[verb](self.proxies[pair])
             return
         hub = self.hubs[int(where[1:])]
         if verb == "pause":

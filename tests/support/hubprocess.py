@@ -6,6 +6,7 @@ The ``start_hub``/``hub`` fixtures (tests/conftest.py) start them and stop them 
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,8 @@ HUB_START_TIMEOUT = 20.0
 class HubProcess:
     """A ``python -m hub`` subprocess; stopped by its PID, never by name."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, nofile: int | None = None) -> None:
+        """``nofile``: the hub's descriptor limit (``ulimit -n``), for resource-bound tests."""
         self.args = ["--listen", "127.0.0.1:0", *args]
         # stderr to a file: the hub logs at INFO, and a pipe nobody reads would block it once full.
         self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the hub stops; GC closes it
@@ -33,6 +35,7 @@ class HubProcess:
             text=True,
             cwd=ROOT,
             env={**os.environ, **(env or {})},
+            preexec_fn=None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)),
         )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + HUB_START_TIMEOUT

@@ -13,6 +13,9 @@ it with plain method calls:
 ...     proxy.heal()        # black-holed connections are closed: their streams lost bytes
 ...     proxy.stall()       # keep sockets open, read nothing: senders' buffers fill up
 ...     proxy.heal()        # stalled connections carry on where they stopped
+...     proxy.delay(0.05)   # every chunk waits 50 ms each way (order kept)
+...     proxy.drop(0.01)    # every chunk is swallowed with probability 1% (the stream is damaged)
+...     proxy.heal()        # no delay, no drops; damaged connections are closed
 
 Only 127.0.0.1; the listening port is chosen by the kernel (port 0).
 """
@@ -20,6 +23,7 @@ Only 127.0.0.1; the listening port is chosen by the kernel (port 0).
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import struct
 import threading
@@ -53,6 +57,8 @@ class _Conn:
     holed: bool = False
     #: While set, the pumps read nothing (the kernel's buffers fill and senders block).
     stalled: trio.Event | None = None
+    #: A chunk was dropped: the stream is damaged, so heal() closes it.
+    damaged: bool = False
 
 
 @dataclass
@@ -61,6 +67,7 @@ class ProxyStats:
     refused: int = 0
     bytes_forwarded: int = 0
     bytes_swallowed: int = 0
+    bytes_dropped: int = 0
     closed_by_cut: int = 0
 
 
@@ -75,6 +82,10 @@ class TcpProxy:
         self.port = 0
         self.mode = Mode.FORWARD
         self.stats = ProxyStats()
+        #: seconds each forwarded chunk waits (both ways), and the chance a chunk is swallowed
+        self._delay = 0.0
+        self._drop_rate = 0.0
+        self._rng = random.Random(0)
         self._conns: set[_Conn] = set()
         self._token: trio.lowlevel.TrioToken | None = None
         self._main_scope: trio.CancelScope | None = None
@@ -138,6 +149,19 @@ class TcpProxy:
         resume where they stopped: they lost nothing."""
         self._call(self._heal)
 
+    def delay(self, seconds: float) -> None:
+        """Forward every chunk ``seconds`` late, both ways (order kept): a slow link."""
+        self._call(setattr, self, "_delay", seconds)
+
+    def drop(self, rate: float, *, seed: int = 0) -> None:
+        """Swallow each chunk with probability ``rate`` (seeded): a lossy link under TCP, so the
+        stream arrives damaged and the endpoints must notice (Noise's checks fail, frames break)."""
+        self._call(self._set_drop, rate, seed)
+
+    def _set_drop(self, rate: float, seed: int) -> None:
+        self._drop_rate = rate
+        self._rng = random.Random(seed)
+
     @property
     def connections(self) -> int:
         return self._call(lambda: len(self._conns))
@@ -187,8 +211,9 @@ class TcpProxy:
 
     def _heal(self) -> None:
         self.mode = Mode.FORWARD
+        self._delay = self._drop_rate = 0.0
         for conn in list(self._conns):
-            if conn.holed:
+            if conn.holed or conn.damaged:
                 conn.scope.cancel()
             if conn.stalled is not None:
                 conn.stalled.set()
@@ -255,6 +280,12 @@ class TcpProxy:
             if conn.holed or dst is None:
                 self.stats.bytes_swallowed += len(data)
                 continue
+            if self._drop_rate and self._rng.random() < self._drop_rate:
+                conn.damaged = True
+                self.stats.bytes_dropped += len(data)
+                continue
+            if self._delay:
+                await trio.sleep(self._delay)
             while conn.stalled is not None:  # a chunk read just before the stall waits with it
                 await conn.stalled.wait()
             try:

@@ -326,6 +326,10 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
     Opcode.ERROR: st.builds(Error, code=st.sampled_from(ErrorCode), reason=short_str(64), ref=u64),
     Opcode.STATUS: st.just(Status()),
     Opcode.STATUS_REPLY: st.builds(StatusReply, document=st.binary(max_size=48)),
+    Opcode.COMMIT: st.builds(wire.Commit, sub_id=u32, ref=u32),
+    Opcode.COMMITTED: st.builds(
+        wire.Committed, sub_id=u32, ref=u32, positions=_small_tuple(st.builds(TopicOffset, topic=topic, offset=u64))
+    ),
     Opcode.SEGMENT_HEADER: st.builds(SegmentHeader, topic=topic, base_offset=u64, created=u64, version=u16),
     Opcode.LOG_BATCH: _log_batch(),
 }
@@ -399,6 +403,8 @@ def minimal_frame(op: Opcode) -> Frame:
         Opcode.ERROR: lambda: wire.Error(code=wire.ErrorCode.INTERNAL),
         Opcode.STATUS: lambda: wire.Status(),
         Opcode.STATUS_REPLY: lambda: wire.StatusReply(document=b""),
+        Opcode.COMMIT: lambda: wire.Commit(sub_id=0, ref=0),
+        Opcode.COMMITTED: lambda: wire.Committed(sub_id=0, ref=0),
         Opcode.SEGMENT_HEADER: lambda: wire.SegmentHeader(topic="a", base_offset=0, created=0),
         Opcode.LOG_BATCH: lambda: wire.LogBatch.create(append_ts=0, producer_id=0, producer_seq=0, batch=batch),
     }

@@ -7,8 +7,9 @@ One module per protocol, so each reads on its own:
 * :mod:`.mesh_v2` -- MESH_HELLO, FORWARD_BATCH, FORWARD_ACK;
 * :mod:`.mesh_v3` -- the overlay: LINK_STATE, ROUTED_SETS, the ROUTED envelope and
   the control frames it carries;
-* :mod:`.client_session`, :mod:`.client_publish`, :mod:`.client_subscribe` -- the
-  client protocol: the connection itself, publishing, subscriptions and delivery;
+* :mod:`.client_session`, :mod:`.client_publish`, :mod:`.client_subscribe`,
+  :mod:`.client_commit` -- the client protocol: the connection itself, publishing,
+  subscriptions and delivery, durable positions;
 * :mod:`.log_segment` -- SEGMENT_HEADER and LOG_BATCH, the on-disk log.
 
 This package holds :data:`FRAME_TYPES`, the one table from opcode to frame type
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from ..opcodes import Opcode
 from .base import HEADER, HEADER_SIZE, Frame
+from .client_commit import Commit, Committed
 from .client_publish import Publish, PublishAck
 from .client_session import Error, Hello, Status, StatusReply, Welcome
 from .client_subscribe import Ack, Credit, Deliver, Gap, Sub, SubEnd, SubOk, SubUpdate, Unsub
@@ -57,6 +59,8 @@ _FRAME_CLASSES: tuple[type[Frame], ...] = (
     Error,
     Status,
     StatusReply,
+    Commit,
+    Committed,
     SegmentHeader,
     LogBatch,
 )

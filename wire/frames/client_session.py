@@ -12,7 +12,7 @@ from ..errors import ErrorCode
 from ..opcodes import Opcode
 from .base import SchemaFrame
 
-CLIENT_PROTOCOL_VERSION = 1
+CLIENT_PROTOCOL_VERSION = 2
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,0 +1,56 @@
+"""Overlay settings, each with the reason for its default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OverlayConfig:
+    #: Links each hub keeps (it dials until it has this many, inbound ones count).  A cluster of
+    #: at most ``degree + 1`` hubs is therefore a full mesh and every send is one hop, as in
+    #: mesh v2; past that the overlay is a random graph of about this degree, whose diameter
+    #: grows with log N (4-5 hops at 1000 hubs).
+    degree: int = 8
+    #: ``--max-peers``: no hub ever holds more links than this, inbound and outbound.
+    max_peers: int = 16
+    #: Hops a routed frame may take.
+    ttl: int = 32
+    #: A gap not filled after this many seconds is asked for again (doubling up to the max).
+    repair_retry: float = 1.0
+    repair_retry_max: float = 8.0
+    #: A gap still open this long after its origin stopped being reachable is given up (counted).
+    give_up_after: float = 60.0
+    #: Bytes of sets held back behind gaps before the newest are dropped (they come back by
+    #: repair once the gap closes): bounds the memory a lost set can pin.
+    hold_max_bytes: int = 64 << 20
+    #: Sets can only be lost in flight when a link or a hub on their way fails.  After such a
+    #: break (once the graph has been quiet ``heads_delay`` seconds), an origin tells the hubs
+    #: it sends to where each topic it published in the ``heads_window`` seconds before the
+    #: break ends (HEADS): a lost set with nothing after it is found that way.  Nothing breaks,
+    #: no HEADS.
+    heads_delay: float = 1.0
+    heads_window: float = 10.0
+    #: Interest frames lost in such a break are found the same way: once the graph is quiet,
+    #: each hub tells its keys' owners its patterns again (they ignore a repeat) and asks the
+    #: owner of each key it publishes under whether it holds that owner's latest version.
+    #: A WATCH not answered within ``watch_retry`` seconds goes again.
+    watch_retry: float = 2.0
+    #: A publish under a key whose watch is not answered yet waits at most this long for the
+    #: answer (then goes where the hubs known by then are; the others repair from JOINED).
+    park_max: float = 1.0
+    #: Own sets kept in memory to answer REPAIR without reading the logs (and the only source
+    #: on a hub without logs).
+    recent_max_bytes: int = 16 << 20
+    #: A publisher stops watching a rendezvous key it has not published under for this long.
+    watch_idle: float = 600.0
+    #: Seconds between dial attempts to the same hub.
+    redial_interval: float = 5.0
+    #: Dials in flight at once.
+    max_dialing: int = 4
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.degree <= self.max_peers:
+            raise ValueError("degree must be in 1..max_peers")
+        if not 1 <= self.ttl <= 255:
+            raise ValueError("ttl must be in 1..255")

@@ -1,0 +1,582 @@
+"""The overlay's routing core (mesh v3), without I/O: events in, frames for neighbours out.
+
+Events: a link came up or went down (:meth:`link_up`, :meth:`link_down`), a frame
+arrived from a neighbour (:meth:`receive`), this hub's interest changed
+(:meth:`set_interest`), it stored a publish of its own (:meth:`publish`), time
+passed (:meth:`tick`).  Out: frames per neighbour (:meth:`take_outbox`), hubs to
+dial (:meth:`dials`), the next deadline (:meth:`tick`'s answer), and sets to store,
+handed to the store's ``deliver``.  The hub's mesh sessions drive it over libp2p;
+``hub/tools/mesh_sim.py`` drives the same code over a simulated network.
+
+How a set travels: its origin looks up the hubs that want its topics (from the
+rendezvous, ``rendezvous.py``), groups them by next hop (``membership.py``) and
+sends one ROUTED_SETS per next hop naming the hubs it is for.  Each hop delivers
+what is for itself (``streams.py``: in order per origin and topic, once) and
+passes the same bytes on, split again by next hop.  Every interested hub gets one
+copy over a shortest path; no hub keeps a seen-cache.
+
+Why this file is long (~575 lines): it is the one place where the overlay's parts meet
+(membership, links, rendezvous, streams, the origin side, the sender), and each event
+handler is the few lines that hand an event to the parts it concerns, in the order
+that keeps the promises (sets before the control frame that announces them, JOINED
+before the sets it starts).  Splitting it further would spread one event's handling
+over several files.  The parts with state of their own are already apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol
+
+import wire
+from wire.frames.mesh_v3 import (
+    read_route_head,
+    route_head,
+    routed_sets_frame,
+)
+
+from ..mesh.interest import LocalInterest
+from .config import OverlayConfig
+from .links import LinkPolicy
+from .membership import Membership, keys_of_topic, rendezvous_key
+from .origin import OriginSide, OwnLog
+from .outbox import Outbox
+from .rendezvous import JoinNotice, OwnedKeys, Registrations, Send, Watching
+from .sending import SetSender
+from .streams import Streams
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+
+log = logging.getLogger("hub.overlay")
+
+#: Link-state changes are folded into one recomputation this often.
+SETTLE = 0.05
+#: This hub advertises its links at most this often.
+ADVERTISE_INTERVAL = 1.0
+
+
+class OverlayStore(OwnLog, Protocol):
+    """Where delivered sets go and what the overlay reads back (the hub's logs, or a simulation's)."""
+
+    def deliver(self, origin: int, sets: list[wire.ForwardSet]) -> int | None:
+        """Store ``sets`` of ``origin``; the last origin sequence stored (None: all of them)."""
+        ...
+
+    def stored_position(self, origin: int, topic: str) -> int:
+        """The last sequence of ``origin`` stored on ``topic`` (0: none)."""
+        ...
+
+    def save_since(self, since: Mapping[tuple[int, str], int]) -> None:
+        """Keep the stream starts (JOINED) across restarts."""
+        ...
+
+
+class Overlay:
+    def __init__(
+        self,
+        config: OverlayConfig,
+        *,
+        hub_id: int,
+        peer_key: str,
+        addrs: Iterable[str],
+        clock: Clock,
+        store: OverlayStore,
+        since: Mapping[tuple[int, str], int] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.config = config
+        self.hub_id = hub_id
+        self.peer_key = peer_key
+        self.addrs = tuple(addrs)
+        self.clock = clock
+        self.store = store
+        self.boot = clock.wall_us()
+        self._ls_seq = 0
+        self.membership = Membership(hub_id)
+        self.policy = LinkPolicy(config, self.membership, random.Random(hub_id if seed is None else seed))
+        self.local = LocalInterest()
+        self.registrations = Registrations(self.membership)
+        self.owned = OwnedKeys(self.membership, version_base=self.boot & 0xFFFFFFFF)
+        self.watching = Watching(self.membership)
+        self.streams = Streams(
+            stored_position=store.stored_position,
+            save_since=store.save_since,
+            since=since,
+            hold_max_bytes=config.hold_max_bytes,
+        )
+        self.origin = OriginSide(store, recent_max_bytes=config.recent_max_bytes)
+        #: (hub, key) -> the since this hub told it in JOINED (told again when the hub returns)
+        self.joins: dict[tuple[int, str], int] = {}
+        self.outbox = Outbox(self.membership, self.policy.links)
+        self.sender = SetSender(config, hub_id, self.watching, self.origin, self.outbox, self._route_control)
+        self._settle_at: float | None = None
+        self._advertise_due = False
+        self._advertised_at = -1e18
+        self._restate()
+        #: hubs to greet once reachable (see _returned); at start, the origins of kept stream starts
+        self._greet: set[int] = {origin for origin, _ in (since or {})}
+        #: time of the last break, and of the first since HEADS last went out
+        self._broken_at: float | None = None
+        self._break_from = 0.0
+        #: when to tell owners again what may have been lost in a break (see _recheck)
+        self._recheck_at: float | None = None
+        #: origins asked for SYNC that have not answered yet (asked again after a break)
+        self._syncing: set[int] = set()
+
+    # -- links -------------------------------------------------------------------------
+
+    def may_accept(self, hub: int) -> bool:
+        """May a link from ``hub`` be accepted (``max_peers`` bounds inbound links too)?"""
+        return hub != self.hub_id and self.policy.may_accept(hub)
+
+    def link_up(self, hub: int) -> None:
+        if not self.policy.link_up(hub):
+            return
+        # Everything this hub knows goes to the new neighbour (it floods on what is news to it).
+        for state in self.membership.states():
+            self.outbox.send(hub, "LINK_STATE", state.encode())
+        self._changed(advertise=True)
+
+    def link_down(self, hub: int) -> None:
+        if self.policy.link_down(hub, self.clock.monotonic()):
+            self.outbox.forget(hub)
+            self._changed(advertise=True)
+            self._broke()
+
+    def referral(self, states: Iterable[wire.LinkState]) -> None:
+        """Advertisements from a hub that refused our link (it was full): hubs to dial instead."""
+        for state in states:
+            if state.hub_id != self.hub_id and self.membership.offer(state):
+                self._changed()
+
+    def dial_ended(self, hub: int) -> None:
+        """A dial to ``hub`` failed (or its link came up: :meth:`link_up` says so too)."""
+        self.policy.dial_ended(hub)
+
+    def dials(self) -> list[wire.LinkState]:
+        return self.policy.dials(self.clock.monotonic())
+
+    def surplus_link(self) -> int | None:
+        """A neighbour whose link the shell should close: both ends hold more than ``degree``, or
+        this hub took a link past ``max_peers`` to heal a split and can spare this one."""
+        return self.policy.surplus(self.clock.monotonic())
+
+    @property
+    def links(self) -> set[int]:
+        return self.policy.links
+
+    def _restate(self) -> None:
+        """This hub's own advertisement, as its links are now: used for routing at once."""
+        self._ls_seq = max(self._ls_seq + 1, self.clock.wall_us())
+        state = wire.LinkState(
+            hub_id=self.hub_id,
+            boot=self.boot,
+            seq=self._ls_seq,
+            peer_key=self.peer_key,
+            addrs=self.addrs,
+            neighbors=tuple(sorted(self.policy.links)),
+        )
+        self.membership.offer(state)
+
+    def _advertise(self) -> None:
+        """Flood this hub's newest advertisement to its neighbours."""
+        self._advertised_at = self.clock.monotonic()
+        state = self.membership.get(self.hub_id)
+        assert state is not None
+        encoded = state.encode()
+        for hub in self.policy.links:
+            self.outbox.send(hub, "LINK_STATE", encoded)
+
+    def _changed(self, *, advertise: bool = False) -> None:
+        """The graph may have changed: settle it soon (changes come in bursts)."""
+        if advertise:
+            self._restate()
+            self._advertise_due = True
+        if self._settle_at is None:
+            now = self.clock.monotonic()
+            self._settle_at = now + SETTLE
+
+    def _settle(self) -> None:
+        self._settle_at = None
+        now = self.clock.monotonic()
+        if self._advertise_due:
+            # Own advertisements flood every hub: at most one per ADVERTISE_INTERVAL, so a hub
+            # whose links come up one after another floods once or twice, not once per link.
+            next_at = self._advertised_at + ADVERTISE_INTERVAL
+            if now >= next_at:
+                self._advertise_due = False
+                self._advertise()
+            else:
+                self._settle_at = next_at
+        lost, found, gone = self.membership.note_reachability(now)
+        if lost:
+            self._broke()
+        elif found:
+            self._recheck_at = now + self.config.heads_delay
+        sends: list[Send] = []
+        sends += self.registrations.refresh()
+        sends += self.owned.refresh()
+        sends += self.watching.refresh(now)
+        if gone:
+            sends += self.owned.forget(gone)
+            for key in [k for k in self.joins if k[0] in gone]:
+                del self.joins[key]
+        for send in sends:
+            self._route_control(*send)
+        self._returned(found)
+        greet = [h for h in self._greet if self.membership.is_reachable(h)]
+        for hub in greet:
+            self._greet.discard(hub)
+            for (h, joined_key), since in list(self.joins.items()):
+                if h == hub:
+                    for send in self._joined(JoinNotice(hub=hub, key=joined_key, since=since)):
+                        self._route_control(*send)
+            if hub in self.streams.origins():
+                self._sync(hub)
+
+    def _returned(self, hubs: Iterable[int]) -> None:
+        """Hubs back in reach, or restarted: sets may have been lost on the way to or from them.
+
+        Each is greeted once it is reachable: told again where this hub's sets for it start
+        (JOINED), and, if it is an origin this hub delivers, asked where its topics stand (SYNC).
+        """
+        origins = self.streams.origins()
+        joined = {h for h, _ in self.joins}
+        for hub in hubs:
+            if hub in origins or hub in joined:
+                self._greet.add(hub)
+                self._changed()
+
+    def _sync(self, origin: int) -> None:
+        self._syncing.add(origin)
+        for key, patterns in self.registrations.patterns.items():
+            if patterns:
+                self._route_control((origin,), wire.Sync(key=key, patterns=tuple(sorted(patterns))))
+
+    # -- frames in -----------------------------------------------------------------------
+
+    def receive(self, peer: int, frame: wire.Frame) -> None:
+        """A frame from neighbour ``peer`` (already decoded and checked by the wire)."""
+        if isinstance(frame, wire.LinkState):
+            self._link_state(peer, frame)
+        elif isinstance(frame, wire.Routed):
+            self._routed(frame)
+        elif isinstance(frame, wire.RoutedSets):
+            self.receive_routed_sets(peer, frame.encode_body(), frame)
+
+    def _link_state(self, peer: int, state: wire.LinkState) -> None:
+        if state.hub_id == self.hub_id:
+            if state.seq > self._ls_seq:
+                # An advertisement of ours from before a restart: outbid it.
+                self._ls_seq = state.seq
+                self._changed(advertise=True)
+            return
+        known = self.membership.get(state.hub_id)
+        if not self.membership.offer(state):
+            return
+        if known is not None and not set(known.neighbors) <= set(state.neighbors):
+            self._broke()
+        encoded = state.encode()
+        for hub in self.policy.links:
+            if hub != peer:
+                self.outbox.send(hub, "LINK_STATE", encoded)
+        self._changed()
+        if known is not None and known.boot != state.boot:
+            self._returned([state.hub_id])
+
+    def receive_routed_sets(self, peer: int, body: bytes, frame: wire.RoutedSets | None = None) -> None:
+        """ROUTED_SETS from ``peer``: relay the same bytes on, deliver what is for this hub."""
+        if frame is None:
+            decoded = wire.RoutedSets.decode_body(body)
+            assert isinstance(decoded, wire.RoutedSets)
+            frame = decoded
+        _, _, at = read_route_head(body, minimum_rest=10)
+        self._relay(frame.ttl, frame.dests, "ROUTED_SETS", lambda ttl, dests: routed_sets_frame(ttl, dests, body[at:]))
+        if self.hub_id in frame.dests:
+            self.streams.receive(frame.origin, frame.sets, self._wants, self.clock.monotonic())
+            self._deliver_ready()
+            self._ask_repairs()
+
+    def _relay(self, ttl: int, dests: tuple[int, ...], kind: str, make: Callable[[int, list[int]], bytes]) -> None:
+        others = [d for d in dests if d != self.hub_id]
+        if not others:
+            return
+        if ttl == 0:
+            self.outbox.dropped["ttl"] += 1
+            return
+        for hop, group in self.outbox.by_next_hop(others, kind).items():
+            self.outbox.send(hop, kind, make(ttl - 1, group))
+
+    def _routed(self, frame: wire.Routed) -> None:
+        inner = frame.inner
+        kind = inner.OPCODE.name
+
+        def envelope(ttl: int, dests: list[int]) -> bytes:
+            return wire.Routed(ttl=ttl, dests=tuple(dests), src=frame.src, inner=inner).encode()
+
+        self._relay(frame.ttl, frame.dests, kind, envelope)
+        if self.hub_id in frame.dests:
+            self._control(frame.src, inner)
+
+    def _control(self, src: int, inner: wire.Frame) -> None:
+        now = self.clock.monotonic()
+        sends: list[Send] = []
+        if isinstance(inner, wire.Interest):
+            sends = self.owned.interest(src, inner.key, inner.patterns)
+        elif isinstance(inner, wire.Watch):
+            sends = self.owned.watch(src, inner.key, inner.on, inner.version)
+        elif isinstance(inner, wire.InterestSet):
+            answer = self.watching.answer(src, inner, self.sender.join_since(), now)
+            sends = answer.sends
+            for hub in answer.left:
+                self.joins.pop((hub, inner.key), None)
+            for notice in answer.joined:
+                sends.extend(self._joined(notice))
+            if self.sender.parked:
+                for send in sends:
+                    self._route_control(*send)  # JOINED before the parked sets it announces
+                sends = []
+                self.sender.unpark(now)
+        elif isinstance(inner, wire.Joined):
+            self._syncing.discard(src)
+            if inner.key in self.registrations.patterns:
+                self.streams.joined(src, inner.key, inner.since, now)
+                self._deliver_ready()
+                self._ask_repairs()
+        elif isinstance(inner, wire.Heads):
+            self._syncing.discard(src)
+            self.streams.heads(src, inner.heads, self._wants, now)
+            self._ask_repairs()
+        elif isinstance(inner, wire.Sync):
+            self._answer_sync(src, inner)
+        elif isinstance(inner, wire.Repair):
+            self._answer_repair(src, inner)
+        elif isinstance(inner, wire.Repaired):
+            self.streams.repaired(src, inner.topic, inner.upto, inner.missing, now)
+            self._deliver_ready()
+            self._ask_repairs()
+        for send in sends:
+            self._route_control(*send)
+
+    def _joined(self, notice: JoinNotice) -> list[Send]:
+        """A hub became (or is again) a destination under a key: where its sets start and end.
+
+        JOINED says where they start; a hub that was one before keeps its first start (it may
+        have been dropped while an owner changed, or been down).  HEADS then say where the
+        key's topics it wants end, so it repairs whatever it did not get in between: sets sent
+        while it was down or not yet known, including a last set with nothing after it.
+        """
+        key = (notice.hub, notice.key)
+        before = self.joins.get(key)
+        since = notice.since if before is None else min(before, notice.since)
+        self.joins[key] = since
+        sends: list[Send] = [((notice.hub,), wire.Joined(key=notice.key, since=since))]
+        table = LocalInterest()
+        table.add(self.watching.patterns_of(notice.key, notice.hub))
+        heads = [h for h in self.origin.heads_matching(lambda t: table.wants((t,))) if h.last > since]
+        for start in range(0, len(heads), 0xFFFF):
+            sends.append(((notice.hub,), wire.Heads(heads=tuple(heads[start : start + 0xFFFF]))))
+        return sends
+
+    def _answer_sync(self, src: int, sync: wire.Sync) -> None:
+        """Where ``src``'s stream starts (JOINED, if it is a destination under the key) and ends (HEADS)."""
+        since = self.joins.get((src, sync.key))
+        if since is not None:
+            self._route_control((src,), wire.Joined(key=sync.key, since=since))
+        table = LocalInterest()
+        table.add(sync.patterns)
+        heads = self.origin.heads_matching(lambda topic: table.wants((topic,)))
+        for start in range(0, len(heads), 0xFFFF):
+            self._route_control((src,), wire.Heads(heads=tuple(heads[start : start + 0xFFFF])))
+
+    def _answer_repair(self, src: int, repair: wire.Repair) -> None:
+        encoded, missing = self.origin.repair(repair.topic, repair.after, repair.upto)
+        self.sender.send_now(frozenset((src,)), encoded)
+        self._route_control((src,), wire.Repaired(topic=repair.topic, upto=repair.upto, missing=missing))
+
+    # -- delivery --------------------------------------------------------------------------
+
+    def _wants(self, topic: str) -> bool:
+        return self.local.wants((topic,))
+
+    def _deliver_ready(self) -> None:
+        ready = self.streams.take_ready()
+        i = 0
+        while i < len(ready):
+            origin = ready[i][0]
+            j = i
+            while j < len(ready) and ready[j][0] == origin:
+                j += 1
+            sets = [s for _, s in ready[i:j]]
+            stored = self.store.deliver(origin, sets)
+            if stored is not None:
+                target = sets[-1].origin_seq + sets[-1].messages.count - 1
+                if stored < target:
+                    topics = tuple({t for s in sets for t in s.messages.topics})
+                    self.streams.stored_less(origin, topics, stored)
+            i = j
+
+    def _ask_repairs(self) -> None:
+        for ask in self.streams.take_asks():
+            self._route_control((ask.origin,), wire.Repair(topic=ask.topic, after=ask.after, upto=ask.upto))
+        asked: set[tuple[int, str]] = set()
+        for origin, topic in self.streams.take_starts():
+            for key in keys_of_topic(topic):
+                patterns = self.registrations.patterns.get(key)
+                if patterns and (origin, key) not in asked:
+                    asked.add((origin, key))
+                    self._route_control((origin,), wire.Sync(key=key, patterns=tuple(sorted(patterns))))
+
+    # -- this hub's interest and publishes ---------------------------------------------------
+
+    def set_interest(self, added: Iterable[str], removed: Iterable[str]) -> None:
+        added = self.local.add(added)
+        removed = self.local.remove(removed)
+        for send in self.registrations.change(added, removed):
+            self._route_control(*send)
+        if removed:
+            for key in {rendezvous_key(p) for p in removed}:
+                if key not in self.registrations.patterns:
+                    self.streams.forget_key(key)
+            self.streams.forget_topics(self._wants)
+
+    def publish(self, origin_seq: int, timestamp: int, messages: wire.MessageSet) -> int:
+        """A set of this hub's, stored: route it to every hub that wants one of its topics.
+
+        Returns how many hubs it goes to (0 while it waits for its topics' interest).  Sets
+        queue until :meth:`take_outbox`, so a burst of publishes leaves as one frame per next hop.
+        """
+        return self.sender.publish(origin_seq, timestamp, messages, self.clock.monotonic())
+
+    @property
+    def last_seq(self) -> int:
+        return self.sender.last_seq
+
+    # -- frames out ----------------------------------------------------------------------
+
+    def _route_control(self, dests: tuple[int, ...], inner: wire.Frame) -> None:
+        """A control frame for ``dests``: handled here if this hub is one, routed to the others."""
+        if self.sender.pending:
+            self.sender.flush()  # sets published before this frame leave before it
+        others = tuple(d for d in dests if d != self.hub_id)
+        if others:
+            encoded_inner = inner.encode()
+            kind = inner.OPCODE.name
+            src = self.hub_id.to_bytes(8, "big")
+            for hop, group in self.outbox.by_next_hop(others, kind).items():
+                body = route_head(self.config.ttl, group) + src + encoded_inner
+                self.outbox.send(hop, kind, wire.HEADER.pack(wire.Opcode.ROUTED, len(body)) + body)
+        if self.hub_id in dests:
+            self._control(self.hub_id, inner)
+
+    def take_outbox(self) -> dict[int, list[bytes]]:
+        """Frames to write, per neighbour, in order (sets queued by :meth:`publish` included)."""
+        if self.sender.pending:
+            self.sender.flush()
+        return self.outbox.take()
+
+    # -- time ------------------------------------------------------------------------------
+
+    def tick(self) -> float | None:
+        """Do what is due; returns when to call again (None: nothing pending)."""
+        now = self.clock.monotonic()
+        config = self.config
+        deadlines: list[float] = []
+        if self._settle_at is not None:
+            if now >= self._settle_at:
+                self._settle()
+            else:
+                deadlines.append(self._settle_at)
+        due = self.streams.tick(now, self.membership.is_reachable, config.repair_retry, config.repair_retry_max,
+                                config.give_up_after)  # fmt: skip
+        self._deliver_ready()
+        self._ask_repairs()
+        if due is not None:
+            deadlines.append(due)
+        due = self._heads_after_break(now)
+        if due is not None:
+            deadlines.append(due)
+        due = self._recheck(now)
+        if due is not None:
+            deadlines.append(due)
+        for send in self.watching.retry(now, config.watch_retry):
+            self._route_control(*send)
+        due = self.watching.next_retry(config.watch_retry)
+        if due is not None:
+            deadlines.append(due)
+        if self.sender.parked:
+            self.sender.unpark(now)
+            if self.sender.parked:
+                deadlines.append(self.sender.parked[0][0] + config.park_max)
+        for send in self.watching.idle(now, config.watch_idle):
+            self._route_control(*send)
+        if self.watching.keys:
+            deadlines.append(min(w.last_used for w in self.watching.keys.values()) + config.watch_idle)
+        if self._settle_at is not None:
+            deadlines.append(self._settle_at)
+        return min(deadlines) if deadlines else None
+
+    def _broke(self) -> None:
+        """A link or hub failed: frames in flight may be lost (see :meth:`_heads_after_break`)."""
+        now = self.clock.monotonic()
+        if self._broken_at is None:
+            self._break_from = now
+        self._broken_at = now
+        self._recheck_at = now + self.config.heads_delay
+
+    def _recheck(self, now: float) -> float | None:
+        """Once the graph is quiet after a change, control frames lost on the way are sent again
+        (INTEREST to owners, WATCH version checks, SYNC not answered yet)."""
+        if self._recheck_at is None:
+            return None
+        if now < self._recheck_at:
+            return self._recheck_at
+        self._recheck_at = None
+        for send in self.registrations.recheck() + self.watching.recheck(now):
+            self._route_control(*send)
+        for origin in sorted(self._syncing):
+            if self.membership.is_reachable(origin):
+                self._sync(origin)
+        return None
+
+    def _heads_after_break(self, now: float) -> float | None:
+        """Once the graph is quiet after a break, HEADS for topics published around it."""
+        if self._broken_at is None:
+            return None
+        due = self._broken_at + self.config.heads_delay
+        if now < due:
+            return due
+        heads = self.origin.published_since(self._break_from - self.config.heads_window)
+        self._broken_at = None
+        by_dests: dict[frozenset[int], list[wire.Head]] = {}
+        for head in heads:
+            dests = self.watching.destinations(head.topic)
+            if dests:
+                by_dests.setdefault(dests, []).append(head)
+        for dests, group in by_dests.items():
+            for start in range(0, len(group), 0xFFFF):
+                self._route_control(tuple(sorted(dests)), wire.Heads(heads=tuple(group[start : start + 0xFFFF])))
+        return None
+
+    # -- what it holds ---------------------------------------------------------------------
+
+    def status(self) -> dict[str, object]:
+        streams, held = self.streams.state_size()
+        return {
+            "hub_id": f"{self.hub_id:016x}",
+            "links": sorted(f"{h:016x}" for h in self.policy.links),
+            "members": len(self.membership.entries),
+            "reachable": len(self.membership.reachable()),
+            "keys_owned": len(self.owned.keys),
+            "keys_watched": len(self.watching.keys),
+            "streams": streams,
+            "held_sets": held,
+            "open_gaps": self.streams.open_gaps(),
+            "counters": dataclasses.asdict(self.streams.counters),
+            "sent_frames": dict(self.outbox.sent_frames),
+            "dropped": dict(self.outbox.dropped),
+        }

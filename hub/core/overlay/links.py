@@ -1,0 +1,156 @@
+"""Which hubs to link to: a bounded degree, filled from the link-state database.
+
+A hub dials until it holds ``degree`` links (inbound ones count), choosing at
+random among the hubs it knows, and never holds more than ``max_peers``.  Random
+choices make the overlay a random graph: connected with high probability, with a
+diameter that grows with log N.  Two rules keep it whole:
+
+* a hub the graph cannot reach is preferred when choosing, so a partition heals
+  as soon as any hub on either side has room;
+* when the graph is split and every hub is full, the two lowest hub ids of each
+  side dial across anyway, and a full hub dialled by a hub it cannot reach takes the
+  link by closing one it can spare (a neighbour still reachable without it), so even
+  an overlay where ``degree`` equals ``max_peers`` heals.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import wire
+
+from .config import OverlayConfig
+from .membership import Membership
+
+#: A dial not reported back within this many seconds counts as failed.
+DIAL_TIMEOUT = 30.0
+
+
+@dataclass
+class LinkPolicy:
+    config: OverlayConfig
+    membership: Membership
+    rng: random.Random
+    links: set[int] = field(default_factory=set)
+    #: hub -> when its dial started
+    dialing: dict[int, float] = field(default_factory=dict)
+    #: hub -> when it was last dialled (a failed or ended link is not redialled sooner)
+    last_dial: dict[int, float] = field(default_factory=dict)
+    _pruned_at: float = -1e18
+
+    #: a link to close at once: this hub took one past ``max_peers`` to heal a split
+    _evict: int | None = None
+
+    def may_accept(self, hub: int) -> bool:
+        if hub in self.links or len(self.links) < self.config.max_peers:
+            return True
+        # Full: a hub from the other side of a split still gets in, if a link can be spared.
+        return not self.membership.is_reachable(hub) and self.spare_link() is not None
+
+    def spare_link(self) -> int | None:
+        """A neighbour the graph still reaches without its link to this hub (the best-linked one)."""
+        membership = self.membership
+        me = membership.self_id
+        ranked = sorted(self.links, key=lambda h: -len(s.neighbors) if (s := membership.get(h)) else 0)
+        for hub in ranked:
+            if membership.reaches_without_link(hub, me):
+                return hub
+        return None
+
+    def dials(self, now: float) -> list[wire.LinkState]:
+        """Hubs to dial now (their advertisements say where)."""
+        config = self.config
+        for hub in [h for h, t in self.dialing.items() if now - t > DIAL_TIMEOUT]:
+            del self.dialing[hub]  # the shell never said: count it as failed
+        room = config.max_dialing - len(self.dialing)
+        if room <= 0:
+            return []
+        held = len(self.links) + len(self.dialing)
+        want = config.degree - held
+        membership = self.membership
+        me = membership.self_id
+
+        def eligible(hub: int) -> bool:
+            if hub == me or hub in self.links or hub in self.dialing:
+                return False
+            state = membership.get(hub)
+            if state is None or not state.addrs:
+                return False
+            return now - self.last_dial.get(hub, -1e18) >= config.redial_interval
+
+        known = [h for h in membership.entries if eligible(h)]
+        if not known:
+            return []
+        reachable = set(membership.reachable())
+        unreachable = [h for h in known if h not in reachable]
+        chosen: list[int] = []
+        if want > 0:
+            # Hubs with room first (fewer dials end in a refusal, fewer hubs end up crowded),
+            # random among equals so the overlay is a random graph.
+            def crowded(hub: int) -> bool:
+                state = membership.get(hub)
+                return state is None or len(state.neighbors) >= config.degree
+
+            self.rng.shuffle(unreachable)
+            others = [h for h in known if h in reachable]
+            self.rng.shuffle(others)
+            ranked = sorted(unreachable + others, key=crowded)  # stable: the shuffles stay
+            chosen = ranked[: min(want, room)]
+        elif unreachable and self._heals(reachable) and (held < config.max_peers or self.spare_link() is not None):
+            chosen = [self.rng.choice(unreachable)]
+        for hub in chosen:
+            self.dialing[hub] = now
+            self.last_dial[hub] = now
+        return [s for s in (membership.get(h) for h in chosen) if s is not None]
+
+    def surplus(self, now: float) -> int | None:
+        """A link to drop: both ends hold more than ``degree`` links (simultaneous dials overshoot).
+
+        Dropping it leaves both with at least ``degree`` links, so the overlay stays as
+        connected as a graph of that degree, and its floods stay as cheap as that degree makes
+        them.  At most one link is dropped per ``redial_interval``.
+        """
+        if self._evict is not None:
+            evict, self._evict = self._evict, None
+            if evict in self.links:
+                return evict
+        degree = self.config.degree
+        if len(self.links) <= degree or now - self._pruned_at < self.config.redial_interval:
+            return None
+        crowded = []
+        me = self.membership.self_id
+        for hub in self.links:
+            state = self.membership.get(hub)
+            if state is not None and len(state.neighbors) > degree and self.membership.linked(hub, me):
+                crowded.append((len(state.neighbors), hub))
+        if not crowded:
+            return None
+        self._pruned_at = now
+        return max(crowded)[1]
+
+    def _heals(self, reachable: set[int]) -> bool:
+        """Is this hub one of the two lowest ids of its side of a split?"""
+        me = self.membership.self_id
+        return sum(1 for h in reachable if h < me) < 2
+
+    def dial_ended(self, hub: int) -> None:
+        self.dialing.pop(hub, None)
+
+    def link_up(self, hub: int) -> bool:
+        """A link came up; True if it is new."""
+        self.dialing.pop(hub, None)
+        if hub in self.links:
+            return False
+        if len(self.links) >= self.config.max_peers:
+            self._evict = self.spare_link()  # a link past the cap, taken to heal a split
+        self.links.add(hub)
+        return True
+
+    def link_down(self, hub: int, now: float) -> bool:
+        self.dialing.pop(hub, None)
+        if hub not in self.links:
+            return False
+        self.links.discard(hub)
+        self.last_dial[hub] = now
+        return True

@@ -1,0 +1,226 @@
+"""Who is in the overlay and how they are linked: link state, shortest paths, rendezvous owners.
+
+Every hub floods a small advertisement (``wire.LinkState``): its hub id, when it
+booted, a sequence that only grows, where to dial it, and the hub ids of its live
+overlay links.  Each hub keeps the newest advertisement of every hub, and from
+them the graph: an edge counts only when both ends list each other, so a crashed
+hub drops out as soon as its neighbours re-advertise without it, with no timeout
+and no refresh traffic while nothing changes.  From the graph come the next hop
+toward every hub (breadth-first, ties broken by the lowest hub id) and the owners
+of a rendezvous key: its successors on a hash ring over the reachable hubs.  Two
+hubs with the same advertisements make the same choices.
+
+An advertisement of a hub that stayed unreachable for ``FORGET_AFTER`` seconds is
+dropped; until then its addresses still serve to dial it (a partition heals by
+dialling across it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import wire
+
+#: Seconds an unreachable hub's advertisement is kept (to dial it, to recognise its return).
+FORGET_AFTER = 300.0
+#: Hubs that own a rendezvous key: the first is its primary, the next keeps a copy so the
+#: key's interest survives the primary's crash.
+RENDEZVOUS_OWNERS = 2
+
+
+def ring_position(value: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(value).digest()[:8], "big")
+
+
+def hub_ring_position(hub_id: int) -> int:
+    return ring_position(b"hub\0" + hub_id.to_bytes(8, "big"))
+
+
+def key_ring_position(key: str) -> int:
+    return ring_position(b"key\0" + key.encode())
+
+
+@dataclass(slots=True)
+class _Entry:
+    state: wire.LinkState
+    #: When the graph last reached this hub (monotonic seconds); None while it does.
+    unreachable_since: float | None = None
+
+
+@dataclass
+class Membership:
+    """The newest advertisement of every hub, and what follows from them."""
+
+    self_id: int
+    entries: dict[int, _Entry] = field(default_factory=dict)
+    #: Bumped whenever the graph may have changed; cached routes compare it.
+    generation: int = 0
+    _routes_at: int = -1
+    _next_hop: dict[int, int] = field(default_factory=dict)
+    _distance: dict[int, int] = field(default_factory=dict)
+    _ring_at: int = -1
+    _ring: list[tuple[int, int]] = field(default_factory=list)
+
+    # -- advertisements -------------------------------------------------------------
+
+    def offer(self, state: wire.LinkState) -> bool:
+        """An advertisement received (or our own); True if it is news (keep it, flood it on)."""
+        known = self.entries.get(state.hub_id)
+        if known is not None and known.state.seq >= state.seq:
+            return False
+        self.entries[state.hub_id] = _Entry(state, known.unreachable_since if known else None)
+        if known is None or known.state.neighbors != state.neighbors:
+            self.generation += 1
+        return True
+
+    def get(self, hub_id: int) -> wire.LinkState | None:
+        entry = self.entries.get(hub_id)
+        return None if entry is None else entry.state
+
+    def states(self) -> list[wire.LinkState]:
+        return [e.state for e in self.entries.values()]
+
+    def boot_of(self, hub_id: int) -> int | None:
+        entry = self.entries.get(hub_id)
+        return None if entry is None else entry.state.boot
+
+    def note_reachability(self, now: float) -> tuple[list[int], list[int], list[int]]:
+        """Stamp hubs the graph stopped reaching; forget long-gone ones.  Returns (lost, found, gone)."""
+        self._routes()
+        reach = self._next_hop
+        lost: list[int] = []
+        found: list[int] = []
+        gone: list[int] = []
+        for hub, entry in self.entries.items():
+            if hub == self.self_id:
+                continue
+            if hub in reach:
+                if entry.unreachable_since is not None:
+                    entry.unreachable_since = None
+                    found.append(hub)
+            elif entry.unreachable_since is None:
+                entry.unreachable_since = now
+                lost.append(hub)
+            elif now - entry.unreachable_since > FORGET_AFTER:
+                gone.append(hub)
+        for hub in gone:
+            del self.entries[hub]
+        if gone:
+            self.generation += 1
+        return lost, found, gone
+
+    # -- the graph ----------------------------------------------------------------------
+
+    def linked(self, a: int, b: int) -> bool:
+        """An edge counts only when both ends advertise it."""
+        ea, eb = self.entries.get(a), self.entries.get(b)
+        return ea is not None and eb is not None and b in ea.state.neighbors and a in eb.state.neighbors
+
+    def _routes(self) -> None:
+        if self._routes_at == self.generation:
+            return
+        self._routes_at = self.generation
+        next_hop: dict[int, int] = {}
+        distance = {self.self_id: 0}
+        queue: deque[int] = deque([self.self_id])
+        entries = self.entries
+        while queue:
+            hub = queue.popleft()
+            entry = entries.get(hub)
+            if entry is None:
+                continue
+            for other in sorted(entry.state.neighbors):
+                if other in distance:
+                    continue
+                far = entries.get(other)
+                if far is None or hub not in far.state.neighbors:
+                    continue
+                distance[other] = distance[hub] + 1
+                next_hop[other] = other if hub == self.self_id else next_hop[hub]
+                queue.append(other)
+        self._next_hop = next_hop
+        self._distance = distance
+
+    def reaches_without_link(self, a: int, b: int) -> bool:
+        """Would ``a`` still reach ``b`` if the link between them went?  (A search: rare calls only.)"""
+        entries = self.entries
+        seen = {a}
+        queue: deque[int] = deque([a])
+        while queue:
+            hub = queue.popleft()
+            entry = entries.get(hub)
+            if entry is None:
+                continue
+            for other in entry.state.neighbors:
+                if other in seen or {hub, other} == {a, b}:
+                    continue
+                far = entries.get(other)
+                if far is None or hub not in far.state.neighbors:
+                    continue
+                if other == b:
+                    return True
+                seen.add(other)
+                queue.append(other)
+        return False
+
+    def next_hop(self, hub_id: int) -> int | None:
+        """The neighbour to send to for ``hub_id`` (None: unreachable, or ourselves)."""
+        self._routes()
+        return self._next_hop.get(hub_id)
+
+    def distance(self, hub_id: int) -> int | None:
+        self._routes()
+        return self._distance.get(hub_id)
+
+    def reachable(self) -> list[int]:
+        """Hubs the graph reaches from here (ourselves excluded)."""
+        self._routes()
+        return sorted(self._next_hop)
+
+    def is_reachable(self, hub_id: int) -> bool:
+        self._routes()
+        return hub_id in self._next_hop
+
+    def split_by_next_hop(self, destinations: Iterable[int]) -> dict[int, list[int]]:
+        """``destinations`` grouped by the neighbour each is reached through; unreachable ones left out."""
+        self._routes()
+        hops = self._next_hop
+        groups: dict[int, list[int]] = {}
+        for dest in destinations:
+            hop = hops.get(dest)
+            if hop is not None:
+                groups.setdefault(hop, []).append(dest)
+        return groups
+
+    # -- rendezvous -------------------------------------------------------------------
+
+    def owners(self, key: str) -> tuple[int, ...]:
+        """The hubs that own ``key``: its successors on the ring of reachable hubs (us included)."""
+        if self._ring_at != self.generation:
+            self._ring_at = self.generation
+            members = [self.self_id, *self.reachable()]
+            self._ring = sorted((hub_ring_position(h), h) for h in members)
+        ring = self._ring
+        start = bisect.bisect_left(ring, (key_ring_position(key), 0))
+        count = min(RENDEZVOUS_OWNERS, len(ring))
+        return tuple(ring[(start + i) % len(ring)][1] for i in range(count))
+
+
+def rendezvous_key(pattern: str) -> str:
+    """The rendezvous key of a topic or pattern: its first token, or ``*`` when that is a wildcard.
+
+    Every topic a pattern matches shares the pattern's first token, so the publisher of a
+    topic finds every pattern that could match it under two keys: the topic's first token
+    and ``*``.
+    """
+    first = pattern.split(".", 1)[0]
+    return "*" if first in ("*", ">") else first
+
+
+def keys_of_topic(topic: str) -> tuple[str, str]:
+    """The two keys a publisher of ``topic`` watches."""
+    return (rendezvous_key(topic), "*")

@@ -1,0 +1,137 @@
+"""The origin's side: chaining this hub's sets per topic, answering REPAIR and SYNC, pushing HEADS.
+
+Every set this hub publishes carries, per topic, the last sequence of its previous
+set on that topic (``prev``), so whoever delivers it can tell whether it missed
+one.  Missed sets are asked for (REPAIR) and resent from a bounded memory of recent
+sets, else from the topic's log; a hub without logs can only resend what it still
+remembers, and says what it could not (REPAIRED).  Shortly after the last publish
+after a link or hub failed, the hubs a recently published topic goes to are told
+where it ends (HEADS): a tail lost in flight is found even when nothing follows it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import wire
+from wire.frames.mesh_v3 import encode_routed_set
+
+
+class OwnLog(Protocol):
+    """What the origin side needs from the hub's storage (nothing, on a hub without logs)."""
+
+    def own_last(self, topic: str) -> int:
+        """The last sequence of this hub's own sets on ``topic`` (0: none)."""
+        ...
+
+    def own_topics(self) -> Iterable[str]:
+        """Topics this hub has published on."""
+        ...
+
+    def own_batches(self, topic: str, after: int, upto: int, on_hole: Callable[[int], None]) -> Iterator[
+            tuple[int, int, int, bytes]]:  # fmt: skip
+        """This hub's sets on ``topic`` with ``after < origin_seq <= upto``, in order, as
+        ``(origin_seq, timestamp, count, records)``; ``on_hole(messages)`` for a stretch gone."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Recent:
+    origin_seq: int
+    timestamp: int
+    messages: wire.MessageSet
+    prevs: tuple[int, ...]
+
+
+class OriginSide:
+    def __init__(self, log: OwnLog | None, *, recent_max_bytes: int) -> None:
+        self.log = log
+        # Read once, before this hub publishes anything: afterwards the logs already hold the
+        # set being chained when it is chained.
+        self._prev: dict[str, int] = {t: log.own_last(t) for t in log.own_topics()} if log is not None else {}
+        self._recent: deque[_Recent] = deque()
+        self._recent_bytes = 0
+        self.recent_max_bytes = recent_max_bytes
+        #: topic -> time of its last publish (kept while recent: see :meth:`published_since`)
+        self._published: dict[str, float] = {}
+        self.repairs_served = 0
+        self.sets_resent = 0
+
+    def prev_of(self, topic: str) -> int:
+        return self._prev.get(topic, 0)
+
+    def stamp(self, origin_seq: int, timestamp: int, messages: wire.MessageSet, now: float) -> tuple[int, ...]:
+        """A new set of this hub's: its prevs (and the chain moves on)."""
+        last = origin_seq + messages.count - 1
+        prevs = tuple(self.prev_of(t) for t in messages.topics)
+        for topic in messages.topics:
+            self._prev[topic] = last
+            self._published[topic] = now
+        self._remember(_Recent(origin_seq, timestamp, messages, prevs))
+        return prevs
+
+    def _remember(self, entry: _Recent) -> None:
+        self._recent.append(entry)
+        self._recent_bytes += len(entry.messages.records)
+        while self._recent_bytes > self.recent_max_bytes and len(self._recent) > 1:
+            self._recent_bytes -= len(self._recent.popleft().messages.records)
+
+    # -- repair ------------------------------------------------------------------------
+
+    def repair(self, topic: str, after: int, upto: int) -> tuple[list[bytes], int]:
+        """Encoded sets on ``topic`` in ``(after, upto]`` (chained from ``after``), and messages gone."""
+        self.repairs_served += 1
+        recent = self._recent
+        covered = bool(recent) and recent[0].origin_seq <= after + 1
+        found: list[tuple[int, int, int, bytes]] = []
+        missing = 0
+        if covered or self.log is None:
+            for entry in recent:
+                if entry.origin_seq > upto:
+                    break
+                if entry.origin_seq > after and topic in entry.messages.topics:
+                    m = entry.messages
+                    found.append((entry.origin_seq, entry.timestamp, m.count, m.records))
+        else:
+
+            def on_hole(messages: int) -> None:
+                nonlocal missing
+                missing += messages
+
+            found = list(self.log.own_batches(topic, after, upto, on_hole))
+        encoded = []
+        prev = after
+        for origin_seq, timestamp, count, records in found:
+            message_set = wire.MessageSet(topics=(topic,), count=count, records=records).encode()
+            encoded.append(encode_routed_set(origin_seq, timestamp, message_set, (prev,)))
+            prev = origin_seq + count - 1
+        self.sets_resent += len(encoded)
+        return encoded, missing
+
+    # -- heads ---------------------------------------------------------------------------
+
+    def published_since(self, since: float) -> list[wire.Head]:
+        """Where each topic published on at or after ``since`` ends; older topics are let go."""
+        heads = []
+        for topic, at in list(self._published.items()):
+            if at >= since:
+                heads.append(wire.Head(topic=topic, last=self._prev[topic]))
+            else:
+                del self._published[topic]
+        return heads
+
+    def heads_matching(self, matches: Callable[[str], bool]) -> list[wire.Head]:
+        """This hub's last sequence on each of its topics ``matches`` (a SYNC's answer)."""
+        heads = []
+        for topic in sorted(self._prev):
+            if matches(topic):
+                last = self.prev_of(topic)
+                if last:
+                    heads.append(wire.Head(topic=topic, last=last))
+        return heads
+
+    def state_size(self) -> int:
+        return len(self._prev)

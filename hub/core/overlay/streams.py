@@ -1,0 +1,386 @@
+"""The delivering side: each origin's sets on each topic exactly once and in order.
+
+Sets reach a hub over whatever path the graph gives at the time, and a path
+change, a relay's crash or a repair can reorder or lose them.  So each set names,
+per topic, the origin's previous set on that topic (its ``prev``), and this hub
+keeps, per (origin, topic) stream, the last sequence it delivered (its *chain*):
+
+* a set whose ``prev`` is the chain (or older) is delivered, and sets held back
+  behind it follow;
+* a set already delivered (its last sequence at or below the chain) is a duplicate;
+* a set whose ``prev`` is beyond the chain waits here (hold-back) while the gap is
+  asked of the origin (REPAIR), which answers from its log and then says REPAIRED;
+  what it could not resend is given up and counted.
+
+Where a stream starts: a hub learns from each origin where its sets for a key start
+(JOINED ``since``); a set whose ``prev`` is at or below that started there.  A set that
+arrives before its origin's JOINED (a lost or overtaken one) waits while the origin is
+asked again (SYNC, whose answer repeats the JOINED).  A tail
+lost in flight with nothing after it is found by the origin's HEADS.  State is per
+active stream (chains, open gaps, held sets), never per message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import wire
+
+from .membership import keys_of_topic
+
+
+@dataclass(slots=True)
+class _Gap:
+    after: int
+    upto: int
+    opened: float
+    asked: float
+    retry: float
+
+
+@dataclass(slots=True)
+class _Held:
+    s: wire.RoutedSet
+    index: int  # the topic's position in the set
+    size: int
+
+
+@dataclass(slots=True)
+class _Stream:
+    chain: int | None
+    held: dict[int, _Held] = field(default_factory=dict)  # prev -> set waiting for it
+    gap: _Gap | None = None
+    #: when sets started waiting for the origin to say where the stream starts (JOINED)
+    asked_start: float | None = None
+    #: the origin's last sequence on the topic from a HEADS that came before the start was known
+    head: int = 0
+
+
+@dataclass(slots=True)
+class StreamCounters:
+    delivered_sets: int = 0
+    duplicate_sets: int = 0
+    held_sets: int = 0
+    held_dropped: int = 0
+    gaps_opened: int = 0
+    gaps_repaired: int = 0
+    #: gaps given up: the origin could not resend them, or stayed away past the give-up time
+    gaps_lost: int = 0
+    messages_lost: int = 0
+    repairs_asked: int = 0
+    unwanted_sets: int = 0
+    #: streams whose start the origin never said: taken from the first set held (see START_WAIT)
+    starts_assumed: int = 0
+
+
+#: Seconds sets wait for their origin to say where their stream starts before the first of
+#: them is taken as the start.
+START_WAIT = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class RepairAsk:
+    origin: int
+    topic: str
+    after: int
+    upto: int
+
+
+class Streams:
+    """Chains, hold-back and gaps of every (origin, topic) this hub delivers."""
+
+    def __init__(
+        self,
+        *,
+        stored_position: Callable[[int, str], int],
+        save_since: Callable[[Mapping[tuple[int, str], int]], None],
+        since: Mapping[tuple[int, str], int] | None = None,
+        hold_max_bytes: int,
+    ) -> None:
+        self._stored_position = stored_position
+        self._save_since = save_since
+        #: (origin, key) -> the origin's sequence after which its sets under the key are for us
+        self.since: dict[tuple[int, str], int] = dict(since or {})
+        self.streams: dict[tuple[int, str], _Stream] = {}
+        self.hold_max_bytes = hold_max_bytes
+        self.held_bytes = 0
+        self.counters = StreamCounters()
+        #: sets ready to store, in order: (origin, set with the topics to store)
+        self.ready: list[tuple[int, wire.ForwardSet]] = []
+        self.asks: list[RepairAsk] = []
+        #: (origin, topic) of streams whose start this hub must ask its origin for (SYNC)
+        self.starts: list[tuple[int, str]] = []
+
+    # -- where streams start ---------------------------------------------------------------
+
+    def joined(self, origin: int, key: str, since: int, now: float) -> None:
+        """JOINED from ``origin``: keep the earliest start (a restart of either side re-sends it)."""
+        have = self.since.get((origin, key))
+        if have is None or since < have:
+            self.since[(origin, key)] = since
+            self._save_since(self.since)
+        for (o, topic), stream in list(self.streams.items()):
+            if o == origin and stream.asked_start is not None and key in keys_of_topic(topic):
+                self._start(origin, topic, stream, now)
+
+    def forget_key(self, key: str) -> None:
+        """This hub no longer wants anything under ``key``: its starts go (a later join starts anew)."""
+        gone = [k for k in self.since if k[1] == key]
+        for k in gone:
+            del self.since[k]
+        if gone:
+            self._save_since(self.since)
+
+    def forget_topics(self, wanted: Callable[[str], bool]) -> None:
+        """Drop the state of streams whose topic is no longer wanted here."""
+        for k in [k for k in self.streams if not wanted(k[1])]:
+            stream = self.streams.pop(k)
+            self.held_bytes -= sum(h.size for h in stream.held.values())
+
+    def origins(self) -> set[int]:
+        """Origins this hub keeps streams or starts with."""
+        return {o for o, _ in self.since} | {o for o, _ in self.streams}
+
+    def _floor(self, origin: int, topic: str) -> int | None:
+        """The origin's start for ``topic`` here (the earliest of its keys), None if unknown."""
+        found = [self.since[(origin, k)] for k in keys_of_topic(topic) if (origin, k) in self.since]
+        return min(found) if found else None
+
+    def _stream(self, origin: int, topic: str) -> _Stream:
+        stream = self.streams.get((origin, topic))
+        if stream is None:
+            stored = self._stored_position(origin, topic)
+            stream = self.streams[(origin, topic)] = _Stream(chain=stored or None)
+        return stream
+
+    def _effective(self, origin: int, topic: str, stream: _Stream) -> int | None:
+        floor = self._floor(origin, topic)
+        if stream.chain is None:
+            return floor
+        return stream.chain if floor is None else max(stream.chain, floor)
+
+    # -- sets ------------------------------------------------------------------------------
+
+    def receive(self, origin: int, sets: tuple[wire.RoutedSet, ...], wants: Callable[[str], bool], now: float) -> None:
+        """Sets for this hub: ready ones go to :attr:`ready`, others wait, gaps go to :attr:`asks`."""
+        for s in sets:
+            ready: list[str] = []
+            for index, topic in enumerate(s.messages.topics):
+                if not wants(topic):
+                    continue
+                verdict = self._place(origin, topic, s, index, now)
+                if verdict:
+                    ready.append(topic)
+            if not any(wants(t) for t in s.messages.topics):
+                self.counters.unwanted_sets += 1
+            if ready:
+                self._emit(origin, s, ready)
+                for topic in ready:
+                    self._release(origin, topic)
+
+    def _place(self, origin: int, topic: str, s: wire.RoutedSet, index: int, now: float) -> bool:
+        """True: deliver ``s`` on ``topic`` now.  False: a duplicate, or held behind a gap."""
+        stream = self._stream(origin, topic)
+        prev = s.prevs[index]
+        at = self._effective(origin, topic, stream)
+        if stream.chain is not None and s.last_seq <= stream.chain:
+            self.counters.duplicate_sets += 1
+            return False
+        if at is None and prev != 0:
+            # Its origin has not said (or its word was lost) where this hub's stream starts:
+            # hold the set and ask, rather than take it as the start and lose what came before.
+            self._hold(stream, s, index)
+            if stream.asked_start is None:
+                stream.asked_start = now
+                self.starts.append((origin, topic))
+            return False
+        if at is None or prev <= at:
+            if at is not None and s.last_seq <= at:
+                return False  # before this hub's start on the topic: not for it
+            stream.chain = s.last_seq
+            return True
+        # prev is beyond what this hub has: hold it, and ask for the gap.
+        self._hold(stream, s, index)
+        self._open_gap(origin, topic, stream, at, prev, now)
+        return False
+
+    def _hold(self, stream: _Stream, s: wire.RoutedSet, index: int) -> None:
+        prev = s.prevs[index]
+        if prev in stream.held:
+            return
+        size = len(s.messages.records)
+        if self.held_bytes + size > self.hold_max_bytes:
+            self.counters.held_dropped += 1  # it comes back by repair once the gap closes
+        else:
+            stream.held[prev] = _Held(s, index, size)
+            self.held_bytes += size
+            self.counters.held_sets += 1
+
+    def _start(self, origin: int, topic: str, stream: _Stream, now: float) -> None:
+        """A stream whose start is now known (or assumed): its held sets go, or wait for a repair."""
+        stream.asked_start = None
+        head, stream.head = stream.head, 0
+        at = self._effective(origin, topic, stream)
+        if at is None:
+            # Never said: the earliest held set starts the stream (or, with none, the head).
+            self.counters.starts_assumed += 1
+            if stream.held:
+                first = min(stream.held)
+                h = stream.held.pop(first)
+                self.held_bytes -= h.size
+                stream.chain = h.s.last_seq
+                self._emit(origin, h.s, [topic])
+            else:
+                stream.chain = head or None
+        elif stream.chain is None:
+            stream.chain = at
+        self._release(origin, topic)
+        chain = stream.chain
+        if chain is not None and stream.gap is None:
+            upto = min(stream.held) if stream.held else head
+            if upto > chain:
+                self._open_gap(origin, topic, stream, chain, upto, now)
+
+    def _open_gap(self, origin: int, topic: str, stream: _Stream, after: int, upto: int, now: float) -> None:
+        gap = stream.gap
+        if gap is not None and gap.after == after and gap.upto >= upto:
+            return
+        if gap is None or gap.after != after:
+            self.counters.gaps_opened += 1
+            stream.gap = _Gap(after=after, upto=upto, opened=now, asked=now, retry=0.0)
+        else:
+            gap.upto = upto
+        self._ask(origin, topic, stream.gap, now)
+
+    def _ask(self, origin: int, topic: str, gap: _Gap | None, now: float) -> None:
+        assert gap is not None
+        gap.asked = now
+        self.counters.repairs_asked += 1
+        self.asks.append(RepairAsk(origin, topic, gap.after, gap.upto))
+
+    def _emit(self, origin: int, s: wire.RoutedSet, topics: list[str]) -> None:
+        self.counters.delivered_sets += 1
+        messages = s.messages
+        if len(topics) != len(messages.topics):
+            messages = wire.MessageSet(topics=tuple(topics), count=messages.count, records=messages.records)
+        self.ready.append((origin, wire.ForwardSet(origin_seq=s.origin_seq, timestamp=s.timestamp, messages=messages)))
+
+    def _release(self, origin: int, topic: str) -> None:
+        """Deliver what waited behind the chain's new end, as far as it goes."""
+        stream = self.streams[(origin, topic)]
+        held = stream.held
+        while held and stream.chain is not None:
+            chain = stream.chain
+            for prev in [p for p, h in held.items() if h.s.last_seq <= chain]:
+                self.held_bytes -= held.pop(prev).size  # delivered meanwhile (a repair)
+            ready = [p for p in held if p <= chain]
+            if not ready:
+                break
+            h = held.pop(min(ready))
+            self.held_bytes -= h.size
+            stream.chain = h.s.last_seq
+            self._emit(origin, h.s, [topic])
+        gap = stream.gap
+        if gap is not None and stream.chain is not None and stream.chain >= gap.upto:
+            stream.gap = None
+            self.counters.gaps_repaired += 1
+            if held:
+                # Something further on still waits: a new gap up to it.
+                self._open_gap(origin, topic, stream, stream.chain, min(held), gap.asked)
+
+    def stored_less(self, origin: int, topics: tuple[str, ...], position: int) -> None:
+        """The hub stored less than it was given (a storage error): chains go back to what it holds."""
+        for topic in topics:
+            stream = self.streams.get((origin, topic))
+            if stream is not None and stream.chain is not None and stream.chain > position:
+                stream.chain = position
+
+    # -- what origins say --------------------------------------------------------------
+
+    def heads(self, origin: int, heads: tuple[wire.Head, ...], wants: Callable[[str], bool], now: float) -> None:
+        """An origin's last sequence per topic: a tail this hub lacks is asked for."""
+        for head in heads:
+            if not wants(head.topic):
+                continue
+            stream = self._stream(origin, head.topic)
+            at = self._effective(origin, head.topic, stream)
+            if at is None:
+                # Where this hub's stream starts is not known: ask before judging the tail.
+                stream.head = max(stream.head, head.last)
+                if stream.asked_start is None:
+                    stream.asked_start = now
+                    self.starts.append((origin, head.topic))
+                continue
+            if head.last > at and stream.gap is None:
+                self._open_gap(origin, head.topic, stream, at, head.last, now)
+
+    def repaired(self, origin: int, topic: str, upto: int, missing: int, now: float) -> None:
+        """The origin resent what it had up to ``upto``: what is still missing is given up."""
+        stream = self.streams.get((origin, topic))
+        if stream is None or stream.gap is None or stream.gap.after >= upto:
+            return
+        at = stream.chain or 0
+        if at >= upto:
+            return
+        self.counters.gaps_lost += 1
+        self.counters.messages_lost += missing
+        self._skip(origin, topic, stream, upto, now)
+
+    def _skip(self, origin: int, topic: str, stream: _Stream, upto: int, now: float) -> None:
+        stream.chain = max(stream.chain or 0, upto)
+        stream.gap = None
+        self._release(origin, topic)
+        if stream.held and stream.gap is None:
+            self._open_gap(origin, topic, stream, stream.chain, min(stream.held), now)
+
+    # -- time ------------------------------------------------------------------------------
+
+    def tick(self, now: float, reachable: Callable[[int], bool], retry: float, retry_max: float,
+             give_up: float) -> float | None:  # fmt: skip
+        """Ask again for gaps not filled; give up on origins gone too long.  Returns the next deadline."""
+        deadline: float | None = None
+        for (origin, topic), stream in list(self.streams.items()):
+            if stream.asked_start is not None:
+                due = stream.asked_start + START_WAIT
+                if now >= due:
+                    self._start(origin, topic, stream, now)
+                else:
+                    deadline = due if deadline is None else min(deadline, due)
+            gap = stream.gap
+            if gap is None:
+                continue
+            if not reachable(origin):
+                if now - gap.asked >= give_up:
+                    self.counters.gaps_lost += 1
+                    self._skip(origin, topic, stream, gap.upto, now)
+                    continue
+                due = gap.asked + give_up
+            else:
+                wait = min(retry_max, max(retry, gap.retry * 2 if gap.retry else retry))
+                due = gap.asked + wait
+                if now >= due:
+                    gap.retry = wait
+                    self._ask(origin, topic, gap, now)
+                    due = now + min(retry_max, wait * 2)
+            deadline = due if deadline is None else min(deadline, due)
+        return deadline
+
+    def take_ready(self) -> list[tuple[int, wire.ForwardSet]]:
+        ready, self.ready = self.ready, []
+        return ready
+
+    def take_asks(self) -> list[RepairAsk]:
+        asks, self.asks = self.asks, []
+        return asks
+
+    def take_starts(self) -> list[tuple[int, str]]:
+        starts, self.starts = self.starts, []
+        return starts
+
+    def open_gaps(self) -> int:
+        return sum(1 for s in self.streams.values() if s.gap is not None)
+
+    def state_size(self) -> tuple[int, int]:
+        """(streams, held sets): what this hub keeps, by active stream, never by message."""
+        return len(self.streams), sum(len(s.held) for s in self.streams.values())

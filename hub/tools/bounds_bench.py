@@ -1,0 +1,394 @@
+"""Figures for the hub's resource bounds (docs/reliability.md, docs/benchmarks.md).
+
+    python -m hub.tools.bounds_bench patterns [--patterns 80000] [--seconds 5]
+    python -m hub.tools.bounds_bench topics [--topics 256]
+    python -m hub.tools.bounds_bench attack [--seconds 5] [--rounds 3]
+
+``patterns``: the acknowledged publish rate of one client while 8 other connections
+hold ``--patterns`` distinct wildcard patterns between them (none matching what is
+published), and with none held; every publish goes to a topic not published before
+in the run, so each one is a routing-cache miss.
+
+``topics``: how long the hub's core spends on one PUBLISH frame that creates
+``--topics`` new topic logs (in process, on a temporary data directory; the median
+of 5 frames).
+
+``attack``: a healthy client's acknowledged publish rate alone and while the hub is
+under attack (10,000 malformed connections, a connection flood past
+``--max-connections``, a slow-drip sender, subscribers that never read), ``--rounds``
+alternations of the two; the ratio of the medians; the hub's RSS before and after.
+
+``--hub-root DIR`` runs the hub from another checkout (a before/after comparison).
+Hubs run as ``python -m hub`` subprocesses on 127.0.0.1, stopped by their PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import wire
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLISH_WINDOW = 16
+
+
+class Client:
+    """A blocking raw-frame client (benchmarks keep the SDK out of the figure)."""
+
+    def __init__(self, address: str, *, name: str = "bench", timeout: float = 30.0) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.decoder = wire.FrameDecoder(limits=wire.Limits(max_body=64 << 20), accept=wire.HUB_TO_CLIENT_OPCODES)
+        # Version 1: nothing here needs COMMIT, and a hub from before it (--hub-root) speaks only 1.
+        self.send(wire.Hello(version=1, client_name=name))
+        self.expect(wire.Welcome)
+
+    def send(self, *frames: wire.Frame) -> None:
+        self.sock.sendall(b"".join(f.encode() for f in frames))
+
+    def expect(self, kind: type[wire.Frame]) -> Any:
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is None:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionError(f"EOF while waiting for {kind.__name__}")
+                self.decoder.feed(data)
+                continue
+            if isinstance(frame, wire.Heartbeat):
+                if frame.word == "ping":
+                    self.send(wire.PONG)
+                continue
+            if not isinstance(frame, kind):
+                raise AssertionError(f"expected {kind.__name__}, got {frame!r}")
+            return frame
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@contextmanager
+def hub_process(*args: str, root: Path = ROOT) -> Iterator[tuple[str, int]]:
+    """A ``python -m hub`` subprocess: its address and PID; stopped by its PID at the end."""
+    proc = subprocess.Popen([sys.executable, "-m", "hub", "--listen", "127.0.0.1:0", "--log-level", "WARNING", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=root,
+                            env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"hub did not start: {line!r}")
+        yield line.split()[-1], proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def acked_rate(address: str, seconds: float, *, topic: Callable[[int], str], size: int = 64) -> float:
+    """Acknowledged messages per second of one new publisher (see :func:`client_acked_rate`)."""
+    client = Client(address, name="healthy")
+    try:
+        return client_acked_rate(client, seconds, topic=topic, size=size)
+    finally:
+        client.close()
+
+
+def client_acked_rate(client: Client, seconds: float, *, topic: Callable[[int], str], size: int = 64) -> float:
+    """Acknowledged messages per second of ``client`` keeping ``PUBLISH_WINDOW`` frames in flight."""
+    payload = bytes(size)
+    sent = acked = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+    while True:
+        now = time.perf_counter()
+        while sent - acked < PUBLISH_WINDOW and now < deadline:
+            mset = wire.MessageSet.build((topic(sent),), [(b"", payload)])
+            client.send(wire.Publish(sequence=sent + 1, flags=wire.PublishFlags.ACK, sets=(mset,)))
+            sent += 1
+        if acked == sent:
+            break
+        client.expect(wire.PublishAck)
+        acked += 1
+    return acked / (time.perf_counter() - started)
+
+
+# -- patterns ------------------------------------------------------------------------------
+
+
+#: Topics the ``patterns`` publisher rotates over: made before the patterns are held, so
+#: every publish of the measured pass is a routing-cache miss (the cache is cleared by
+#: every subscription change and holds each topic once matched).
+ROTATED_TOPICS = 15_000
+
+
+def bench_patterns(patterns: int, seconds: float, root: Path) -> dict[str, Any]:
+    holders = 8
+    per_holder = -(-patterns // holders)
+    args = ["--max-topics-per-connection", str(max(1, per_holder)), "--max-body", str(4 << 20)]
+    rows: dict[str, Any] = {"patterns": patterns, "rotated_topics": ROTATED_TOPICS}
+    for held in (0, patterns):
+        with hub_process(*args, root=root) as (address, _pid):
+            make_topics(address, ROTATED_TOPICS)
+            clients = []
+            for h in range(holders if held else 0):
+                client = Client(address, name=f"holder{h}")
+                # One SUB per 1,000 patterns (frames stay small); none matches "bench.*".
+                for s, first in enumerate(range(0, per_holder, 1000)):
+                    names = tuple(f"w{h}.{i}.*" for i in range(first, min(first + 1000, per_holder)))
+                    client.send(wire.Sub(sub_id=s + 1, patterns=names))
+                    client.expect(wire.SubOk)
+                clients.append(client)
+            rate = acked_rate(address, seconds, topic=lambda n: f"bench.t{n % ROTATED_TOPICS}")
+            rows[f"acked_msgs_per_s_with_{held}_patterns"] = round(rate)
+            for client in clients:
+                client.close()
+    return rows
+
+
+def make_topics(address: str, count: int, *, per_frame: int = 250, per_connection: int = 5_000) -> None:
+    """Publish once to ``bench.t0 .. bench.t<count-1>`` (within any hub's default topic limits)."""
+    for first_of_connection in range(0, count, per_connection):
+        client = Client(address, name="maker")
+        last = min(first_of_connection + per_connection, count)
+        for seq, first in enumerate(range(first_of_connection, last, per_frame), 1):
+            names = tuple(f"bench.t{i}" for i in range(first, min(first + per_frame, last)))
+            mset = wire.MessageSet.build(names, [(b"", b"x")])
+            client.send(wire.Publish(sequence=seq, flags=wire.PublishFlags.ACK, sets=(mset,)))
+            client.expect(wire.PublishAck)
+        client.close()
+
+
+# -- topics --------------------------------------------------------------------------------
+
+
+def bench_topics(topics: int) -> dict[str, Any]:
+    from ..core.clients import ClientSession
+    from ..core.clock import ManualClock
+    from ..core.hub import CoreSettings, HubCore
+    from ..core.topic_budget import TopicLimits
+    from ..storage.store import LogStore
+    from ..storage.topic_log import LogSettings
+
+    class _Sink:
+        def flush_now(self) -> None: ...
+        def wake_writer(self) -> None: ...
+        def closing(self) -> None: ...
+
+    times = []
+    with tempfile.TemporaryDirectory(prefix="pub0sub-bench-") as tmp:
+        store = LogStore(Path(tmp), LogSettings())
+        store.open()
+        limits = TopicLimits(max_topics=1 << 30, max_new_topics_per_connection=1 << 30, max_new_topics_per_frame=topics)
+        core = HubCore(CoreSettings(max_body=64 << 20, topics=limits), hub_id=1, clock=ManualClock(), store=store)
+        session = core.open_session("bench")
+        assert isinstance(session, ClientSession)
+        session.transport = _Sink()
+        core.receive_data(session, wire.Hello(client_name="bench").encode())
+        for run in range(5):
+            names = tuple(f"new.r{run}.t{i}" for i in range(topics))
+            sets = tuple(wire.MessageSet.build(names[i : i + 255], [(b"", b"x")]) for i in range(0, topics, 255))
+            data = wire.Publish(sequence=run + 1, flags=wire.PublishFlags.ACK, sets=sets).encode()
+            started = time.perf_counter()
+            core.receive_data(session, data)
+            times.append(time.perf_counter() - started)
+            session.out.clear()
+        store.close()
+    return {"new_topics_in_one_frame": topics, "median_ms": round(statistics.median(times) * 1000, 1),
+            "max_ms": round(max(times) * 1000, 1)}  # fmt: skip
+
+
+# -- attack --------------------------------------------------------------------------------
+
+
+class Attack:
+    """The attackers of ``attack``, each in its own thread, until :meth:`stop`."""
+
+    def __init__(self, address: str, *, malformed: int = 10_000) -> None:
+        self.address = address
+        self.malformed = malformed
+        self.stopping = threading.Event()
+        self.counts = {"malformed_connections": 0, "flood_connections": 0, "drip_bytes": 0, "unread_pings": 0}
+        self._threads = [threading.Thread(target=t, daemon=True)
+                         for t in (self._malformed, self._flood, self._drip, self._never_read)]  # fmt: skip
+
+    def _connect(self) -> socket.socket:
+        host, port = self.address.rsplit(":", 1)
+        return socket.create_connection((host, int(port)), timeout=5)
+
+    def _malformed(self) -> None:
+        """Connections that send garbage (a bad opcode, a huge length, a truncated HELLO, a lone
+        byte), hang up their sending side and read what the hub says."""
+        junk = [b"\xff\x00\x00\x00\x01x", b"\x22\xff\xff\xff\xff", wire.Hello(client_name="x").encode()[:7], b"\x00"]
+        n = 0
+        while not self.stopping.is_set() and self.counts["malformed_connections"] < self.malformed:
+            try:
+                with self._connect() as sock:
+                    sock.sendall(junk[n % len(junk)])
+                    sock.shutdown(socket.SHUT_WR)
+                    while sock.recv(1024):
+                        pass
+            except OSError:
+                pass
+            n += 1
+            self.counts["malformed_connections"] += 1
+
+    def _flood(self) -> None:
+        """Connections opened and held past --max-connections, 300 at a time, renewed at
+        ~200 a second (a flood, not a CPU race with the healthy client)."""
+        held: list[socket.socket] = []
+        while not self.stopping.wait(0.005):
+            if len(held) >= 300:
+                held.pop(0).close()
+            try:
+                held.append(self._connect())
+                self.counts["flood_connections"] += 1
+            except OSError:
+                pass
+        for sock in held:
+            sock.close()
+
+    def _drip(self) -> None:
+        """One byte a second of a frame that never completes, on a fresh connection when closed."""
+        frame = wire.Publish(sequence=1, sets=(wire.MessageSet.build(("drip",), [(b"", bytes(1000))]),)).encode()
+        while not self.stopping.is_set():
+            try:
+                with self._connect() as sock:
+                    sock.sendall(wire.Hello(client_name="drip").encode())
+                    for byte in frame:
+                        if self.stopping.wait(1.0):
+                            return
+                        sock.sendall(bytes([byte]))
+                        self.counts["drip_bytes"] += 1
+            except OSError:
+                continue
+
+    def _never_read(self) -> None:
+        """Subscribers to the healthy client's topics that never read, and pings never read back."""
+        socks = []
+        try:
+            for n in range(4):
+                sock = self._connect()
+                sock.sendall(wire.Hello(client_name=f"deaf{n}").encode()
+                             + wire.Sub(sub_id=1, patterns=("bench.>",)).encode())  # fmt: skip
+                socks.append(sock)
+            pings = wire.PING.encode() * 1000
+            while not self.stopping.is_set():
+                for sock in socks:
+                    try:
+                        sock.sendall(pings)
+                        self.counts["unread_pings"] += 1000
+                    except OSError:
+                        pass
+                time.sleep(0.01)
+        finally:
+            for sock in socks:
+                sock.close()
+
+    def done_malformed(self) -> bool:
+        return self.counts["malformed_connections"] >= self.malformed
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self._threads:
+            thread.join(10)
+
+
+def bench_attack(seconds: float, root: Path, *, rounds: int = 3) -> dict[str, Any]:
+    """``rounds`` alternations of the healthy client alone and under attack, on one hub.
+
+    Alternating spreads the machine's other load over both sides; the ratio is of the medians.
+    The attackers are threads of this process: they take CPU from the hub and the healthy
+    client as an attacker on the same 2 cores would.
+    """
+    args = ["--max-connections", "200", "--heartbeat-interval", "2", "--max-pending-bytes", str(1 << 20)]
+    alone: list[float] = []
+    attacked: list[float] = []
+    counts: dict[str, int] = {}
+    with hub_process(*args, root=root) as (address, pid):
+        topic = lambda n: f"bench.t{n % 100}"  # noqa: E731
+        # One connection for every sample, made before any attack: an established client
+        # (the flood holds the hub at --max-connections, so a new one would be refused).
+        healthy = Client(address, name="healthy")
+        try:
+            client_acked_rate(healthy, 1.0, topic=topic)  # warm-up: topics exist, caches filled
+            rss_before = rss_mib(pid)
+            for _ in range(rounds):
+                alone.append(client_acked_rate(healthy, seconds, topic=topic))
+                attack = Attack(address)
+                attack.start()
+                time.sleep(1.0)  # the attack under way
+                try:
+                    attacked.append(client_acked_rate(healthy, seconds, topic=topic))
+                finally:
+                    attack.stop()
+                for name, value in attack.counts.items():
+                    counts[name] = counts.get(name, 0) + value
+                time.sleep(1.0)  # the hub sees the attackers' connections close
+            rss_after = rss_mib(pid)
+        finally:
+            healthy.close()
+    return {
+        "rounds": rounds,
+        "seconds_per_sample": seconds,
+        "healthy_acked_msgs_per_s_alone": round(statistics.median(alone)),
+        "healthy_acked_msgs_per_s_under_attack": round(statistics.median(attacked)),
+        "ratio": round(statistics.median(attacked) / statistics.median(alone), 3),
+        "alone_samples": [round(x) for x in alone],
+        "under_attack_samples": [round(x) for x in attacked],
+        "rss_mib_before": round(rss_before, 1),
+        "rss_mib_after": round(rss_after, 1),
+        **counts,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hub.tools.bounds_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("patterns", "topics", "attack"))
+    parser.add_argument("--patterns", type=int, default=80_000)
+    parser.add_argument("--topics", type=int, default=256)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3, help="attack: alternations of alone and under attack")
+    parser.add_argument("--hub-root", type=Path, default=ROOT, help="run the hub from this checkout")
+    args = parser.parse_args(argv)
+    if args.what == "patterns":
+        row = bench_patterns(args.patterns, args.seconds, args.hub_root)
+    elif args.what == "topics":
+        row = bench_topics(args.topics)
+    else:
+        row = bench_attack(args.seconds, args.hub_root, rounds=args.rounds)
+    row["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps({"bench": args.what, **row}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,401 @@
+"""A simulated cluster: hubs running the real overlay core over a simulated network.
+
+Discrete events on one simulated clock.  Each hub is a :class:`~hub.core.overlay.core.Overlay`
+with a :class:`SimStore` standing in for its data dir (it survives a crash, as the
+logs do).  Links carry the very bytes the core writes, in order, after the pair's
+latency (10-80 ms one way by default, fixed per pair by the seed); a link that
+breaks or a hub that crashes loses what was in flight.  Dials take a round trip
+plus a set-up time and fail when the far hub is down, full, or cut off from
+this one.  Everything random comes from one seeded generator: the same seed
+gives the same run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+import itertools
+import random
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import wire
+from wire.frames import FRAME_TYPES
+
+from ...core.overlay.config import OverlayConfig
+from ...core.overlay.core import Overlay
+
+_U16 = struct.Struct(">H")
+#: Wall clock of the simulation's time 0 (µs), so timestamps look like real ones.
+EPOCH_US = 1_800_000_000_000_000
+
+
+class SimClock:
+    """The simulation's time: the core's ``monotonic`` and ``wall_us`` both read it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall_us(self) -> int:
+        return EPOCH_US + int(self.now * 1_000_000)
+
+
+class EventLoop:
+    def __init__(self, clock: SimClock) -> None:
+        self.clock = clock
+        self._queue: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._seq = itertools.count()
+        self.events = 0
+
+    def at(self, when: float, fn: Callable[..., None], *args: Any) -> None:
+        heapq.heappush(self._queue, (max(when, self.clock.now), next(self._seq), fn, args))
+
+    def run_until(self, end: float) -> None:
+        queue = self._queue
+        clock = self.clock
+        while queue and queue[0][0] <= end:
+            when, _, fn, args = heapq.heappop(queue)
+            clock.now = when
+            self.events += 1
+            fn(*args)
+        clock.now = max(clock.now, end)
+
+
+@dataclass
+class Delivery:
+    hub: int
+    origin: int
+    topic: str
+    origin_seq: int
+    published_us: int
+    at: float
+
+
+class SimStore:
+    """A hub's data dir: what it stored, its own sets, its stream starts.  Survives crashes."""
+
+    def __init__(self, hub: int, record: Callable[[Delivery], None], clock: SimClock) -> None:
+        self.hub = hub
+        self.record = record
+        self.clock = clock
+        self.positions: dict[tuple[int, str], int] = {}
+        self.own: dict[str, list[tuple[int, int, int, bytes]]] = {}
+        self.since: dict[tuple[int, str], int] = {}
+
+    # OverlayStore
+    def deliver(self, origin: int, sets: list[wire.ForwardSet]) -> int | None:
+        now = self.clock.now
+        for s in sets:
+            last = s.origin_seq + s.messages.count - 1
+            for topic in s.messages.topics:
+                self.positions[(origin, topic)] = last
+                self.record(Delivery(self.hub, origin, topic, s.origin_seq, s.timestamp, now))
+        return None
+
+    def stored_position(self, origin: int, topic: str) -> int:
+        return self.positions.get((origin, topic), 0)
+
+    def save_since(self, since: Mapping[tuple[int, str], int]) -> None:
+        self.since = dict(since)
+
+    def own_last(self, topic: str) -> int:
+        sets = self.own.get(topic)
+        return sets[-1][0] + sets[-1][2] - 1 if sets else 0
+
+    def own_topics(self) -> list[str]:
+        return list(self.own)
+
+    def own_batches(self, topic: str, after: int, upto: int, on_hole: Callable[[int], None]) -> Iterator[
+            tuple[int, int, int, bytes]]:  # fmt: skip
+        for entry in self.own.get(topic, ()):
+            if after < entry[0] <= upto:
+                yield entry
+
+    def append_own(self, origin_seq: int, timestamp: int, messages: wire.MessageSet) -> None:
+        for topic in messages.topics:
+            self.own.setdefault(topic, []).append((origin_seq, timestamp, messages.count, messages.records))
+
+
+@dataclass
+class SimHub:
+    hub_id: int
+    store: SimStore
+    overlay: Overlay | None = None
+    up: bool = False
+    next_seq: int = 1
+    patterns: set[str] = field(default_factory=set)
+    tick_at: float | None = None
+    boots: int = 0
+
+
+def pair_seed(seed: int, a: int, b: int) -> float:
+    lo, hi = min(a, b), max(a, b)
+    digest = hashlib.sha256(f"{seed}:{lo}:{hi}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class World:
+    """Hubs, links and faults, driven by one event loop."""
+
+    def __init__(
+        self,
+        *,
+        hubs: int,
+        seed: int,
+        config: OverlayConfig,
+        latency: tuple[float, float] = (0.010, 0.080),
+        setup: float = 0.05,
+        detect_crash: float = 0.5,
+        detect_cut: float = 3.0,
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.clock = SimClock()
+        self.loop = EventLoop(self.clock)
+        self.config = config
+        self.latency_range = latency
+        self.setup = setup
+        self.detect_crash = detect_crash
+        self.detect_cut = detect_cut
+        self.deliveries: list[Delivery] = []
+        ids = self.rng.sample(range(1, 2**63), hubs)
+        self.hubs: dict[int, SimHub] = {h: SimHub(h, SimStore(h, self.deliveries.append, self.clock)) for h in ids}
+        self.order = ids
+        #: (a, b) with a < b -> link epoch (a link that breaks loses its in-flight frames)
+        self.links: dict[tuple[int, int], int] = {}
+        self._epochs = itertools.count(1)
+        #: (a, b) -> the time until which the pair cannot talk (a cut)
+        self.cuts: dict[tuple[int, int], float] = {}
+        self._arrival: dict[tuple[int, int], float] = {}
+        #: (closer, other) -> epoch of a link being closed: frames the closer sent still arrive
+        self._closing: dict[tuple[int, int], int] = {}
+        self.payload_copies = 0
+        self.frames_sent = 0
+        #: counters of overlays that crashed (a restarted hub starts its own from zero)
+        self.retired: Counter[str] = Counter()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def latency(self, a: int, b: int) -> float:
+        lo, hi = self.latency_range
+        return lo + (hi - lo) * pair_seed(self.seed, a, b)
+
+    @staticmethod
+    def pair(a: int, b: int) -> tuple[int, int]:
+        return (a, b) if a < b else (b, a)
+
+    def cut_between(self, a: int, b: int) -> bool:
+        return self.cuts.get(self.pair(a, b), -1.0) > self.clock.now
+
+    # -- hubs --------------------------------------------------------------------------------
+
+    def start(self, hub_id: int, bootstrap: list[int]) -> None:
+        hub = self.hubs[hub_id]
+        hub.overlay = Overlay(
+            self.config,
+            hub_id=hub_id,
+            peer_key=f"sim-{hub_id:016x}",
+            addrs=(f"sim://{hub_id:016x}",),
+            clock=self.clock,
+            store=hub.store,
+            since=hub.store.since,
+            seed=self.seed ^ hub_id ^ hub.boots,
+        )
+        hub.up = True
+        hub.boots += 1
+        hub.tick_at = None
+        if hub.patterns:
+            hub.overlay.set_interest(sorted(hub.patterns), ())
+        for other in bootstrap:
+            self._dial(hub_id, other)
+        self.pump(hub_id)
+
+    def crash(self, hub_id: int) -> None:
+        hub = self.hubs[hub_id]
+        if not hub.up:
+            return
+        hub.up = False
+        if hub.overlay is not None:
+            self.retired.update(_counters_of(hub.overlay))
+        hub.overlay = None
+        for pair in [p for p in self.links if hub_id in p]:
+            del self.links[pair]
+            other = pair[0] if pair[1] == hub_id else pair[1]
+            self.loop.at(self.clock.now + self.detect_crash, self._link_lost, other, hub_id)
+
+    def cut(self, a: int, b: int, duration: float) -> None:
+        """The network between ``a`` and ``b`` fails: their link (if any) breaks, dials fail."""
+        pair = self.pair(a, b)
+        self.cuts[pair] = self.clock.now + duration
+        if self.links.pop(pair, None) is not None:
+            self.loop.at(self.clock.now + self.detect_cut, self._link_lost, a, b)
+            self.loop.at(self.clock.now + self.detect_cut, self._link_lost, b, a)
+
+    def _link_lost(self, hub_id: int, other: int) -> None:
+        hub = self.hubs[hub_id]
+        if hub.up and hub.overlay is not None and self.pair(hub_id, other) not in self.links:
+            hub.overlay.link_down(other)
+            self.pump(hub_id)
+
+    def subscribe(self, hub_id: int, pattern: str) -> None:
+        hub = self.hubs[hub_id]
+        hub.patterns.add(pattern)
+        if hub.up and hub.overlay is not None:
+            hub.overlay.set_interest([pattern], ())
+            self.pump(hub_id)
+
+    def unsubscribe(self, hub_id: int, pattern: str) -> None:
+        hub = self.hubs[hub_id]
+        hub.patterns.discard(pattern)
+        if hub.up and hub.overlay is not None:
+            hub.overlay.set_interest((), [pattern])
+            self.pump(hub_id)
+
+    def publish(self, hub_id: int, topic: str, payload: bytes) -> int | None:
+        """A publish accepted at ``hub_id`` (None: the hub is down)."""
+        hub = self.hubs[hub_id]
+        if not hub.up or hub.overlay is None:
+            return None
+        seq = hub.next_seq
+        hub.next_seq += 1
+        messages = wire.MessageSet.build((topic,), [(b"", payload)])
+        ts = self.clock.wall_us()
+        hub.store.append_own(seq, ts, messages)
+        hub.overlay.publish(seq, ts, messages)
+        self.pump(hub_id)
+        return seq
+
+    # -- the network -----------------------------------------------------------------------
+
+    def _dial(self, src: int, dst: int) -> None:
+        rtt = 2 * self.latency(src, dst)
+        self.loop.at(self.clock.now + rtt + self.setup, self._dial_done, src, dst)
+
+    def _dial_done(self, src: int, dst: int) -> None:
+        a, b = self.hubs[src], self.hubs[dst]
+        if not a.up or a.overlay is None:
+            return
+        ok = (
+            b.up
+            and b.overlay is not None
+            and not self.cut_between(src, dst)
+            and self.pair(src, dst) not in self.links
+            and b.overlay.may_accept(src)
+            and a.overlay.may_accept(dst)
+        )
+        if not ok:
+            a.overlay.dial_ended(dst)
+            if b.up and b.overlay is not None and not self.cut_between(src, dst):
+                a.overlay.referral(b.overlay.membership.states())  # a full hub says who else there is
+            self.pump(src)
+            return
+        assert b.overlay is not None
+        self.links[self.pair(src, dst)] = next(self._epochs)
+        a.overlay.link_up(dst)
+        b.overlay.link_up(src)
+        self.pump(src)
+        self.pump(dst)
+
+    def pump(self, hub_id: int) -> None:
+        """After an event at a hub: send what it queued, dial what it wants, schedule its timer."""
+        hub = self.hubs[hub_id]
+        overlay = hub.overlay
+        if not hub.up or overlay is None:
+            return
+        for state in overlay.dials():
+            self._dial(hub_id, state.hub_id)
+        surplus = overlay.surplus_link()
+        if surplus is not None:
+            self.close(hub_id, surplus)
+        for dst, frames in overlay.take_outbox().items():
+            epoch = self.links.get(self.pair(hub_id, dst))
+            if epoch is None:
+                continue
+            self.frames_sent += len(frames)
+            key = (hub_id, dst)
+            arrive = max(self.clock.now + self.latency(hub_id, dst), self._arrival.get(key, 0.0))
+            self._arrival[key] = arrive
+            self.loop.at(arrive, self._arrive, hub_id, dst, epoch, frames)
+        deadline = overlay.tick()
+        if deadline is not None and (hub.tick_at is None or deadline < hub.tick_at or hub.tick_at <= self.clock.now):
+            hub.tick_at = deadline
+            self.loop.at(deadline, self._tick, hub_id, deadline)
+
+    def _tick(self, hub_id: int, when: float) -> None:
+        hub = self.hubs[hub_id]
+        if hub.tick_at != when:
+            return
+        hub.tick_at = None
+        self.pump(hub_id)
+
+    def close(self, src: int, dst: int) -> None:
+        """``src`` closes its link to ``dst`` (pruning): what it sent still arrives, then ``dst`` sees the end."""
+        pair = self.pair(src, dst)
+        epoch = self.links.pop(pair, None)
+        if epoch is None:
+            return
+        self._closing[(src, dst)] = epoch
+        overlay = self.hubs[src].overlay
+        assert overlay is not None
+        overlay.link_down(dst)
+        end = max(self.clock.now + self.latency(src, dst), self._arrival.get((src, dst), 0.0))
+        self.loop.at(end, self._closed, src, dst, epoch)
+
+    def _closed(self, src: int, dst: int, epoch: int) -> None:
+        if self._closing.get((src, dst)) == epoch:
+            del self._closing[(src, dst)]
+        self._link_lost(dst, src)
+
+    def _arrive(self, src: int, dst: int, epoch: int, frames: list[bytes]) -> None:
+        if self.links.get(self.pair(src, dst)) != epoch and self._closing.get((src, dst)) != epoch:
+            return  # the link broke while these were in flight
+        hub = self.hubs[dst]
+        overlay = hub.overlay
+        if overlay is None:
+            return
+        for frame in frames:
+            opcode, _ = wire.HEADER.unpack_from(frame, 0)
+            body = frame[wire.HEADER_SIZE :]
+            if opcode == wire.Opcode.ROUTED_SETS:
+                (ndest,) = _U16.unpack_from(body, 1)
+                (nsets,) = _U16.unpack_from(body, 3 + 8 * ndest + 8)
+                self.payload_copies += nsets
+                overlay.receive_routed_sets(src, body)
+            else:
+                overlay.receive(src, FRAME_TYPES[wire.Opcode(opcode)].decode_body(body))
+        self.pump(dst)
+
+    # -- what it looks like ----------------------------------------------------------------
+
+    def up_hubs(self) -> list[SimHub]:
+        return [h for h in self.hubs.values() if h.up and h.overlay is not None]
+
+    def counters(self) -> dict[str, float]:
+        """Frames sent per kind, ``bytes:<kind>``, ``dropped:<why>``, payload copies, over every hub."""
+        total: Counter[str] = Counter(self.retired)
+        for hub in self.up_hubs():
+            if hub.overlay is not None:
+                total.update(_counters_of(hub.overlay))
+        total["payload_copies"] = self.payload_copies
+        total["frames_sent"] = self.frames_sent
+        return dict(total)
+
+    def degrees(self) -> list[int]:
+        return [len(h.overlay.links) for h in self.up_hubs() if h.overlay is not None]
+
+
+def _counters_of(overlay: Overlay) -> Counter[str]:
+    outbox = overlay.outbox
+    out: Counter[str] = Counter(outbox.sent_frames)
+    out.update({f"bytes:{k}": v for k, v in outbox.sent_bytes.items()})
+    out.update({f"dropped:{k}": v for k, v in outbox.dropped.items()})
+    counters = overlay.streams.counters
+    out.update({f"streams:{k}": v for k, v in dataclasses.asdict(counters).items()})
+    return out

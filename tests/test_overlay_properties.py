@@ -1,0 +1,121 @@
+"""The overlay core's promise, over any interleaving of faults (hypothesis drives the simulator).
+
+Whatever order hubs join, leave, crash, restart, and links are cut in, once everything has
+healed every set an up hub published reaches every hub that wanted its topic the whole time:
+exactly once, and in order per origin and topic.  Hubs that subscribed or unsubscribed during
+the run are held to "at most once, in order" only (their start is whatever JOINED said).
+
+The world is small on purpose (6 hubs, degree 2, at most 3 links each), so most sends take
+more than one hop and every fault changes routes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+
+from hub.core.mesh.interest import InterestTable
+from hub.core.overlay.config import OverlayConfig
+from hub.tools.sim.world import World
+
+HUBS = 6
+TOPICS = ("a.x", "a.y", "b.x", "c.z")
+PATTERNS = ("a.x", "a.*", "b.>", "*.z", "c.z")
+CONFIG = OverlayConfig(degree=2, max_peers=3, give_up_after=1e9)
+
+hub_index = st.integers(0, HUBS - 1)
+event = st.one_of(
+    st.tuples(st.just("publish"), hub_index, st.sampled_from(TOPICS)),
+    st.tuples(st.just("burst"), hub_index, st.sampled_from(TOPICS)),
+    st.tuples(st.just("crash"), hub_index, st.floats(0.2, 6.0)),
+    st.tuples(st.just("cut"), hub_index, hub_index, st.floats(0.5, 8.0)),
+    st.tuples(st.just("subscribe"), hub_index, st.sampled_from(PATTERNS)),
+    st.tuples(st.just("unsubscribe"), hub_index, st.sampled_from(PATTERNS)),
+)
+schedule = st.lists(st.tuples(st.floats(0.0, 0.8), event), min_size=1, max_size=25)
+standing = st.lists(st.tuples(hub_index, st.sampled_from(PATTERNS)), min_size=1, max_size=8)
+
+
+def run_world(seed: int, subscriptions: list[tuple[int, str]], events: list[tuple[float, tuple]]) -> tuple:
+    world = World(hubs=HUBS, seed=seed, config=CONFIG)
+    ids = world.order
+    for index, hub in enumerate(ids):
+        world.loop.at(0.3 * index, lambda hub=hub, index=index: world.start(hub, ids[max(0, index - 2) : index]))
+    for index, pattern in subscriptions:
+        world.loop.at(0.1, world.subscribe, ids[index], pattern)
+    world.loop.run_until(15.0)  # formed, interest known everywhere
+    changed: set[tuple[int, str]] = set()  # (hub, pattern) touched during the run
+    published: list[tuple[int, int, str, float]] = []
+    down_until: dict[int, float] = {}
+
+    def publish(hub: int, topic: str) -> None:
+        seq = world.publish(hub, topic, b"m")
+        if seq is not None:
+            published.append((hub, seq, topic, world.clock.now))
+
+    t = world.clock.now
+    for gap, ev in events:
+        t += gap
+        kind = ev[0]
+        if kind == "publish":
+            world.loop.at(t, publish, ids[ev[1]], ev[2])
+        elif kind == "burst":
+            for k in range(5):
+                world.loop.at(t + 0.01 * k, publish, ids[ev[1]], ev[2])
+        elif kind == "crash":
+            hub, downtime = ids[ev[1]], ev[2]
+            if down_until.get(hub, 0.0) < t:  # not while it is already down
+                down_until[hub] = t + downtime
+                world.loop.at(t, world.crash, hub)
+                world.loop.at(t + downtime, lambda hub=hub: world.start(hub, [h for h in ids if h != hub][:2]))
+        elif kind == "cut" and ev[1] != ev[2]:
+            world.loop.at(t, world.cut, ids[ev[1]], ids[ev[2]], ev[3])
+        elif kind == "subscribe":
+            changed.add((ids[ev[1]], ev[2]))
+            world.loop.at(t, world.subscribe, ids[ev[1]], ev[2])
+        elif kind == "unsubscribe":
+            changed.add((ids[ev[1]], ev[2]))
+            world.loop.at(t, world.unsubscribe, ids[ev[1]], ev[2])
+    world.loop.run_until(t + 10.0)  # every crashed hub is back, every cut has healed
+    world.loop.run_until(t + 60.0)  # and repair has had time
+    return world, ids, published, changed
+
+
+# Known defect (issue 16, open): a publisher's first sets on a topic can go to nobody and then be
+# announced to a steady subscriber as before its start. The origin's watch is answered by an
+# owner whose snapshot lacks the subscriber; the subscriber is added a moment later with JOINED
+# since = the sets already sent, so it never asks for them. The example below is the smallest
+# case found: 6 hubs, one subscriber of c.z, one burst.
+@pytest.mark.xfail(strict=True, reason="issue 16: first sets to a late-known steady subscriber (see comment)")
+# Shrinking a failing world takes minutes: the failure is reported as generated.
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
+          database=None, phases=[Phase.explicit, Phase.generate])  # fmt: skip
+@example(
+    seed=361778,
+    subscriptions=[(1, "c.z")],
+    events=[(0.0, ("unsubscribe", 4, "a.*")), (0.05, ("burst", 0, "c.z")), (0.0, ("burst", 2, "b.x"))],
+)
+@given(seed=st.integers(0, 2**32), subscriptions=standing, events=schedule)
+def test_every_steady_subscriber_gets_every_set_once_in_order(seed, subscriptions, events) -> None:
+    world, ids, published, changed = run_world(seed, subscriptions, events)
+
+    steady: InterestTable[int] = InterestTable()
+    touched = {hub for hub, _ in changed}
+    for index, pattern in subscriptions:
+        if ids[index] not in touched:
+            steady.add(ids[index], [pattern])
+
+    got: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    for d in world.deliveries:
+        got[(d.hub, d.origin, d.topic)].append(d.origin_seq)
+    for stream, seqs in got.items():
+        assert len(seqs) == len(set(seqs)), f"duplicates on {stream}: {seqs}"
+        assert seqs == sorted(seqs), f"out of order on {stream}: {seqs}"
+    for origin, seq, topic, _ in published:
+        for hub in steady.peers_for((topic,)):
+            if hub != origin:
+                lacks = f"hub {ids.index(hub)} lacks {ids.index(origin)}:{seq} on {topic}"
+                assert seq in got[(hub, origin, topic)], lacks
