@@ -59,6 +59,11 @@ SETTLE = 0.05
 ADVERTISE_INTERVAL = 1.0
 
 
+def heads_frames(heads: list[wire.Head]) -> list[wire.Heads]:
+    """HEADS frames for ``heads``, at most 65,535 per frame (its count is a u16)."""
+    return [wire.Heads(heads=tuple(heads[i : i + 0xFFFF])) for i in range(0, len(heads), 0xFFFF)]
+
+
 class OverlayStore(OwnLog, Protocol):
     """Where delivered sets go and what the overlay reads back (the hub's logs, or a simulation's)."""
 
@@ -375,11 +380,8 @@ class Overlay:
         since = notice.since if before is None else min(before, notice.since)
         self.joins[key] = since
         sends: list[Send] = [((notice.hub,), wire.Joined(key=notice.key, since=since))]
-        table = LocalInterest()
-        table.add(self.watching.patterns_of(notice.key, notice.hub))
-        heads = [h for h in self.origin.heads_matching(lambda t: table.wants((t,))) if h.last > since]
-        for start in range(0, len(heads), 0xFFFF):
-            sends.append(((notice.hub,), wire.Heads(heads=tuple(heads[start : start + 0xFFFF]))))
+        heads = [h for h in self._heads_for(self.watching.patterns_of(notice.key, notice.hub)) if h.last > since]
+        sends.extend(((notice.hub,), frame) for frame in heads_frames(heads))
         return sends
 
     def _answer_sync(self, src: int, sync: wire.Sync) -> None:
@@ -387,11 +389,14 @@ class Overlay:
         since = self.joins.get((src, sync.key))
         if since is not None:
             self._route_control((src,), wire.Joined(key=sync.key, since=since))
+        for frame in heads_frames(self._heads_for(sync.patterns)):
+            self._route_control((src,), frame)
+
+    def _heads_for(self, patterns: Iterable[str]) -> list[wire.Head]:
+        """Where this hub's topics that ``patterns`` match end."""
         table = LocalInterest()
-        table.add(sync.patterns)
-        heads = self.origin.heads_matching(lambda topic: table.wants((topic,)))
-        for start in range(0, len(heads), 0xFFFF):
-            self._route_control((src,), wire.Heads(heads=tuple(heads[start : start + 0xFFFF])))
+        table.add(patterns)
+        return self.origin.heads_matching(lambda topic: table.wants((topic,)))
 
     def _answer_repair(self, src: int, repair: wire.Repair) -> None:
         encoded, missing = self.origin.repair(repair.topic, repair.after, repair.upto)
@@ -558,8 +563,8 @@ class Overlay:
             if dests:
                 by_dests.setdefault(dests, []).append(head)
         for dests, group in by_dests.items():
-            for start in range(0, len(group), 0xFFFF):
-                self._route_control(tuple(sorted(dests)), wire.Heads(heads=tuple(group[start : start + 0xFFFF])))
+            for frame in heads_frames(group):
+                self._route_control(tuple(sorted(dests)), frame)
         return None
 
     # -- what it holds ---------------------------------------------------------------------
