@@ -44,9 +44,10 @@ from .links import LinkPolicy
 from .membership import Membership, keys_of_topic, rendezvous_key
 from .origin import OriginSide, OwnLog
 from .outbox import Outbox
-from .rendezvous import JoinNotice, OwnedKeys, Registrations, Send, Watching
+from .rendezvous import OwnedKeys, Registrations, Send
 from .sending import SetSender
 from .streams import Streams
+from .watching import JoinNotice, Watching
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -106,7 +107,7 @@ class Overlay:
         self.local = LocalInterest()
         self.registrations = Registrations(self.membership)
         self.owned = OwnedKeys(self.membership, version_base=self.boot & 0xFFFFFFFF)
-        self.watching = Watching(self.membership)
+        self.watching = Watching(self.membership, sent_upto=lambda: self.sender.join_since())
         self.streams = Streams(
             stored_position=store.stored_position,
             save_since=store.save_since,

@@ -13,9 +13,10 @@ has two owners on the hash ring of reachable hubs.  Three roles, one class each:
   each change (INTEREST_SET, one routed frame to all of them); both owners
   answer a WATCH with everything, and a hub that becomes primary tells every
   watcher everything.
-* :class:`Watching` -- this hub as a publisher: it watches the keys of the
-  topics it publishes (the topic's first token, and ``*``) and keeps what the
-  owners told it, from which come the hubs each topic goes to.
+* :class:`~hub.core.overlay.watching.Watching` (``watching.py``) -- this hub as a
+  publisher: it watches the keys of the topics it publishes (the topic's first
+  token, and ``*``) and keeps what the owners told it, from which come the hubs
+  each topic goes to.
 
 Nothing here sends: each method returns what to send, as ``(dests, frame)``.
 """
@@ -27,7 +28,6 @@ from dataclasses import dataclass, field
 
 import wire
 
-from ..mesh.interest import InterestTable
 from .membership import Membership, keys_of_topic, rendezvous_key
 
 #: (destination hubs, control frame) for the core to route.
@@ -41,7 +41,7 @@ def group_by_key(patterns: Iterable[str]) -> dict[str, set[str]]:
     return grouped
 
 
-def _owners_changed(told: dict[int, int | None], owners: tuple[int, ...], membership: Membership) -> list[int]:
+def owners_changed(told: dict[int, int | None], owners: tuple[int, ...], membership: Membership) -> list[int]:
     """Owners not told yet, or restarted since they were told (their boot differs)."""
     return [o for o in owners if o not in told or told[o] != membership.boot_of(o)]
 
@@ -88,7 +88,7 @@ class Registrations:
             for owner in list(told):
                 if owner not in owners:
                     del told[owner]
-            fresh = _owners_changed(told, owners, self.membership)
+            fresh = owners_changed(told, owners, self.membership)
             if fresh:
                 sends.extend(self._tell(key, tuple(fresh)))
         return sends
@@ -200,212 +200,3 @@ class OwnedKeys:
     def _drop_if_empty(self, key: str, owned: _Owned) -> None:
         if not owned.interest and not owned.watchers:
             self.keys.pop(key, None)
-
-
-@dataclass(slots=True)
-class _Watch:
-    #: owner -> its boot when the WATCH went out
-    told: dict[int, int | None] = field(default_factory=dict)
-    #: owner -> what it told us (hub -> patterns), and the version of that
-    snapshots: dict[int, dict[int, tuple[str, ...]]] = field(default_factory=dict)
-    versions: dict[int, int] = field(default_factory=dict)
-    #: owner -> when this hub last asked it for everything (a WATCH it has not answered yet)
-    asked: dict[int, float] = field(default_factory=dict)
-    #: The hubs this key's sets go to, from the snapshot in use.
-    table: InterestTable[int] = field(default_factory=InterestTable)
-    hubs: frozenset[int] = frozenset()
-    #: This hub's last sequence when the watch started: hubs in the first answer get sets after it.
-    started_after: int = 0
-    answered: bool = False
-    last_used: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class JoinNotice:
-    """A hub became a destination of this hub's sets under ``key`` after sequence ``since``."""
-
-    hub: int
-    key: str
-    since: int
-
-
-@dataclass(slots=True)
-class Answer:
-    #: Hubs that became destinations under the key.
-    joined: list[JoinNotice] = field(default_factory=list)
-    #: Hubs whose patterns under the key went, by their own word (not a switch of owner).
-    left: list[int] = field(default_factory=list)
-    #: WATCHes to send (a change was missed).
-    sends: list[Send] = field(default_factory=list)
-
-
-class Watching:
-    """The keys this hub publishes under, and the hubs each of its topics goes to."""
-
-    def __init__(self, membership: Membership) -> None:
-        self.membership = membership
-        self.self_id = membership.self_id
-        self.keys: dict[str, _Watch] = {}
-        self._dests: dict[str, frozenset[int]] = {}
-
-    def destinations(self, topic: str) -> frozenset[int]:
-        """Hubs (never this one) with a pattern that matches ``topic``."""
-        dests = self._dests.get(topic)
-        if dests is None:
-            found: set[int] = set()
-            for key in keys_of_topic(topic):
-                watch = self.keys.get(key)
-                if watch is not None:
-                    found.update(watch.table.peers_for((topic,)))
-            found.discard(self.self_id)
-            dests = self._dests[topic] = frozenset(found)
-            if len(self._dests) > 65536:
-                self._dests.clear()
-        return dests
-
-    def ensure(self, topic: str, last_seq: int, now: float) -> list[Send]:
-        """This hub publishes ``topic``: watch its keys (WATCH to their owners) if not yet."""
-        sends = []
-        for key in keys_of_topic(topic):
-            watch = self.keys.get(key)
-            if watch is None:
-                watch = self.keys[key] = _Watch(started_after=last_seq)
-                sends.extend(self._tell(key, watch, self.membership.owners(key), now))
-            watch.last_used = now
-        return sends
-
-    def idle(self, now: float, idle_for: float) -> list[Send]:
-        """Stop watching keys not published under for ``idle_for`` seconds."""
-        sends: list[Send] = []
-        for key, watch in list(self.keys.items()):
-            if now - watch.last_used >= idle_for:
-                owners = tuple(watch.told)
-                if owners:
-                    sends.append((owners, wire.Watch(key=key, on=False)))
-                del self.keys[key]
-                self._dests.clear()
-        return sends
-
-    def refresh(self, now: float) -> list[Send]:
-        """The graph changed: watch with new or restarted owners; drop what old owners said."""
-        sends = []
-        for key, watch in self.keys.items():
-            owners = self.membership.owners(key)
-            for owner in list(watch.told):
-                if owner not in owners:
-                    del watch.told[owner]
-                    self._drop(watch, owner)
-            fresh = _owners_changed(watch.told, owners, self.membership)
-            for owner in fresh:
-                self._drop(watch, owner)
-            if fresh:
-                sends.extend(self._tell(key, watch, tuple(fresh), now))
-        return sends
-
-    def recheck(self, now: float) -> list[Send]:
-        """Frames may have been lost in a break: each key's owner in use says whether this hub
-        holds its latest version (it answers only if not); owners never heard from are asked again."""
-        sends: list[Send] = []
-        for key, watch in self.keys.items():
-            owners = self.membership.owners(key)
-            in_use = next((o for o in owners if o in watch.snapshots), None)
-            if in_use is not None:
-                sends.append(((in_use,), wire.Watch(key=key, version=watch.versions[in_use])))
-            silent = tuple(o for o in owners if o not in watch.snapshots)
-            sends.extend(self._tell(key, watch, silent, now))
-        return sends
-
-    def retry(self, now: float, after: float) -> list[Send]:
-        """WATCHes unanswered for ``after`` seconds go again."""
-        sends: list[Send] = []
-        for key, watch in self.keys.items():
-            late = tuple(o for o, at in watch.asked.items() if now - at >= after)
-            sends.extend(self._tell(key, watch, late, now))
-        return sends
-
-    def next_retry(self, after: float) -> float | None:
-        times = [at for watch in self.keys.values() for at in watch.asked.values()]
-        return min(times) + after if times else None
-
-    def _tell(self, key: str, watch: _Watch, owners: tuple[int, ...], now: float) -> list[Send]:
-        for owner in owners:
-            watch.told[owner] = self.membership.boot_of(owner)
-            watch.asked[owner] = now
-        return [(owners, wire.Watch(key=key))] if owners else []
-
-    @staticmethod
-    def _drop(watch: _Watch, owner: int) -> None:
-        watch.snapshots.pop(owner, None)
-        watch.versions.pop(owner, None)
-        watch.asked.pop(owner, None)
-
-    def answer(self, src: int, frame: wire.InterestSet, last_seq: int, now: float) -> Answer:
-        """An owner's INTEREST_SET: the hubs that became destinations under the key, those that
-        said they want nothing under it any more, and, if a change was missed (its version is
-        not the next one), a WATCH asking for everything."""
-        watch = self.keys.get(frame.key)
-        if watch is None or src not in watch.told:
-            return Answer()  # not (or no longer) watching there
-        if frame.full:
-            snapshot: dict[int, tuple[str, ...]] = {}
-            watch.snapshots[src] = snapshot
-            watch.asked.pop(src, None)
-        else:
-            held = watch.snapshots.get(src)
-            if held is None or frame.version != next_version(watch.versions[src]):
-                if src in watch.asked:
-                    return Answer()  # everything is on its way
-                return Answer(sends=self._tell(frame.key, watch, (src,), now))
-            snapshot = held
-        watch.versions[src] = frame.version
-        left = []
-        for entry in frame.entries:
-            if entry.patterns:
-                snapshot[entry.hub] = entry.patterns
-            else:
-                snapshot.pop(entry.hub, None)
-                if not frame.full:
-                    left.append(entry.hub)
-        return Answer(joined=self._use(frame.key, watch, last_seq), left=left)
-
-    def _use(self, key: str, watch: _Watch, last_seq: int) -> list[JoinNotice]:
-        owners = self.membership.owners(key)
-        chosen = next((watch.snapshots[o] for o in owners if o in watch.snapshots), None)
-        if chosen is None:
-            return []
-        # Until every owner has answered, the answer in use may be one that had not heard of
-        # every hub yet: hubs added meanwhile start where the first answer's did.
-        settled = watch.answered and all(o in watch.snapshots for o in owners)
-        since = last_seq if settled else watch.started_after
-        watch.answered = True
-        table: InterestTable[int] = InterestTable()
-        for hub, patterns in chosen.items():
-            table.add(hub, patterns)
-        before = watch.hubs
-        watch.table = table
-        watch.hubs = frozenset(chosen) - {self.self_id}
-        self._dests.clear()
-        return [JoinNotice(hub=h, key=key, since=since) for h in sorted(watch.hubs - before)]
-
-    def answered(self, topics: tuple[str, ...]) -> bool:
-        """Has every key these topics are watched under been answered once?"""
-        keys = self.keys
-        for topic in topics:
-            for key in keys_of_topic(topic):
-                watch = keys.get(key)
-                if watch is None or not watch.answered:
-                    return False
-        return True
-
-    def patterns_of(self, key: str, hub: int) -> tuple[str, ...]:
-        """``hub``'s patterns under ``key``, as this hub knows them."""
-        watch = self.keys.get(key)
-        if watch is None:
-            return ()
-        owners = self.membership.owners(key)
-        chosen = next((watch.snapshots[o] for o in owners if o in watch.snapshots), {})
-        return chosen.get(hub, ())
-
-    def hubs_of(self, key: str) -> frozenset[int]:
-        watch = self.keys.get(key)
-        return frozenset() if watch is None else watch.hubs

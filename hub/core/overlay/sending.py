@@ -11,7 +11,8 @@ from wire.frames.mesh_v3 import encode_routed_set, routed_sets_frame, routed_set
 from .config import OverlayConfig
 from .origin import OriginSide
 from .outbox import Outbox
-from .rendezvous import Send, Watching
+from .rendezvous import Send
+from .watching import Watching
 
 #: A ROUTED_SETS frame carries sets up to about this many bytes (the writer coalesces frames).
 FRAME_BYTES = 256 << 10
@@ -80,10 +81,12 @@ class SetSender:
         """Parked publishes whose watches are answered (or that waited long enough) go, in order."""
         parked, self.parked = self.parked, []
         self._parked_topics = set()
-        late = now - self.config.park_max
+        park_max = self.config.park_max
         for item in parked:
             at, topics, encoded, _ = item
-            if self._parked_topics.isdisjoint(topics) and (at <= late or self.watching.answered(topics)):
+            # ``at + park_max``, the deadline tick() hands out, not ``now - at``: in floats the
+            # two can disagree at the deadline itself, and the timer would fire forever.
+            if self._parked_topics.isdisjoint(topics) and (at + park_max <= now or self.watching.answered(topics)):
                 dests = self.destinations(topics)
                 if dests:
                     self.pending.append((dests, encoded))

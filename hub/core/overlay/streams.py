@@ -351,7 +351,7 @@ class Streams:
             if gap is None:
                 continue
             if not reachable(origin):
-                if now - gap.asked >= give_up:
+                if gap.asked + give_up <= now:  # the deadline's own sum (see SetSender.unpark)
                     self.counters.gaps_lost += 1
                     self._skip(origin, topic, stream, gap.upto, now)
                     continue

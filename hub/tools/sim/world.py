@@ -309,11 +309,14 @@ class World:
         overlay = hub.overlay
         if not hub.up or overlay is None:
             return
+        # Timers first: what they queue (rechecks, retries, repairs) leaves in this same pump.
+        deadline = overlay.tick()
         for state in overlay.dials():
             self._dial(hub_id, state.hub_id)
         surplus = overlay.surplus_link()
         if surplus is not None:
             self.close(hub_id, surplus)
+            deadline = overlay.tick()  # the link's end changed the graph: its settle time counts
         for dst, frames in overlay.take_outbox().items():
             epoch = self.links.get(self.pair(hub_id, dst))
             if epoch is None:
@@ -323,7 +326,6 @@ class World:
             arrive = max(self.clock.now + self.latency(hub_id, dst), self._arrival.get(key, 0.0))
             self._arrival[key] = arrive
             self.loop.at(arrive, self._arrive, hub_id, dst, epoch, frames)
-        deadline = overlay.tick()
         if deadline is not None and (hub.tick_at is None or deadline < hub.tick_at or hub.tick_at <= self.clock.now):
             hub.tick_at = deadline
             self.loop.at(deadline, self._tick, hub_id, deadline)

@@ -1,0 +1,243 @@
+"""This hub as a publisher: the rendezvous keys it watches, and the hubs each of its topics goes to.
+
+It watches the keys of the topics it publishes (the topic's first token, and
+``*``): a WATCH to each key's owners, answered by INTEREST_SET (everything, then
+each change from the primary owner).  From the snapshot in use come the hubs a
+topic goes to, and the hubs that just became destinations (JOINED, with where
+their sets start).  The subscriber and owner sides are ``rendezvous.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import wire
+
+from ..mesh.interest import InterestTable
+from .membership import Membership, keys_of_topic
+from .rendezvous import Send, next_version, owners_changed
+
+
+@dataclass(slots=True)
+class _Watch:
+    #: owner -> its boot when the WATCH went out
+    told: dict[int, int | None] = field(default_factory=dict)
+    #: owner -> what it told us (hub -> patterns), and the version of that
+    snapshots: dict[int, dict[int, tuple[str, ...]]] = field(default_factory=dict)
+    versions: dict[int, int] = field(default_factory=dict)
+    #: owner -> when this hub last asked it for everything (a WATCH it has not answered yet)
+    asked: dict[int, float] = field(default_factory=dict)
+    #: owner -> this hub's last sequence sent when it asked (hubs its answer adds start after it)
+    asked_seq: dict[int, int] = field(default_factory=dict)
+    #: The hubs this key's sets go to, from the snapshot in use.
+    table: InterestTable[int] = field(default_factory=InterestTable)
+    hubs: frozenset[int] = frozenset()
+    #: This hub's last sequence when the watch started: hubs in the first answer get sets after it.
+    started_after: int = 0
+    answered: bool = False
+    last_used: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JoinNotice:
+    """A hub became a destination of this hub's sets under ``key`` after sequence ``since``."""
+
+    hub: int
+    key: str
+    since: int
+
+
+@dataclass(slots=True)
+class Answer:
+    #: Hubs that became destinations under the key.
+    joined: list[JoinNotice] = field(default_factory=list)
+    #: Hubs whose patterns under the key went, by their own word (not a switch of owner).
+    left: list[int] = field(default_factory=list)
+    #: WATCHes to send (a change was missed).
+    sends: list[Send] = field(default_factory=list)
+
+
+class Watching:
+    """The keys this hub publishes under, and the hubs each of its topics goes to."""
+
+    def __init__(self, membership: Membership, sent_upto: Callable[[], int] = lambda: 0) -> None:
+        self.membership = membership
+        self.self_id = membership.self_id
+        #: This hub's last sequence sent so far (the sender's ``join_since``).
+        self.sent_upto = sent_upto
+        self.keys: dict[str, _Watch] = {}
+        self._dests: dict[str, frozenset[int]] = {}
+
+    def destinations(self, topic: str) -> frozenset[int]:
+        """Hubs (never this one) with a pattern that matches ``topic``."""
+        dests = self._dests.get(topic)
+        if dests is None:
+            found: set[int] = set()
+            for key in keys_of_topic(topic):
+                watch = self.keys.get(key)
+                if watch is not None:
+                    found.update(watch.table.peers_for((topic,)))
+            found.discard(self.self_id)
+            dests = self._dests[topic] = frozenset(found)
+            if len(self._dests) > 65536:
+                self._dests.clear()
+        return dests
+
+    def ensure(self, topic: str, last_seq: int, now: float) -> list[Send]:
+        """This hub publishes ``topic``: watch its keys (WATCH to their owners) if not yet."""
+        sends = []
+        for key in keys_of_topic(topic):
+            watch = self.keys.get(key)
+            if watch is None:
+                watch = self.keys[key] = _Watch(started_after=last_seq)
+                sends.extend(self._tell(key, watch, self.membership.owners(key), now, last_seq))
+            watch.last_used = now
+        return sends
+
+    def idle(self, now: float, idle_for: float) -> list[Send]:
+        """Stop watching keys not published under for ``idle_for`` seconds."""
+        sends: list[Send] = []
+        for key, watch in list(self.keys.items()):
+            if watch.last_used + idle_for <= now:  # the deadline's own sum (see SetSender.unpark)
+                owners = tuple(watch.told)
+                if owners:
+                    sends.append((owners, wire.Watch(key=key, on=False)))
+                del self.keys[key]
+                self._dests.clear()
+        return sends
+
+    def refresh(self, now: float) -> list[Send]:
+        """The graph changed: watch with new or restarted owners; drop what old owners said."""
+        sends = []
+        for key, watch in self.keys.items():
+            owners = self.membership.owners(key)
+            for owner in list(watch.told):
+                if owner not in owners:
+                    del watch.told[owner]
+                    self._drop(watch, owner)
+            fresh = owners_changed(watch.told, owners, self.membership)
+            for owner in fresh:
+                self._drop(watch, owner)
+            if fresh:
+                sends.extend(self._tell(key, watch, tuple(fresh), now))
+        return sends
+
+    def recheck(self, now: float) -> list[Send]:
+        """Frames may have been lost in a break: each key's owner in use says whether this hub
+        holds its latest version (it answers only if not); owners never heard from are asked again."""
+        sends: list[Send] = []
+        for key, watch in self.keys.items():
+            owners = self.membership.owners(key)
+            in_use = next((o for o in owners if o in watch.snapshots), None)
+            if in_use is not None:
+                sends.append(((in_use,), wire.Watch(key=key, version=watch.versions[in_use])))
+            silent = tuple(o for o in owners if o not in watch.snapshots)
+            sends.extend(self._tell(key, watch, silent, now))
+        return sends
+
+    def retry(self, now: float, after: float) -> list[Send]:
+        """WATCHes unanswered for ``after`` seconds go again."""
+        sends: list[Send] = []
+        for key, watch in self.keys.items():
+            late = tuple(o for o, at in watch.asked.items() if at + after <= now)  # the deadline's sum
+            sends.extend(self._tell(key, watch, late, now))
+        return sends
+
+    def next_retry(self, after: float) -> float | None:
+        times = [at for watch in self.keys.values() for at in watch.asked.values()]
+        return min(times) + after if times else None
+
+    def _tell(self, key: str, watch: _Watch, owners: tuple[int, ...], now: float, sent: int | None = None) -> list[
+            Send]:  # fmt: skip
+        sent = self.sent_upto() if sent is None else sent
+        for owner in owners:
+            watch.told[owner] = self.membership.boot_of(owner)
+            watch.asked[owner] = now
+            watch.asked_seq.setdefault(owner, sent)  # the first ask counts: the answer covers from there
+        return [(owners, wire.Watch(key=key))] if owners else []
+
+    @staticmethod
+    def _drop(watch: _Watch, owner: int) -> None:
+        watch.snapshots.pop(owner, None)
+        watch.versions.pop(owner, None)
+        watch.asked.pop(owner, None)
+        watch.asked_seq.pop(owner, None)
+
+    def answer(self, src: int, frame: wire.InterestSet, last_seq: int, now: float) -> Answer:
+        """An owner's INTEREST_SET: the hubs that became destinations under the key, those that
+        said they want nothing under it any more, and, if a change was missed (its version is
+        not the next one), a WATCH asking for everything."""
+        watch = self.keys.get(frame.key)
+        if watch is None or src not in watch.told:
+            return Answer()  # not (or no longer) watching there
+        asked_at: int | None = None
+        if frame.full:
+            snapshot: dict[int, tuple[str, ...]] = {}
+            watch.snapshots[src] = snapshot
+            if watch.asked.pop(src, None) is not None:
+                asked_at = watch.asked_seq.pop(src, None)
+        else:
+            held = watch.snapshots.get(src)
+            if held is None or frame.version != next_version(watch.versions[src]):
+                if src in watch.asked:
+                    return Answer()  # everything is on its way
+                return Answer(sends=self._tell(frame.key, watch, (src,), now))
+            snapshot = held
+        watch.versions[src] = frame.version
+        left = []
+        for entry in frame.entries:
+            if entry.patterns:
+                snapshot[entry.hub] = entry.patterns
+            else:
+                snapshot.pop(entry.hub, None)
+                if not frame.full:
+                    left.append(entry.hub)
+        return Answer(joined=self._use(frame.key, watch, last_seq, asked_at), left=left)
+
+    def _use(self, key: str, watch: _Watch, last_seq: int, asked_at: int | None = None) -> list[JoinNotice]:
+        owners = self.membership.owners(key)
+        chosen = next((watch.snapshots[o] for o in owners if o in watch.snapshots), None)
+        if chosen is None:
+            return []
+        # Until every owner has answered, the answer in use may be one that had not heard of
+        # every hub yet: hubs added meanwhile start where the first answer's did.
+        settled = watch.answered and all(o in watch.snapshots for o in owners)
+        since = last_seq if settled else watch.started_after
+        if asked_at is not None:
+            # The answer to a WATCH: hubs it adds may have been wanting since before it was
+            # asked (an owner that answered first may not have known them yet), so they start
+            # where this hub stood when it asked.
+            since = min(since, asked_at)
+        watch.answered = True
+        table: InterestTable[int] = InterestTable()
+        for hub, patterns in chosen.items():
+            table.add(hub, patterns)
+        before = watch.hubs
+        watch.table = table
+        watch.hubs = frozenset(chosen) - {self.self_id}
+        self._dests.clear()
+        return [JoinNotice(hub=h, key=key, since=since) for h in sorted(watch.hubs - before)]
+
+    def answered(self, topics: tuple[str, ...]) -> bool:
+        """Has every key these topics are watched under been answered once?"""
+        keys = self.keys
+        for topic in topics:
+            for key in keys_of_topic(topic):
+                watch = keys.get(key)
+                if watch is None or not watch.answered:
+                    return False
+        return True
+
+    def patterns_of(self, key: str, hub: int) -> tuple[str, ...]:
+        """``hub``'s patterns under ``key``, as this hub knows them."""
+        watch = self.keys.get(key)
+        if watch is None:
+            return ()
+        owners = self.membership.owners(key)
+        chosen = next((watch.snapshots[o] for o in owners if o in watch.snapshots), {})
+        return chosen.get(hub, ())
+
+    def hubs_of(self, key: str) -> frozenset[int]:
+        watch = self.keys.get(key)
+        return frozenset() if watch is None else watch.hubs
