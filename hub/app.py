@@ -156,6 +156,9 @@ class HubServer:
     def _open_mesh(self, key_pair: Any) -> Mesh:
         from .core.mesh.admission import AdmissionRules, read_secret
         from .core.mesh.config import MeshConfig
+        from .core.mesh.overlay_store import OverlayLogStore
+        from .core.mesh.protocols import ALL_VERSIONS, OVERLAY_VERSIONS
+        from .core.overlay.config import OverlayConfig
         from .mesh.admit import parse_allow_list
         from .mesh.mesh import Mesh
 
@@ -180,8 +183,13 @@ class HubServer:
                 allow_v1=config.allow_mesh_v1,
             ),
             dump_dir=config.mesh_dump,
+            versions=OVERLAY_VERSIONS if config.mesh_overlay else ALL_VERSIONS,
         )
         link = self.core.mesh
+        overlay = overlay_store = None
+        if config.mesh_overlay:
+            overlay = OverlayConfig(degree=min(config.mesh_degree, config.max_peers), max_peers=config.max_peers)
+            overlay_store = OverlayLogStore(link, self.store, hub_id=self.core.hub_id, data_dir=config.data_dir)
         return Mesh(
             mesh_config,
             hub_id=self.core.hub_id,
@@ -189,6 +197,8 @@ class HubServer:
             resume_positions=link.positions,
             replay=link if self.store is not None else None,
             key_pair=key_pair,
+            overlay=overlay,
+            overlay_store=overlay_store,
         )
 
     # -- lifetime ----------------------------------------------------------------------

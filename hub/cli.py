@@ -110,6 +110,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            metavar="MULTIADDR", action="append")  # fmt: skip
     option("--cluster", "cluster name: hubs find each other under it in the DHT", metavar="NAME")
     option("--max-peers", "full mesh up to this many peers; bounds inbound links too", metavar="N", type=int)
+    option("--mesh-overlay", "mesh v3: a bounded-degree overlay instead of a full mesh (docs/scale.md)",
+           shown="off", action="store_true")  # fmt: skip
+    option("--mesh-degree", "with --mesh-overlay: links each hub keeps (at most --max-peers)", metavar="N", type=int)
     option("--no-discovery", "link only to --bootstrap hubs, no DHT discovery", shown="discovery on",
            action="store_true")  # fmt: skip
     option("--mesh-heartbeat-interval", "seconds between mesh heartbeats", metavar="SECONDS", type=float)
@@ -214,6 +217,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "bootstrap": tuple(args.bootstrap) if args.bootstrap else None,
         "cluster": args.cluster,
         "max_peers": args.max_peers,
+        "mesh_overlay": True if args.mesh_overlay else None,
+        "mesh_degree": args.mesh_degree,
         "discovery": False if args.no_discovery else None,
         "mesh_heartbeat_interval": args.mesh_heartbeat_interval,
         "mesh_heartbeat_misses": args.mesh_heartbeat_misses,

@@ -79,6 +79,11 @@ class HubConfig:
     cluster: str = "default"
     #: Full mesh up to this many peers.
     max_peers: int = 64
+    #: Mesh v3, the overlay (docs/scale.md): each hub keeps ``mesh_degree`` links (at most
+    #: ``max_peers``), routes sets over shortest paths and finds interest by rendezvous, so a
+    #: cluster can outgrow a full mesh.  Off: the v2 full mesh.  Either way v1/v2 peers link.
+    mesh_overlay: bool = False
+    mesh_degree: int = 8
     #: Find hubs through the DHT (off: link only to --bootstrap hubs, e.g. behind a fixed proxy).
     discovery: bool = True
     #: Seconds between heartbeats on mesh links; ``mesh_heartbeat_misses`` missed = peer dead.

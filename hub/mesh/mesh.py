@@ -6,6 +6,7 @@ peer); this class owns the libp2p host and does what they say: it dials,
 accepts, runs a :class:`~hub.mesh.session.PeerSession` per link, and runs the
 DHT discovery.  Everything runs in one trio nursery owned by :meth:`Mesh.run`.
 The hub drives it through ``announce``/``withdraw``/``forward`` (``hub.core.mesh_link``).
+With ``--mesh-overlay`` the v3 links are the overlay's (``overlay_links.py``).
 """
 
 from __future__ import annotations
@@ -32,26 +33,26 @@ from ..core.mesh.core import MeshCore
 from ..core.mesh.inbound import ForwardHandler
 from ..core.mesh.interest import InterestTable, LocalInterest
 from ..core.mesh.link import PeerLink
+from ..core.mesh.overlay_peer import OverlayPeer
+from ..core.mesh.overlay_store import OverlayLogStore
 from ..core.mesh.peer import PeerProtocol
 from ..core.mesh.protocols import MeshVersion
 from ..core.mesh.replay import ReplaySource
 from ..core.mesh.status import CloseReason
+from ..core.overlay.config import OverlayConfig
 from ..shell.clock import TrioClock
 from .admit import admit
 from .discovery import Discovery
 from .dump import open_dump
 from .host import make_host, quiet_libp2p_logs
 from .identity import load_or_create_identity
+from .overlay_links import OverlayLinks
 from .session import PeerSession, remote_address
 
 log = logging.getLogger("hub.mesh")
 
 #: A dial (connect + stream negotiation) that takes longer is abandoned and retried.
 DIAL_TIMEOUT = 10.0
-
-
-class _NotAdmitted(Exception):
-    """A dialed peer failed admission (already counted and logged): the dial failed."""
 
 
 class Mesh:
@@ -66,12 +67,8 @@ class Mesh:
     not cover (``hub/core/mesh/replay.py``); without it such forwards are counted
     as evicted, not resent.
 
-    >>> async def main():                                        # doctest: +SKIP
-    ...     mesh = Mesh(MeshConfig(), hub_id=7, on_forward=store)
-    ...     async with trio.open_nursery() as nursery:
-    ...         await nursery.start(mesh.run)
-    ...         mesh.announce(["orders.*"])
-    ...         mesh.forward(1, now_us, wire.MessageSet.build(["orders.eu"], [(b"", b"hi")]))
+    >>> async with trio.open_nursery() as nursery:                # doctest: +SKIP
+    ...     await nursery.start(Mesh(MeshConfig(), hub_id=7, on_forward=store).run)
     """
 
     def __init__(
@@ -84,6 +81,8 @@ class Mesh:
         replay: ReplaySource | None = None,
         key_pair: KeyPair | None = None,
         clock: Clock | None = None,
+        overlay: OverlayConfig | None = None,
+        overlay_store: OverlayLogStore | None = None,
     ) -> None:
         self.clock = clock or TrioClock()
         self.core = MeshCore(
@@ -98,6 +97,11 @@ class Mesh:
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self._changed = trio.Event()
+        #: Mesh v3 (``--mesh-overlay``): the overlay and its links (hub/mesh/overlay_links.py).
+        self.overlay: OverlayLinks | None = None
+        if overlay is not None:
+            assert overlay_store is not None, "the overlay needs a store"
+            self.overlay = OverlayLinks(self, overlay, overlay_store)
 
     # -- what the hub (and status, and tests) see ------------------------------------------
 
@@ -115,13 +119,22 @@ class Mesh:
         return self.core.links
 
     def announce(self, topics: Iterable[str]) -> list[str]:
-        return self.core.announce(topics)
+        added = self.core.announce(topics)
+        if added and self.overlay is not None:
+            self.overlay.set_interest(added, [])
+        return added
 
     def withdraw(self, topics: Iterable[str]) -> list[str]:
-        return self.core.withdraw(topics)
+        removed = self.core.withdraw(topics)
+        if removed and self.overlay is not None:
+            self.overlay.set_interest([], removed)
+        return removed
 
     def forward(self, origin_seq: int, timestamp: int, message_set: wire.MessageSet) -> int:
-        return self.core.forward(origin_seq, timestamp, message_set)
+        queued = self.core.forward(origin_seq, timestamp, message_set)
+        if self.overlay is not None:
+            self.overlay.publish(origin_seq, timestamp, message_set)
+        return queued
 
     def backlog(self) -> int:
         return self.core.backlog()
@@ -162,6 +175,7 @@ class Mesh:
         return {
             "peer_id": peer_id,
             "listen_addrs": addrs,
+            "overlay": None if self.overlay is None else self.overlay.status(),
             "cluster": self.config.cluster,
             "local_interest": sorted(self.core.local.patterns),
             "backlog": self.core.backlog(),
@@ -198,16 +212,21 @@ class Mesh:
                 # counted and logged, not left to a silent protocol negotiation failure.
                 for version in self.config.versions:
                     host.set_stream_handler(TProtocol(version.protocol_id), self._accept)
+                if self.overlay is not None:
+                    self.overlay.start(nursery)
                 if self.config.discovery:
                     self.discovery = Discovery(
                         host,
                         cluster=self.config.cluster,
                         bootstrap=self.config.bootstrap,
                         interval=self.config.discovery_interval,
-                        on_found=self.add_peer,
+                        on_found=self.add_peer if self.overlay is None else self.overlay.seed,
                     )
                     await nursery.start(self.discovery.run)
-                if not self.config.discovery:
+                if self.overlay is not None:
+                    # The overlay links where its policy says; the configured hubs are seeds.
+                    nursery.start_soon(self.overlay.seed_static)
+                elif not self.config.discovery:
                     # No DHT: the configured hubs are the whole cluster; link to them and keep at it.
                     for address in self.config.bootstrap:
                         info = info_from_p2p_addr(multiaddr.Multiaddr(address))
@@ -272,7 +291,11 @@ class Mesh:
         if self._closing or not await self._admitted(stream, version, peer_id, outbound=False):
             await stream.reset()
             return
-        if self._closing or self._nursery is None or not self.core.may_accept(str(peer_id)):
+        if version is MeshVersion.V3:
+            if self.overlay is None or not self.overlay.room_for(peer_id):
+                await self.overlay.refer(stream) if self.overlay is not None else stream.reset()
+                return
+        elif self._closing or self._nursery is None or not self.core.may_accept(str(peer_id)):
             await stream.reset()
             return
         link = self._link_for(peer_id)
@@ -282,6 +305,7 @@ class Mesh:
             await stream.reset()
             return
         link.starting = True
+        assert self._nursery is not None  # checked above (room_for for v3)
         self._nursery.start_soon(self._run_session, link, stream, version, False)
 
     async def _dial(self, link: PeerLink) -> None:
@@ -299,7 +323,7 @@ class Mesh:
                         with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                             await stream.reset()
                         # As a failed dial: retried with backoff (the secret may be fixed meanwhile).
-                        raise _NotAdmitted
+                        raise ConnectionRefusedError("not admitted")  # counted and logged already
                 except Exception as exc:  # unreachable, refused, negotiation failed, not admitted...
                     log.debug("dial %s failed: %r", link.short_id, exc,
                               extra=ev("mesh_dial_failed", peer=link.key, reason=repr(exc)))
@@ -351,7 +375,12 @@ class Mesh:
         return False
 
     async def _run_session(self, link: PeerLink, stream: Any, version: MeshVersion, outbound: bool) -> None:
-        protocol = PeerProtocol(self.core, link, version, outbound=outbound, clock=self.clock)
+        protocol: PeerProtocol | OverlayPeer
+        if version is MeshVersion.V3:
+            assert self.overlay is not None
+            protocol = self.overlay.peer(link, outbound=outbound)
+        else:
+            protocol = PeerProtocol(self.core, link, version, outbound=outbound, clock=self.clock)
         dump = None if self.config.dump_dir is None else open_dump(self.config.dump_dir, link.key, link.short_id)
         session = PeerSession(protocol, stream, dump=dump)
         self.core.session_started(link, protocol)
@@ -370,6 +399,10 @@ class Mesh:
         log.info("mesh peer %s left: %s ended (%s)", link.key, where, reason.value,
                  extra=ev("mesh_link_down", peer=link.key, reason=reason.value))
         redial = self.core.session_ended(link, protocol, reason)
+        if isinstance(protocol, OverlayPeer):
+            redial = False  # the overlay redials (or not) by its own policy
+            if self.overlay is not None:
+                self.overlay.session_ended(protocol, link, outbound=outbound)
         if redial and not self._closing and self._nursery is not None:
             self._nursery.start_soon(self._dial, link)
         self._notify()

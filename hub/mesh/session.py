@@ -19,6 +19,7 @@ import trio
 
 import wire
 
+from ..core.mesh.overlay_peer import OverlayPeer
 from ..core.mesh.peer import PeerProtocol
 from ..core.mesh.protocols import make_decoder
 from ..core.mesh.status import CloseReason
@@ -49,7 +50,7 @@ def remote_address(stream: Any) -> str:
 class PeerSession:
     """Runs ``protocol`` on one libp2p stream until it closes."""
 
-    def __init__(self, protocol: PeerProtocol, stream: Any, *, dump: StreamDump | None = None) -> None:
+    def __init__(self, protocol: PeerProtocol | OverlayPeer, stream: Any, *, dump: StreamDump | None = None) -> None:
         self.protocol = protocol
         self.stream = stream
         self.link = protocol.link

@@ -24,8 +24,7 @@ from .hub_id import hub_id_for
 from .inbound import ForwardHandler, InboundForwards
 from .interest import InterestTable, LocalInterest, valid_pattern
 from .known_peers import KnownPeers
-from .link import PeerLink
-from .peer import PeerProtocol
+from .link import LinkSession, PeerLink
 from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
 from .replay import Replay, ReplaySource
 from .status import CloseReason
@@ -165,7 +164,7 @@ class MeshCore:
             return False
         return True
 
-    def session_started(self, link: PeerLink, protocol: PeerProtocol) -> None:
+    def session_started(self, link: PeerLink, protocol: LinkSession) -> None:
         """A new stream with ``link``'s peer: it replaces any older one."""
         link.starting = False
         old = link.protocol
@@ -175,7 +174,7 @@ class MeshCore:
         if old is not None and old.alive:
             old.close(CloseReason.REPLACED)
 
-    def session_ended(self, link: PeerLink, protocol: PeerProtocol, reason: CloseReason) -> bool:
+    def session_ended(self, link: PeerLink, protocol: LinkSession, reason: CloseReason) -> bool:
         """``protocol``'s stream ended; True if the link should be dialed again."""
         link.last_close = reason
         if link.protocol is not protocol:

@@ -1,8 +1,10 @@
 """Mesh protocol versions and the byte-level helpers the hot path needs.
 
 ``/pub0sub/mesh/1.0.0`` is exactly the seed design (opcodes 1-6);
-``/pub0sub/mesh/2.0.0`` adds MESH_HELLO, FORWARD_BATCH and FORWARD_ACK.  The
-dialer offers ``[v2, v1]`` and multistream-select picks the newest both speak.
+``/pub0sub/mesh/2.0.0`` adds MESH_HELLO, FORWARD_BATCH and FORWARD_ACK;
+``/pub0sub/mesh/3.0.0`` is the overlay (``hub/core/overlay/``), spoken only by hubs
+started with ``--mesh-overlay``.  The dialer offers ``[v3,] v2, v1`` and
+multistream-select picks the newest both speak.
 
 The encoders here build the same bytes as ``wire.ForwardBatch`` /
 ``wire.Forward`` (the tests prove it) but from pieces encoded *once* per
@@ -33,6 +35,7 @@ MAX_BATCH_BODY = min(1 << 20, DEFAULT_MAX_PEER_BODY // 2)
 class MeshVersion(Enum):
     V1 = "/pub0sub/mesh/1.0.0"
     V2 = "/pub0sub/mesh/2.0.0"
+    V3 = "/pub0sub/mesh/3.0.0"
 
     @property
     def protocol_id(self) -> str:
@@ -40,19 +43,26 @@ class MeshVersion(Enum):
 
     @property
     def opcodes(self) -> frozenset[wire.Opcode]:
-        return wire.MESH_V2_OPCODES if self is MeshVersion.V2 else wire.MESH_V1_OPCODES
+        return _OPCODES[self]
 
     @property
     def label(self) -> str:
-        return "2.0.0" if self is MeshVersion.V2 else "1.0.0"
+        return self.value.rsplit("/", 1)[1]
 
     @classmethod
     def from_protocol(cls, protocol: str) -> MeshVersion:
         return cls(str(protocol))
 
 
-#: What a hub offers when it dials, newest first.
+_OPCODES = {
+    MeshVersion.V1: wire.MESH_V1_OPCODES,
+    MeshVersion.V2: wire.MESH_V2_OPCODES,
+    MeshVersion.V3: wire.MESH_V3_OPCODES,
+}
+
+#: What a hub offers when it dials, newest first (v3 is added in front with ``--mesh-overlay``).
 ALL_VERSIONS = (MeshVersion.V2, MeshVersion.V1)
+OVERLAY_VERSIONS = (MeshVersion.V3, *ALL_VERSIONS)
 
 
 def make_decoder(version: MeshVersion) -> wire.FrameDecoder:

@@ -27,6 +27,9 @@ class CloseReason(Enum):
     REFUSED = "refused"
     #: A FORWARD_BATCH spoke for an origin other than the peer's own hub id.
     FORGED_ORIGIN = "forged_origin"
+    #: The overlay (mesh v3) closed a link it does not need (both ends hold more than
+    #: ``degree``), or had no room left for it (``--max-peers``).
+    PRUNED = "pruned"
     #: Handling the peer's input failed unexpectedly; only this session ends (the hub logs why).
     INTERNAL_ERROR = "internal_error"
 

@@ -584,5 +584,6 @@ class Overlay:
             "open_gaps": self.streams.open_gaps(),
             "counters": dataclasses.asdict(self.streams.counters),
             "sent_frames": dict(self.outbox.sent_frames),
+            "sent_bytes": dict(self.outbox.sent_bytes),
             "dropped": dict(self.outbox.dropped),
         }

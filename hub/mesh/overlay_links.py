@@ -1,0 +1,252 @@
+"""The overlay's links over libp2p (mesh v3, ``--mesh-overlay``): dials, accepts, referrals, timer.
+
+The decisions are the overlay's (``hub/core/overlay/``, driven by
+``hub/core/mesh/overlay_driver.py``): which hubs to link to, which link to drop,
+where each frame goes.  This class does what it says with the hub's libp2p host,
+through the :class:`hub.mesh.mesh.Mesh` it belongs to (the same admission, stream
+opening and sessions as v1/v2 links):
+
+* it dials the hubs the overlay asks for, once each (the overlay retries by its own
+  policy), and tells it when a dial failed;
+* an inbound v3 stream becomes a link if the overlay has room; a full hub answers
+  with its LINK_STATE database and closes the stream (a referral: the dialler tries
+  the hubs named there instead);
+* ``--bootstrap`` hubs and DHT finds are only seeds, dialled while this hub has no
+  overlay link at all;
+* one task pumps the overlay when its deadline comes, and at once when publishes wait
+  (one pump per burst, so the sets of a turn leave as one ROUTED_SETS per next hop).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Protocol
+
+import multiaddr
+import trio
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+
+import wire
+
+from ..core.clock import Clock
+from ..core.events import ev
+from ..core.mesh.config import MeshConfig
+from ..core.mesh.core import MeshCore
+from ..core.mesh.hub_id import hub_id_for
+from ..core.mesh.link import PeerLink
+from ..core.mesh.overlay_driver import OverlayDriver
+from ..core.mesh.overlay_peer import OverlayPeer
+from ..core.mesh.overlay_store import OverlayLogStore
+from ..core.mesh.protocols import MeshVersion
+from ..core.overlay.config import OverlayConfig
+from ..core.overlay.core import Overlay
+
+log = logging.getLogger("hub.mesh")
+
+#: A dial (connect + stream negotiation) that takes longer is abandoned (the overlay tries again).
+DIAL_TIMEOUT = 10.0
+
+
+class MeshShell(Protocol):
+    """What the overlay's links use of the hub's mesh (``hub.mesh.mesh.Mesh``)."""
+
+    core: MeshCore
+    config: MeshConfig
+    clock: Clock
+    hub_id: int
+    _closing: bool
+    _nursery: trio.Nursery | None
+
+    @property
+    def peer_id(self) -> ID: ...
+
+    @property
+    def listen_addrs(self) -> list[str]: ...
+
+    def _link_for(self, peer_id: ID) -> PeerLink: ...
+
+    async def _open_stream(self, link: PeerLink) -> tuple[Any, MeshVersion]: ...
+
+    async def _admitted(self, stream: Any, version: MeshVersion, peer_id: ID, *, outbound: bool) -> bool: ...
+
+    def _we_dial_first(self, peer_id: ID) -> bool: ...
+
+    async def _run_session(self, link: PeerLink, stream: Any, version: MeshVersion, outbound: bool) -> None: ...
+
+
+class OverlayLinks:
+    def __init__(self, mesh: MeshShell, config: OverlayConfig, store: OverlayLogStore) -> None:
+        self.mesh = mesh
+        self.config = config
+        self.store = store
+        self.driver: OverlayDriver | None = None
+        self._wake = trio.Event()
+        self._sleeps_until = math.inf
+        #: Patterns wanted before the overlay runs (the hub attaches the mesh first).
+        self._early_interest: set[str] = set()
+
+    # -- the hub's side ------------------------------------------------------------------
+
+    def set_interest(self, added: list[str], removed: list[str]) -> None:
+        if self.driver is None:
+            self._early_interest.update(added)
+            self._early_interest.difference_update(removed)
+        else:
+            self.driver.set_interest(added, removed)
+
+    def publish(self, origin_seq: int, timestamp: int, message_set: wire.MessageSet) -> None:
+        if self.driver is not None:
+            self.driver.publish(origin_seq, timestamp, message_set)
+            self._wake.set()
+
+    def status(self) -> dict[str, Any] | None:
+        if self.driver is None:
+            return None
+        return {**self.driver.overlay.status(), "pruned_links": self.driver.pruned}
+
+    @property
+    def peers(self) -> dict[int, OverlayPeer]:
+        return {} if self.driver is None else self.driver.peers
+
+    # -- running -------------------------------------------------------------------------
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """The host is listening: build the overlay and pump it from now on."""
+        mesh = self.mesh
+        own = hub_id_for(mesh.peer_id.to_bytes())
+        if own != mesh.hub_id:
+            raise ValueError(
+                f"the overlay routes by the hub id a hub's key gives ({own:016x}); this hub has "
+                f"{mesh.hub_id:016x} from an older data dir: start it without --mesh-overlay"
+            )
+        overlay = Overlay(
+            self.config, hub_id=mesh.hub_id, peer_key=str(mesh.peer_id), addrs=mesh.listen_addrs, clock=mesh.clock,
+            store=self.store, since=self.store.load_since(),
+        )  # fmt: skip
+        driver = self.driver = OverlayDriver(overlay, on_dial=self._dial)
+        driver.on_deadline = self._deadline_moved
+        patterns = sorted(mesh.core.local.patterns | self._early_interest)
+        if patterns:
+            driver.set_interest(patterns, ())
+        nursery.start_soon(self._timer)
+
+    def _deadline_moved(self) -> None:
+        driver = self.driver
+        if driver is not None and driver.deadline is not None and driver.deadline < self._sleeps_until:
+            self._wake.set()
+
+    async def _timer(self) -> None:
+        driver = self.driver
+        assert driver is not None
+        while True:
+            self._wake = trio.Event()
+            self._sleeps_until = math.inf if driver.deadline is None else driver.deadline
+            with trio.move_on_at(self._sleeps_until):
+                await self._wake.wait()
+            self._sleeps_until = -math.inf  # awake: nothing needs to wake it
+            driver.pump()
+            await trio.lowlevel.checkpoint()
+
+    # -- links ---------------------------------------------------------------------------
+
+    def peer(self, link: PeerLink, *, outbound: bool) -> OverlayPeer:
+        assert self.driver is not None
+        return OverlayPeer(self.driver, link, outbound=outbound, clock=self.mesh.clock, config=self.mesh.config)
+
+    def session_ended(self, peer: OverlayPeer, link: PeerLink, *, outbound: bool) -> None:
+        if outbound and not peer.linked and self.driver is not None:
+            self.driver.dial_failed(hub_id_for(link.peer_bytes))  # refused, referred, or cut short
+
+    def room_for(self, peer_id: ID) -> bool:
+        """May a v3 stream from ``peer_id`` become a link?  The overlay's bound decides: it may
+        take one link past it to heal a split, and then closes one it can spare."""
+        driver = self.driver
+        if driver is None or self.mesh._closing or self.mesh._nursery is None:
+            return False
+        known = self.mesh.core.links.get(str(peer_id))
+        if known is not None and known.live:
+            return True
+        return driver.may_accept(hub_id_for(peer_id.to_bytes()))
+
+    async def refer(self, stream: Any) -> None:
+        """A full hub answers a v3 stream with what it knows of the cluster, then closes it."""
+        driver = self.driver
+        self.mesh.core.refused_inbound += 1
+        if driver is not None and not self.mesh._closing:
+            states = driver.overlay.membership.states()
+            with trio.move_on_after(self.mesh.config.hello_timeout):
+                try:
+                    await stream.write(b"".join(state.encode() for state in states))
+                    await stream.close()
+                    return
+                except Exception:  # the dialler went: nothing to refer it to
+                    log.debug("referral write failed", exc_info=True)
+        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+            await stream.reset()
+
+    def _dial(self, state: wire.LinkState) -> None:
+        """The overlay wants a link to the hub ``state`` advertises."""
+        mesh = self.mesh
+        if mesh._closing or mesh._nursery is None:
+            return
+        try:
+            peer_id = ID.from_base58(state.peer_key)
+            addrs = [info_from_p2p_addr(multiaddr.Multiaddr(a)).addrs[0] for a in state.addrs]
+        except Exception as exc:  # an advertisement we cannot dial: tell the overlay at once
+            log.debug("overlay dial to %016x: bad advertisement: %r", state.hub_id, exc)
+            if self.driver is not None:
+                self.driver.dial_failed(state.hub_id)
+            return
+        link = mesh._link_for(peer_id)
+        link.addrs = addrs
+        if not link.live and not link.dialing:
+            mesh._nursery.start_soon(self._dial_once, link, state.hub_id)
+
+    async def _dial_once(self, link: PeerLink, hub: int) -> None:
+        mesh = self.mesh
+        link.dialing = True
+        try:
+            with trio.fail_after(DIAL_TIMEOUT):
+                stream, version = await mesh._open_stream(link)
+            if not await mesh._admitted(stream, version, link.peer_id, outbound=True):
+                with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                    await stream.reset()
+                raise ConnectionRefusedError("not admitted")
+        except Exception as exc:  # unreachable, refused, not admitted...
+            log.debug("overlay dial %s failed: %r", link.short_id, exc,
+                      extra=ev("mesh_dial_failed", peer=link.key, reason=repr(exc)))  # fmt: skip
+            if self.driver is not None:
+                self.driver.dial_failed(hub)
+            return
+        finally:
+            link.dialing = False
+        if link.live and not mesh._we_dial_first(link.peer_id):
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                await stream.reset()
+            return
+        assert mesh._nursery is not None
+        mesh._nursery.start_soon(mesh._run_session, link, stream, version, True)
+
+    def seed(self, info: PeerInfo) -> None:
+        """A hub found by discovery or configured: a way in while this hub has no overlay link;
+        after that the overlay finds the others from link state."""
+        mesh = self.mesh
+        if self.driver is None or self.driver.peers or mesh._closing or mesh._nursery is None:
+            return
+        if info.peer_id == mesh.peer_id or not mesh.core.admission.may_dial(str(info.peer_id)):
+            return
+        link = mesh._link_for(info.peer_id)
+        if info.addrs:
+            link.addrs = list(info.addrs)
+        if not link.live and not link.dialing:
+            mesh._nursery.start_soon(self._dial_once, link, hub_id_for(info.peer_id.to_bytes()))
+
+    async def seed_static(self) -> None:
+        """``--bootstrap`` hubs are tried while this hub has no overlay link (at start, after a split)."""
+        infos = [info_from_p2p_addr(multiaddr.Multiaddr(a)) for a in self.mesh.config.bootstrap]
+        while True:
+            for info in infos:
+                self.seed(info)
+            await trio.sleep(max(self.mesh.config.reconnect_max, 1.0))

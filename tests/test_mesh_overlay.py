@@ -1,0 +1,184 @@
+"""Mesh v3, the overlay (``--mesh-overlay``), with real hubs: bounded links that still deliver.
+
+Real ``python -m hub`` subprocesses on 127.0.0.1 with libp2p; every publish is logged by an
+idempotent producer (invoked, then ok / unknown) and the history checker reads the logs of
+the interested hubs: nothing acknowledged lost, nothing twice, in order per publisher.
+The routing core's own properties (any interleaving of faults) are
+tests/test_overlay_properties.py; the simulator at small N is tests/test_overlay_sim.py.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import sdk
+import wire
+from tests.support.cluster import HUB_POLL, Cluster, Hub
+from tests.support.history import History, check
+from tests.support.publisher import Publisher, wait_progress
+from tests.support.roguepeer import RoguePeer
+from tests.support.syncclient import read_all
+from tests.support.waiting import await_until, wait_until
+
+OVERLAY = ["--mesh-overlay", "--no-discovery"]
+HEARTBEAT = 0.5
+MISSES = 3
+DRAIN_SECONDS = 60.0
+#: Messages that only show the interest arrived (wait_overlay_interest); not in any history.
+WARM_UP = b"warm-up"
+
+
+def overlay_of(hub: Hub) -> dict[str, Any]:
+    overlay = hub.mesh()["overlay"]
+    assert overlay is not None, f"{hub.name} runs no overlay"
+    return overlay
+
+
+def formed(hubs: list[Hub], max_peers: int) -> bool:
+    """Every hub reaches every other through the overlay, none above ``max_peers`` links."""
+    for hub in hubs:
+        overlay = overlay_of(hub)
+        assert len(overlay["links"]) <= max_peers, f"{hub.name} holds {len(overlay['links'])} links"
+        if overlay["reachable"] < len(hubs) - 1:
+            return False
+    return True
+
+
+def standing_interest(hub: Hub, topics: list[str], name: str) -> None:
+    """A durable subscription on ``hub``: its hub wants ``topics`` from now on."""
+    with sdk.connect_blocking(hub.address) as client, client.subscribe(topics, durable=name, start="earliest"):
+        pass
+
+
+def wait_overlay_interest(publisher: Hub, topics: list[str], subscribers: list[Hub]) -> None:
+    """Until each subscriber hub holds a message published on each topic at ``publisher``.
+
+    A hub-level subscription reaches the rendezvous owners asynchronously (as a v2 SUBSCRIBE
+    reaches peers): sets published before the publisher's hub hears of it are not for that
+    hub.  The v2 tests wait for the interest to show in the publisher's peer table; the overlay
+    keeps it at the owners, so this publishes until a message arrives everywhere."""
+    deadline = time.monotonic() + 30.0
+    with sdk.connect_blocking(publisher.address) as client:
+        for attempt in range(1_000_000):
+            for topic in topics:
+                client.publish_acked(topic, b"warm-up %d" % attempt)
+            reads = [read_all(hub.address, topics)[0] for hub in subscribers]
+            if all(any(v.startswith(WARM_UP) for _, v in r.get(t, [])) for r in reads for t in topics):
+                return
+            assert time.monotonic() < deadline, "interest did not reach the publisher's hub in 30 s"
+            time.sleep(0.5)
+
+
+def wait_log_holds(hub: Hub, topics: list[str], want: set[bytes]) -> dict[str, list[tuple[int, bytes]]]:
+    deadline = time.monotonic() + DRAIN_SECONDS
+    while True:
+        reads, gaps = read_all(hub.address, topics)
+        assert not gaps, gaps
+        held = {v for items in reads.values() for _, v in items}
+        if want <= held or time.monotonic() >= deadline:
+            return reads
+        time.sleep(0.5)
+
+
+def assert_every_acked_publish_arrived(history: History, hubs: list[Hub], topics: list[str]) -> None:
+    acked = {v for op in history.ops if op.status == "ok" for v in op.values}
+    assert acked
+    for hub in hubs:
+        log = wait_log_holds(hub, topics, acked)
+        # The warm-ups come first in each log (published before the history began).
+        warm = {t: sum(1 for _, v in items if v.startswith(WARM_UP)) for t, items in log.items()}
+        reads = {t: [(o, v) for o, v in items if not v.startswith(WARM_UP)] for t, items in log.items()}
+        result = check(history, reads, first_offsets=warm)
+        assert result.lost == 0 and result.duplicated == 0 and result.reordered == 0, f"{hub.name}: {result.summary()}"
+        assert result.offset_skips == 0 and result.offset_backwards == 0, f"{hub.name}: {result.summary()}"
+
+
+@pytest.mark.slow
+def test_ten_hubs_at_max_peers_3_deliver_through_a_relay_crash_a_pause_and_a_publisher_crash(tmp_path: Path) -> None:
+    """Ten hubs that may hold 3 links each, so sets cross relays.  While hub 1 publishes: a relay
+    is killed and restarted, another is paused past the heartbeat bound and resumed, then the
+    publisher's own hub is killed and restarted.  Every message hub 1 acknowledged reaches each
+    interested hub (one of them by a pattern) once, in order, and no hub ever holds more than 3
+    links."""
+    settings = dict(heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES, extra=[*OVERLAY, "--max-peers", "3"])
+    with Cluster(tmp_path, **settings) as cl:
+        hubs = cl.start(10)
+        wait_until(lambda: formed(hubs, 3), timeout=60, what="the overlay formed", **HUB_POLL)
+        topics = ["ov.a", "ov.b"]
+        subscribers = [hubs[6], hubs[7], hubs[9]]
+        standing_interest(hubs[6], topics, "d6")
+        standing_interest(hubs[7], ["ov.*"], "d7")
+        standing_interest(hubs[9], topics, "d9")
+        wait_overlay_interest(hubs[1], topics, subscribers)
+        history = History()
+        pub = Publisher(history, lambda: hubs[1].address, topics, producer=0x31, per_batch=10, window=8)
+        pub.start()
+        try:
+            wait_progress(pub, 20)
+            hubs[3].kill()
+            wait_progress(pub, pub.acked_batches + 20, within=20)
+            cl.restart(hubs[3])
+            hubs[4].signal(signal.SIGSTOP)
+            time.sleep(cl.heartbeat_bound + 1.0)  # its neighbours declare it dead meanwhile
+            wait_progress(pub, pub.acked_batches + 20, within=20)
+            hubs[4].signal(signal.SIGCONT)
+            wait_progress(pub, pub.acked_batches + 20, within=20)
+            hubs[1].kill()
+            cl.restart(hubs[1])
+            wait_progress(pub, pub.acked_batches + 20, within=30)
+        finally:
+            pub.stop()
+            hubs[4].signal(signal.SIGCONT)
+        assert not pub.errors, pub.errors
+        assert pub.reconnects >= 1, "the publisher's hub was killed: its producer must have reconnected"
+        assert_every_acked_publish_arrived(history, subscribers, topics)
+        # Three links at most is not a full mesh: some hub's sets went through a relay.
+        relayed = sum(overlay_of(h)["sent_frames"].get("ROUTED_SETS", 0) for h in hubs if h is not hubs[1])
+        assert relayed > 0
+        assert wait_until(lambda: formed(hubs, 3), timeout=60, what="the overlay whole again", **HUB_POLL)
+
+
+def test_an_overlay_hub_links_with_a_v2_hub(tmp_path: Path) -> None:
+    """A hub started with --mesh-overlay and one without: they speak v2, and deliver both ways."""
+    with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES) as cl:
+        [a] = cl.start(1, args=[*OVERLAY])
+        b = cl.add(a, args=["--no-discovery"])
+        cl.wait_converged()
+        assert {p["protocol"] for p in a.mesh()["peers"] if p["connected"]} == {"/pub0sub/mesh/2.0.0"}
+        with (
+            sdk.connect_blocking(a.address) as ca,
+            sdk.connect_blocking(b.address) as cb,
+            ca.subscribe("mixed.to_a") as sub_a,
+            cb.subscribe("mixed.to_b") as sub_b,
+        ):
+            cl.wait_interest(b, "mixed.to_a", a)
+            cl.wait_interest(a, "mixed.to_b", b)
+            cb.publish_acked("mixed.to_a", b"from b")
+            ca.publish_acked("mixed.to_b", b"from a")
+            got_a = sub_a.next(timeout=10)
+            got_b = sub_b.next(timeout=10)
+            assert got_a is not None and got_a.data == b"from b"
+            assert got_b is not None and got_b.data == b"from a"
+
+
+async def test_a_bare_control_frame_on_a_v3_link_ends_that_link_only(tmp_path: Path) -> None:
+    """Control frames travel only inside ROUTED: a peer sending one bare is cut off, the hub serves on."""
+    with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES, extra=OVERLAY) as cl:
+        [hub] = await trio.to_thread.run_sync(lambda: cl.start(1))
+        async with RoguePeer.dial(hub.multiaddr, protocol="/pub0sub/mesh/3.0.0") as rogue:
+            await rogue.send(wire.MeshHello(hub_id=rogue.hub_id))
+            assert await rogue.wait_for(wire.MeshHello, 5) is not None  # admitted: a v3 session
+            await rogue.send(wire.Interest(key="secret", patterns=("secret.>",)))
+            assert await rogue.wait_closed(5), "the hub kept a link that sent a bare INTEREST"
+        overlay = await trio.to_thread.run_sync(lambda: overlay_of(hub))
+        assert overlay["keys_owned"] == 0, "the bare INTEREST was acted on"
+        await await_until(lambda: overlay_of(hub)["links"] == [], timeout=5, what="the link gone", in_thread=True,
+                          **HUB_POLL)  # fmt: skip
+        with sdk.connect_blocking(hub.address) as client:
+            client.publish_acked("still.serving", b"yes")
