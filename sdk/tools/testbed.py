@@ -1,0 +1,290 @@
+"""The overlay test bed: N real hub processes with ``--mesh-overlay``, traffic, crashes and stalls.
+
+``pub0sub testbed --hubs 50 --minutes 10`` starts the hubs on loopback (each bootstrapped from
+the first; the overlay finds the rest), measures them idle, then runs publishers and
+subscribers across hubs while it kills and restarts (SIGKILL, same data dir) and stalls
+(SIGSTOP/SIGCONT) the hubs that relay but serve no client, and prints what issue 16 asks:
+delivery of acknowledged publishes, duplicates, FIFO violations per publisher, publish-to-
+deliver latency, payload copies per delivered set, control against payload bytes, interest
+frames per hub-level join, time to first delivery after a subscribe, links, RSS and CPU per
+hub.  A line of progress every few seconds; a JSON summary (``--json``) and a plot (``--plot``)
+at the end (``testbed_report.py``).
+
+Every publish is acknowledged by its hub (``publish_acked``) and carries (publisher, sequence,
+send time); subscribers live at hubs that are never faulted, so every acknowledged publish of
+a topic must reach every subscriber of it, once and in order per publisher.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..blocking import connect_blocking
+from .cluster import HubInfo, LocalCluster
+from .testbed_report import Publisher, Received, Settings, Subscriber, summarize
+
+#: Each hub's own page size (for RSS from /proc/PID/statm) and clock ticks (CPU from /proc/PID/stat).
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_sample(pid: int) -> tuple[float, int]:
+    """(CPU seconds used so far, RSS bytes) of a process, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(parts[11]) + int(parts[12])) / TICKS
+    with open(f"/proc/{pid}/statm") as f:
+        rss = int(f.read().split()[1]) * PAGE
+    return cpu, rss
+
+
+class TestBed:
+    def __init__(self, settings: Settings, progress: Callable[[str], object] = print) -> None:
+        self.s = settings
+        self.progress = progress
+        self.rng = random.Random(settings.seed)
+        args = [
+            "--mesh-overlay",
+            "--no-discovery",
+            "--max-peers",
+            str(settings.max_peers),
+            "--mesh-degree",
+            str(min(settings.degree, settings.max_peers)),
+            "--log-level",
+            "WARNING",
+        ]
+        self.cluster = LocalCluster(settings.hubs, settings.data_root, extra_args=args, note=progress)
+        self.stop = threading.Event()
+        self.faults: list[dict[str, Any]] = []
+        self.figures: dict[str, Any] = {}
+        self.relays: list[int] = []
+        self._drained = False
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        s = self.s
+        t0 = time.monotonic()
+        self.progress(f"starting {s.hubs} hubs with --mesh-overlay --max-peers {s.max_peers} in {s.data_root}")
+        with self.cluster:
+            self.figures["start_seconds"] = round(time.monotonic() - t0, 1)
+            formed = self._wait_formed(timeout=max(60.0, s.hubs * 2.0))
+            self.figures["formed_seconds"] = round(time.monotonic() - t0, 1) if formed else None
+            self.figures["idle"] = self._idle()
+            pubs, subs = self._plan()
+            before = self._overlay_totals()
+            threads = [threading.Thread(target=self._subscribe, args=(sub,), daemon=True) for sub in subs]
+            for thread in threads:
+                thread.start()
+            time.sleep(5.0)  # the hub-level joins reach the rendezvous owners
+            joins = sum(len(sub.topics) for sub in subs)
+            after_joins = self._overlay_totals()
+            interest = sum(
+                after_joins["frames"].get(k, 0) - before["frames"].get(k, 0)
+                for k in ("INTEREST", "WATCH", "INTEREST_SET")
+            )
+            self.figures["interest_frames_per_join"] = round(interest / joins, 1) if joins else None
+            pub_threads = [threading.Thread(target=self._publish, args=(pub,), daemon=True) for pub in pubs]
+            self.figures["traffic_started_at"] = time.time()
+            for thread in pub_threads:
+                thread.start()
+            self._traffic(pubs, subs, s.minutes * 60)
+            self.stop.set()
+            for thread in pub_threads:
+                thread.join(10)
+            self._drain(pubs, subs, timeout=30.0)
+            for thread in threads:
+                thread.join(10)
+            self.figures["end"] = self._overlay_totals()
+            self.figures["traffic_bytes"] = {
+                k: self.figures["end"]["bytes"].get(k, 0) - after_joins["bytes"].get(k, 0)
+                for k in self.figures["end"]["bytes"]
+            }
+            self.figures["traffic_frames"] = {
+                k: self.figures["end"]["frames"].get(k, 0) - after_joins["frames"].get(k, 0)
+                for k in self.figures["end"]["frames"]
+            }
+            self.figures["hubs_at_end"] = self._per_hub()
+        return summarize(self.s, self.figures, pubs, subs, self.faults)
+
+    def _wait_formed(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        want = self.s.hubs - 1
+        while time.monotonic() < deadline:
+            reach = [self._overlay(h).get("reachable", 0) for h in self.cluster.hubs]
+            self.progress(f"forming: {sum(r >= want for r in reach)}/{len(reach)} hubs reach all others")
+            if all(r >= want for r in reach):
+                return True
+            time.sleep(2.0)
+        return False
+
+    def _overlay(self, hub: HubInfo) -> dict[str, Any]:
+        try:
+            with connect_blocking(hub.address, name="testbed", handshake_timeout=3.0) as client:
+                return client.status(timeout=5.0).get("mesh", {}).get("overlay") or {}
+        except Exception:  # a hub down or stalled: it has nothing to say now
+            return {}
+
+    def _overlay_totals(self) -> dict[str, dict[str, int]]:
+        frames: dict[str, int] = {}
+        sent: dict[str, int] = {}
+        for hub in self.cluster.hubs:
+            overlay = self._overlay(hub)
+            for kind, n in overlay.get("sent_frames", {}).items():
+                frames[kind] = frames.get(kind, 0) + n
+            for kind, n in overlay.get("sent_bytes", {}).items():
+                sent[kind] = sent.get(kind, 0) + n
+        return {"frames": frames, "bytes": sent}
+
+    def _idle(self) -> dict[str, Any]:
+        """CPU (% of a core) and RSS per hub over ``idle_seconds`` with no traffic at all."""
+        hubs = self.cluster.hubs
+        first = [proc_sample(h.pid) for h in hubs]
+        time.sleep(self.s.idle_seconds)
+        last = [proc_sample(h.pid) for h in hubs]
+        cpu = [100 * (b[0] - a[0]) / self.s.idle_seconds for a, b in zip(first, last, strict=True)]
+        rss = [b[1] for b in last]
+        return {
+            "cpu_percent_mean": round(sum(cpu) / len(cpu), 2),
+            "cpu_percent_max": round(max(cpu), 2),
+            "rss_mib_mean": round(sum(rss) / len(rss) / 2**20, 1),
+            "rss_mib_max": round(max(rss) / 2**20, 1),
+        }
+
+    def _per_hub(self) -> list[dict[str, Any]]:
+        rows = []
+        for hub in self.cluster.hubs:
+            overlay = self._overlay(hub)
+            cpu, rss = proc_sample(hub.pid) if hub.proc is not None and hub.proc.poll() is None else (0.0, 0)
+            rows.append(
+                {
+                    "hub": hub.name,
+                    "links": len(overlay.get("links", [])),
+                    "rss_mib": round(rss / 2**20, 1),
+                    "cpu_seconds": round(cpu, 1),
+                    "counters": overlay.get("counters", {}),
+                }
+            )
+        return rows
+
+    # -- who does what ---------------------------------------------------------------------
+
+    def _plan(self) -> tuple[list[Publisher], list[Subscriber]]:
+        s = self.s
+        order = list(range(s.hubs))
+        self.rng.shuffle(order)
+        pub_hubs = order[: s.publishers]
+        sub_hubs = order[s.publishers : s.publishers + s.subscriber_hubs]
+        #: hubs that serve no client: these are crashed and stalled
+        self.relays = order[s.publishers + s.subscriber_hubs :]
+        wanted: dict[int, list[str]] = {h: [] for h in sub_hubs}
+        topics = []
+        for i in range(s.wide_topics):
+            topic = f"bed.wide{i}"
+            topics.append(topic)
+            for h in sub_hubs:
+                wanted[h].append(topic)
+        for i in range(s.few_topics):
+            topic = f"bed.few{i}"
+            topics.append(topic)
+            for h in self.rng.sample(sub_hubs, min(len(sub_hubs), 4)):
+                wanted[h].append(topic)
+        for i in range(s.pair_topics):
+            topic = f"bed.pair{i}"
+            topics.append(topic)
+            for h in self.rng.sample(sub_hubs, min(len(sub_hubs), 2)):
+                wanted[h].append(topic)
+        pubs = [
+            Publisher(i, h, [t for j, t in enumerate(topics) if j % len(pub_hubs) == i]) for i, h in enumerate(pub_hubs)
+        ]
+        subs = [Subscriber(h, ts) for h, ts in wanted.items() if ts]
+        return pubs, subs
+
+    def _subscribe(self, sub: Subscriber) -> None:
+        hub = self.cluster.hubs[sub.hub]
+        try:
+            with (
+                connect_blocking(hub.address, name=f"bed-sub-{sub.hub}") as client,
+                client.subscribe(sub.topics) as live,
+            ):
+                sub.subscribed_at = time.time()
+                while not (self.stop.is_set() and self._drained):
+                    msg = live.next(timeout=0.5)
+                    if msg is None:
+                        continue
+                    publisher, seq, sent = msg.data.split(b":", 2)
+                    sub.got.append((msg.topic, Received(time.time(), int(publisher), int(seq), float(sent))))
+        except Exception as exc:  # counted and shown: a subscriber that fails loses what came after
+            sub.errors.append(repr(exc))
+
+    def _publish(self, pub: Publisher) -> None:
+        hub = self.cluster.hubs[pub.hub]
+        interval = self.s.publishers / self.s.rate
+        seq = 0
+        with connect_blocking(hub.address, name=f"bed-pub-{pub.index}") as client:
+            next_at = time.monotonic()
+            while not self.stop.is_set():
+                topic = pub.topics[seq % len(pub.topics)]
+                seq += 1
+                sent = time.time()
+                try:
+                    client.publish_acked(topic, f"{pub.index}:{seq}:{sent:.6f}".encode(), timeout=10.0)
+                    pub.acked.append((topic, seq, sent))
+                except Exception:  # unknown outcome: not counted as acknowledged
+                    pub.failed += 1
+                next_at += interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def _traffic(self, pubs: list[Publisher], subs: list[Subscriber], seconds: float) -> None:
+        s = self.s
+        start = time.monotonic()
+        next_fault = start + s.fault_every if s.fault_every > 0 else float("inf")
+        next_line = start
+        crash = True
+        while (now := time.monotonic()) - start < seconds:
+            if now >= next_fault and self.relays:
+                self._fault(crash)
+                crash = not crash
+                next_fault = time.monotonic() + s.fault_every
+            if now >= next_line:
+                acked = sum(len(p.acked) for p in pubs)
+                got = sum(len(x.got) for x in subs)
+                self.progress(f"{now - start:6.0f}s  acked {acked:,}  delivered {got:,}  faults {len(self.faults)}")
+                next_line = now + 10.0
+            time.sleep(0.2)
+
+    def _fault(self, crash: bool) -> None:
+        index = self.rng.choice(self.relays)
+        hub = self.cluster.hubs[index]
+        at = time.time()
+        if crash:
+            assert hub.proc is not None
+            hub.proc.send_signal(signal.SIGKILL)
+            hub.proc.wait(10)
+            time.sleep(self.s.fault_length)
+            self.cluster.restart(index)
+        else:
+            assert hub.proc is not None
+            hub.proc.send_signal(signal.SIGSTOP)
+            time.sleep(self.s.fault_length)
+            hub.proc.send_signal(signal.SIGCONT)
+        self.faults.append({"kind": "crash" if crash else "stall", "hub": hub.name, "at": at})
+        self.progress(f"fault: {'killed and restarted' if crash else 'stalled'} {hub.name}")
+
+    def _drain(self, pubs: list[Publisher], subs: list[Subscriber], timeout: float) -> None:
+        """Wait until every subscriber holds what it should, or the timeout."""
+        want: dict[int, int] = {}
+        for sub in subs:
+            want[id(sub)] = sum(1 for p in pubs for topic, _, _ in p.acked if topic in sub.topics)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(
+            len({(r.publisher, r.seq) for _, r in sub.got}) < want[id(sub)] for sub in subs
+        ):
+            time.sleep(0.5)
+        self._drained = True

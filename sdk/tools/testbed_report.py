@@ -1,0 +1,199 @@
+"""What the overlay test bed (``testbed.py``) runs with and records, and its summary: printed, as
+JSON and as a plot."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Settings:
+    hubs: int = 50
+    minutes: float = 10.0
+    max_peers: int = 16
+    degree: int = 8
+    publishers: int = 4
+    #: Publishes per second, all publishers together.
+    rate: float = 100.0
+    #: Topics: one wanted at every subscriber hub, a few at several, the rest at two.
+    wide_topics: int = 1
+    few_topics: int = 4
+    pair_topics: int = 10
+    subscriber_hubs: int = 12
+    #: Seconds between faults (a crash and a stall alternate); 0: no faults.
+    fault_every: float = 20.0
+    fault_length: float = 5.0
+    idle_seconds: float = 10.0
+    seed: int = 1
+    data_root: Path = Path("pub0sub-testbed-data")
+
+
+@dataclass
+class Received:
+    at: float
+    publisher: int
+    seq: int
+    sent: float
+
+
+@dataclass
+class Subscriber:
+    hub: int
+    topics: list[str]
+    subscribed_at: float = 0.0
+    got: list[tuple[str, Received]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Publisher:
+    index: int
+    hub: int
+    topics: list[str]
+    #: (topic, seq, send time) of every acknowledged publish
+    acked: list[tuple[str, int, float]] = field(default_factory=list)
+    failed: int = 0
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def summarize(
+    settings: Settings,
+    figures: dict[str, Any],
+    pubs: list[Publisher],
+    subs: list[Subscriber],
+    faults: list[dict[str, Any]],
+) -> dict[str, Any]:
+    start = figures.get("traffic_started_at", 0.0)
+    for fault in faults:
+        fault["t"] = round(fault["at"] - start, 1)
+    expected = delivered = duplicates = fifo = 0
+    latencies: list[float] = []
+    first_delivery: list[float] = []
+    timeline: dict[int, list[float]] = {}
+    for sub in subs:
+        seen: set[tuple[int, int]] = set()
+        last: dict[tuple[int, str], int] = {}
+        for topic, r in sub.got:
+            key = (r.publisher, r.seq)
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            if r.seq < last.get((r.publisher, topic), 0):
+                fifo += 1
+            last[(r.publisher, topic)] = r.seq
+            latency = (r.at - r.sent) * 1000
+            latencies.append(latency)
+            timeline.setdefault(int(r.sent - start), []).append(latency)
+        if sub.got:
+            first_delivery.append(min(r.at for _, r in sub.got) - sub.subscribed_at)
+        for pub in pubs:
+            for topic, seq, _ in pub.acked:
+                if topic in sub.topics:
+                    expected += 1
+                    delivered += (pub.index, seq) in seen
+    bytes_ = figures.get("traffic_bytes", {})
+    frames = figures.get("traffic_frames", {})
+    payload = bytes_.get("ROUTED_SETS", 0)
+    control = sum(v for k, v in bytes_.items() if k != "ROUTED_SETS")
+    delivered_sets = sum(row["counters"].get("delivered_sets", 0) for row in figures.get("hubs_at_end", []))
+    hubs = figures.get("hubs_at_end", [])
+    return {
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(settings).items()},
+        "start_seconds": figures.get("start_seconds"),
+        "formed_seconds": figures.get("formed_seconds"),
+        "idle": figures.get("idle"),
+        "delivery": {
+            "acknowledged_publishes": sum(len(p.acked) for p in pubs),
+            "failed_publishes": sum(p.failed for p in pubs),
+            "expected": expected,
+            "delivered": delivered,
+            "ratio": delivered / expected if expected else None,
+            "duplicates": duplicates,
+            "fifo_violations": fifo,
+        },
+        "latency_ms": {
+            "p50": percentile(latencies, 50),
+            "p99": percentile(latencies, 99),
+            "max": max(latencies) if latencies else None,
+        },
+        "first_delivery_after_subscribe_s": {
+            "p50": percentile(first_delivery, 50),
+            "max": max(first_delivery, default=None),
+        },
+        # ROUTED_SETS frames sent (every hop) per set delivered to a hub that wanted it, minus one:
+        # 0 when every set crossed only links to hubs that wanted it.  At the test bed's rates a
+        # frame carries about one set.
+        "redundancy": (frames.get("ROUTED_SETS", 0) / delivered_sets - 1) if delivered_sets else None,
+        "control_over_payload_bytes": control / payload if payload else None,
+        "interest_frames_per_join": figures.get("interest_frames_per_join"),
+        "links": {
+            "max": max((h["links"] for h in hubs), default=None),
+            "mean": sum(h["links"] for h in hubs) / len(hubs) if hubs else None,
+        },
+        "rss_mib_max": max((h["rss_mib"] for h in hubs), default=None),
+        "faults": faults,
+        "subscriber_errors": [e for s in subs for e in s.errors],
+        "timeline": [{"t": t, "p99_ms": percentile(v, 99), "count": len(v)} for t, v in sorted(timeline.items())],
+        "hubs": hubs,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    d = report["delivery"]
+    lat = report["latency_ms"]
+    idle = report["idle"] or {}
+    links = report["links"]
+
+    def num(value: Any, fmt: str = "{:.1f}") -> str:
+        return "n/a" if value is None else fmt.format(value)
+
+    return "\n".join(
+        [
+            f"hubs {report['settings']['hubs']} (started in {num(report['start_seconds'])} s, overlay formed at "
+            f"{num(report['formed_seconds'])} s), {len(report['faults'])} faults",
+            f"delivery {num(d['ratio'], '{:.5f}')} ({d['delivered']:,}/{d['expected']:,} of "
+            f"{d['acknowledged_publishes']:,} acknowledged publishes)  duplicates {d['duplicates']}  "
+            f"FIFO violations {d['fifo_violations']}",
+            f"publish to deliver: p50 {num(lat['p50'])} ms  p99 {num(lat['p99'])} ms  max {num(lat['max'])} ms",
+            f"redundancy {num(report['redundancy'], '{:.3f}')}  "
+            f"control/payload {num(report['control_over_payload_bytes'], '{:.3f}')}  "
+            f"interest frames per join {num(report['interest_frames_per_join'])}",
+            f"links per hub: max {links['max']}, mean {num(links['mean'])}  RSS max {num(report['rss_mib_max'])} MiB",
+            f"idle: CPU {num(idle.get('cpu_percent_mean'), '{:.2f}')}% of a core per hub (max "
+            f"{num(idle.get('cpu_percent_max'), '{:.2f}')}%), RSS {num(idle.get('rss_mib_mean'))} MiB",
+        ]
+    )
+
+
+def write(report: dict[str, Any], json_path: Path | None, plot_path: Path | None) -> None:
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=1))
+    if plot_path is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7))
+        points = [(p["t"], p["p99_ms"]) for p in report["timeline"] if p["p99_ms"] is not None]
+        top.plot([t for t, _ in points], [v for _, v in points], lw=1)
+        for fault in report["faults"]:
+            top.axvline(fault["t"], color="red" if fault["kind"] == "crash" else "orange", lw=0.5)
+        top.set_ylabel("p99 publish to deliver (ms), per second")
+        top.set_xlabel("seconds of traffic (red: crash, orange: stall)")
+        bottom.bar(range(len(report["hubs"])), [h["links"] for h in report["hubs"]])
+        bottom.set_ylabel("overlay links at the end")
+        bottom.set_xlabel("hub")
+        fig.tight_layout()
+        fig.savefig(plot_path, dpi=110)

@@ -1,0 +1,32 @@
+"""The overlay test bed's judge (sdk/tools/testbed_report.py): what it counts as lost, twice, out of order.
+
+The test bed itself starts tens of hub processes (``pub0sub testbed``, a command); its summary
+is a pure function of what publishers and subscribers recorded, checked here on records made
+by hand.
+"""
+
+from __future__ import annotations
+
+from sdk.tools.testbed_report import Publisher, Received, Settings, Subscriber, render, summarize
+
+
+def _run(got: list[tuple[str, int]]) -> dict:
+    pub = Publisher(index=0, hub=0, topics=["t.a", "t.b"], acked=[("t.a", 1, 10.0), ("t.b", 2, 10.1), ("t.a", 3, 10.2)])
+    sub = Subscriber(hub=1, topics=["t.a"], subscribed_at=9.0)
+    sub.got = [(topic, Received(at=10.5, publisher=0, seq=seq, sent=10.0)) for topic, seq in got]
+    return summarize(Settings(hubs=3), {"traffic_started_at": 10.0}, [pub], [sub], [])
+
+
+def test_every_acked_publish_of_a_subscribed_topic_is_expected_once_in_order() -> None:
+    report = _run([("t.a", 1), ("t.a", 3)])
+    d = report["delivery"]
+    assert (d["expected"], d["delivered"], d["duplicates"], d["fifo_violations"]) == (2, 2, 0, 0)
+    assert d["ratio"] == 1.0
+    assert report["latency_ms"]["p50"] == 500.0
+    assert "delivery 1.00000 (2/2" in render(report)
+
+
+def test_a_lost_a_repeated_and_a_reordered_message_are_each_counted() -> None:
+    assert _run([("t.a", 3)])["delivery"]["delivered"] == 1  # 1 lost
+    assert _run([("t.a", 1), ("t.a", 1), ("t.a", 3)])["delivery"]["duplicates"] == 1
+    assert _run([("t.a", 3), ("t.a", 1)])["delivery"]["fifo_violations"] == 1
