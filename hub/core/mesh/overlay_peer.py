@@ -211,10 +211,12 @@ class OverlayPeer:
         if not self._hello_done and now - self.started_at > cfg.hello_timeout:
             self.close(CloseReason.HELLO_TIMEOUT)
             return
-        if now - self._last_ping >= cfg.heartbeat_interval:
+        # Only the dialling side pings: its pings keep the other side's view alive and the pongs
+        # its own, at half the frames of both sides pinging (an idle hub's main cost is these).
+        if self.outbound and now - self._last_ping >= cfg.heartbeat_interval:
             self._last_ping = now
             self.link.ping_sent(now)
             self.queue([PING_FRAME])
 
     def tick_interval(self) -> float:
-        return max(0.01, self.config.heartbeat_interval / 4)
+        return max(0.01, self.config.heartbeat_interval / 2)
