@@ -84,6 +84,8 @@ class OverlayLinks:
         self.driver: OverlayDriver | None = None
         self._wake = trio.Event()
         self._sleeps_until = math.inf
+        #: Publishes wait for a pump (see _timer).
+        self._due = False
         #: Patterns wanted before the overlay runs (the hub attaches the mesh first).
         self._early_interest: set[str] = set()
 
@@ -99,6 +101,7 @@ class OverlayLinks:
     def publish(self, origin_seq: int, timestamp: int, message_set: wire.MessageSet) -> None:
         if self.driver is not None:
             self.driver.publish(origin_seq, timestamp, message_set)
+            self._due = True
             self._wake.set()
 
     def status(self) -> dict[str, Any] | None:
@@ -141,10 +144,14 @@ class OverlayLinks:
         driver = self.driver
         assert driver is not None
         while True:
-            self._wake = trio.Event()
-            self._sleeps_until = math.inf if driver.deadline is None else driver.deadline
-            with trio.move_on_at(self._sleeps_until):
-                await self._wake.wait()
+            # Publishes made while this task was pumping or yielding set _due: they must not
+            # wait for the next deadline (a fresh Event would not remember their wake-up).
+            if not self._due:
+                self._wake = trio.Event()
+                self._sleeps_until = math.inf if driver.deadline is None else driver.deadline
+                with trio.move_on_at(self._sleeps_until):
+                    await self._wake.wait()
+            self._due = False
             self._sleeps_until = -math.inf  # awake: nothing needs to wake it
             driver.pump()
             await trio.lowlevel.checkpoint()
