@@ -36,6 +36,8 @@ from .wireproto import CHANNEL
 
 #: How long the first hub may take to see the last hub's interest (a SUBSCRIBE round trip).
 INTEREST_TIMEOUT = 15.0
+#: Hubs in the overlay: time for a subscriber hub's INTEREST to reach its rendezvous owners.
+OVERLAY_SETTLE = 0.5
 MESH_TIMEOUT = 30.0
 #: GossipSub: messages published per measurement at most, and how long arrivals are awaited after.
 GOSSIP_MAX_MESSAGES = 5_000
@@ -115,9 +117,21 @@ class MeshCluster(FirstAddress):
                 time.sleep(0.05)
 
     def wait_interest(self, at: int, of: int, topic: str = CHANNEL, timeout: float = INTEREST_TIMEOUT) -> None:
-        """Block until hub ``at`` lists ``topic`` in hub ``of``'s announced interest."""
+        """Block until hub ``at`` lists ``topic`` in hub ``of``'s announced interest.
+
+        Hubs in the overlay (``PUB0SUB_HUB_MESH_OVERLAY=1`` in the environment, docs/scale.md)
+        keep interest at rendezvous owners, not per peer: there, wait until hub ``of`` reaches
+        every hub and give its INTEREST the round trip it takes (a publish meanwhile is held
+        until the owners answer, at most the overlay's ``park_max``)."""
         pid = self.hubs[of].peer_id
         deadline = time.monotonic() + timeout
+        if hub_status(self.hubs[at].address)["mesh"].get("overlay") is not None:
+            while hub_status(self.hubs[of].address)["mesh"]["overlay"]["reachable"] < len(self.hubs) - 1:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"hub {of} does not reach every hub of the overlay")
+                time.sleep(0.05)
+            time.sleep(OVERLAY_SETTLE)
+            return
         while True:
             peers = hub_status(self.hubs[at].address)["mesh"]["peers"]
             if any(p["peer_id"] == pid and p["connected"] and topic in p["interest"] for p in peers):
