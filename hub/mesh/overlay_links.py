@@ -189,7 +189,7 @@ class OverlayLinks:
                     await stream.close()
                     return
                 except Exception:  # the dialler went: nothing to refer it to
-                    log.debug("referral write failed", exc_info=True)
+                    log.debug("referral write failed", exc_info=True, extra=ev("overlay_referral_failed"))
         with trio.CancelScope(shield=True), trio.move_on_after(1.0):
             await stream.reset()
 
@@ -202,7 +202,8 @@ class OverlayLinks:
             peer_id = ID.from_base58(state.peer_key)
             addrs = [info_from_p2p_addr(multiaddr.Multiaddr(a)).addrs[0] for a in state.addrs]
         except Exception as exc:  # an advertisement we cannot dial: tell the overlay at once
-            log.debug("overlay dial to %016x: bad advertisement: %r", state.hub_id, exc)
+            log.debug("overlay dial to %016x: bad advertisement: %r", state.hub_id, exc,
+                      extra=ev("overlay_bad_advertisement", reason=repr(exc)))
             if self.driver is not None:
                 self.driver.dial_failed(state.hub_id)
             return

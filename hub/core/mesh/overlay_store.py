@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import wire
 
 from ...storage.batches import Hole
+from ..events import ev
 
 if TYPE_CHECKING:
     from ...storage.store import LogStore
@@ -74,7 +75,8 @@ class OverlayLogStore:
         except (OSError, ValueError, TypeError) as exc:
             # Without it, streams start where their origins' next sets do (counted as assumed
             # starts): nothing stored is lost, sets published while this hub was down may be.
-            log.warning("%s unreadable (%s): overlay stream starts begin afresh", path, exc)
+            log.warning("%s unreadable (%s): overlay stream starts begin afresh", path, exc,
+                        extra=ev("overlay_since_unreadable", reason=str(exc)))
             return {}
 
     def save_since(self, since: Mapping[tuple[int, str], int]) -> None:
@@ -86,7 +88,7 @@ class OverlayLogStore:
             tmp.write_text(json.dumps(sorted([o, k, s] for (o, k), s in since.items())))
             os.replace(tmp, path)
         except OSError as exc:
-            log.warning("cannot save %s: %s", path, exc)
+            log.warning("cannot save %s: %s", path, exc, extra=ev("overlay_since_not_saved", reason=str(exc)))
 
     # -- this hub's own sets (OwnLog) ----------------------------------------------------------
 
