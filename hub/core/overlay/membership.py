@@ -181,6 +181,10 @@ class Membership:
         self._routes()
         return sorted(self._next_hop)
 
+    def reachable_count(self) -> int:
+        self._routes()
+        return len(self._next_hop)
+
     def is_reachable(self, hub_id: int) -> bool:
         self._routes()
         return hub_id in self._next_hop
