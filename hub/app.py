@@ -58,6 +58,7 @@ def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
         max_body=config.max_body,
         max_connections=connection_limit(config.max_connections, fds),
         max_pending_bytes=config.max_pending_bytes,
+        slow_consumer_deadline=config.slow_consumer_deadline,
         heartbeat_interval=config.heartbeat_interval,
         heartbeat_misses=config.heartbeat_misses,
         hello_timeout=config.hello_timeout,

@@ -81,6 +81,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            "from the descriptor limit", metavar="N", type=int)  # fmt: skip
     option("--max-pending-bytes", "outbound bytes queued per connection before the slow-consumer policy applies",
            metavar="BYTES", type=int)  # fmt: skip
+    option("--slow-consumer-deadline", "seconds a client may leave its replies unread, and so not be read from, "
+           "before it is closed", metavar="SECONDS", type=float)  # fmt: skip
     option("--heartbeat-interval", "seconds between heartbeats on idle client connections", metavar="SECONDS",
            type=float)  # fmt: skip
     option("--heartbeat-misses", "silent intervals before a client is declared dead", metavar="N", type=int)
@@ -199,6 +201,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "max_new_topics_per_frame": args.max_new_topics_per_frame,
         "max_open_files": args.max_open_files,
         "max_pending_bytes": args.max_pending_bytes,
+        "slow_consumer_deadline": args.slow_consumer_deadline,
         "heartbeat_interval": args.heartbeat_interval,
         "heartbeat_misses": args.heartbeat_misses,
         "hello_timeout": args.hello_timeout,

@@ -42,6 +42,8 @@ class HubConfig:
     max_open_files: int = 0
     #: Bytes queued for one connection before its slow-consumer policy applies.
     max_pending_bytes: int = 8 << 20
+    #: Seconds a client may leave its replies unread (the hub then reads nothing from it) before it is closed.
+    slow_consumer_deadline: float = 10.0
     #: Seconds between heartbeats on an idle connection.
     heartbeat_interval: float = 5.0
     #: Heartbeat intervals of silence before a client is declared dead.
@@ -155,6 +157,8 @@ class HubConfig:
             raise ValueError("heartbeat_interval must be positive")
         if self.hello_timeout <= 0:
             raise ValueError("hello_timeout must be positive")
+        if self.slow_consumer_deadline <= 0:
+            raise ValueError("slow_consumer_deadline must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both, or neither for plain TCP")
         if self.tls_client_ca is not None and self.tls_cert is None:
