@@ -70,6 +70,7 @@ def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
         topics=TopicLimits(
             max_topics=config.max_topics,
             max_new_topics_per_connection=config.max_new_topics_per_connection,
+            max_new_topics_per_user=config.max_new_topics_per_user,
             max_new_topics_per_frame=config.max_new_topics_per_frame,
         ),
     )

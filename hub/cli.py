@@ -76,6 +76,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            type=int)  # fmt: skip
     option("--max-new-topics-per-connection", "topics one connection may create by publishing to new names",
            metavar="N", type=int)  # fmt: skip
+    option("--max-new-topics-per-user", "topics one user of --auth-file may create over the hub's life, all its "
+           "connections together", metavar="N", type=int)  # fmt: skip
     option("--max-new-topics-per-frame", "topics one publish frame may create", metavar="N", type=int)
     option("--max-open-files", "segment files kept open at once, least recently used closed first; 0: derived "
            "from the descriptor limit", metavar="N", type=int)  # fmt: skip
@@ -198,6 +200,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "max_topics_per_connection": args.max_topics_per_connection,
         "max_topics": args.max_topics,
         "max_new_topics_per_connection": args.max_new_topics_per_connection,
+        "max_new_topics_per_user": args.max_new_topics_per_user,
         "max_new_topics_per_frame": args.max_new_topics_per_frame,
         "max_open_files": args.max_open_files,
         "max_pending_bytes": args.max_pending_bytes,

@@ -148,6 +148,9 @@ USER_COUNTERS = (
     ("pub0sub_user_publish_refused", "publish_refused", "PUBLISHes refused: no grant for the topic."),
     ("pub0sub_user_subscribe_refused", "subscribe_refused", "SUBSCRIBEs refused: no grant for the topic."),
     ("pub0sub_user_revoked", "revoked", "Subscriptions ended or connections closed by a reload's lost grant."),
+    ("pub0sub_user_topics_created", "topics_created", "Topics created by the user's publishes."),
+    ("pub0sub_user_topic_limit_refused", "topic_limit_refused",
+     "PUBLISHes refused: they would create more topics than max_new_topics_per_user."),
 )
 
 

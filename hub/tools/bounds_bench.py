@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -225,109 +225,140 @@ def bench_topics(topics: int) -> dict[str, Any]:
 # -- attack --------------------------------------------------------------------------------
 
 
+COUNTS = ("malformed_connections", "flood_connections", "drip_bytes", "unread_pings")
+
+
 class Attack:
-    """The attackers of ``attack``, each in its own thread, until :meth:`stop`."""
+    """The attackers of ``attack``, each in a process of its own, until :meth:`stop`.
+
+    Processes, not threads: threads of this process would share its interpreter lock with
+    the healthy client, so the figure would measure the benchmark's own contention rather
+    than the hub's.  They still share the machine's cores with the hub and the healthy
+    client, as an attacker on the same machine would.
+    """
 
     def __init__(self, address: str, *, malformed: int = 10_000) -> None:
-        self.address = address
-        self.malformed = malformed
-        self.stopping = threading.Event()
-        self.counts = {"malformed_connections": 0, "flood_connections": 0, "drip_bytes": 0, "unread_pings": 0}
-        self._threads = [threading.Thread(target=t, daemon=True)
-                         for t in (self._malformed, self._flood, self._drip, self._never_read)]  # fmt: skip
+        context = multiprocessing.get_context("spawn")
+        self.stopping = context.Event()
+        self._counts = {name: context.Value("q", 0, lock=False) for name in COUNTS}
+        self._processes = [
+            context.Process(target=target, args=(address, self.stopping, self._counts[name], *extra), daemon=True)
+            for target, name, extra in (
+                (_malformed, "malformed_connections", (malformed,)),
+                (_flood, "flood_connections", ()),
+                (_drip, "drip_bytes", ()),
+                (_never_read, "unread_pings", ()),
+            )
+        ]
 
-    def _connect(self) -> socket.socket:
-        host, port = self.address.rsplit(":", 1)
-        return socket.create_connection((host, int(port)), timeout=5)
-
-    def _malformed(self) -> None:
-        """Connections that send garbage (a bad opcode, a huge length, a truncated HELLO, a lone
-        byte), hang up their sending side and read what the hub says."""
-        junk = [b"\xff\x00\x00\x00\x01x", b"\x22\xff\xff\xff\xff", wire.Hello(client_name="x").encode()[:7], b"\x00"]
-        n = 0
-        while not self.stopping.is_set() and self.counts["malformed_connections"] < self.malformed:
-            try:
-                with self._connect() as sock:
-                    sock.sendall(junk[n % len(junk)])
-                    sock.shutdown(socket.SHUT_WR)
-                    while sock.recv(1024):
-                        pass
-            except OSError:
-                pass
-            n += 1
-            self.counts["malformed_connections"] += 1
-
-    def _flood(self) -> None:
-        """Connections opened and held past --max-connections, 300 at a time, renewed at
-        ~200 a second (a flood, not a CPU race with the healthy client)."""
-        held: list[socket.socket] = []
-        while not self.stopping.wait(0.005):
-            if len(held) >= 300:
-                held.pop(0).close()
-            try:
-                held.append(self._connect())
-                self.counts["flood_connections"] += 1
-            except OSError:
-                pass
-        for sock in held:
-            sock.close()
-
-    def _drip(self) -> None:
-        """One byte a second of a frame that never completes, on a fresh connection when closed."""
-        frame = wire.Publish(sequence=1, sets=(wire.MessageSet.build(("drip",), [(b"", bytes(1000))]),)).encode()
-        while not self.stopping.is_set():
-            try:
-                with self._connect() as sock:
-                    sock.sendall(wire.Hello(client_name="drip").encode())
-                    for byte in frame:
-                        if self.stopping.wait(1.0):
-                            return
-                        sock.sendall(bytes([byte]))
-                        self.counts["drip_bytes"] += 1
-            except OSError:
-                continue
-
-    def _never_read(self) -> None:
-        """Subscribers to the healthy client's topics that never read, and pings never read back."""
-        socks = []
-        try:
-            for n in range(4):
-                sock = self._connect()
-                sock.sendall(wire.Hello(client_name=f"deaf{n}").encode()
-                             + wire.Sub(sub_id=1, patterns=("bench.>",)).encode())  # fmt: skip
-                socks.append(sock)
-            pings = wire.PING.encode() * 1000
-            while not self.stopping.is_set():
-                for sock in socks:
-                    try:
-                        sock.sendall(pings)
-                        self.counts["unread_pings"] += 1000
-                    except OSError:
-                        pass
-                time.sleep(0.01)
-        finally:
-            for sock in socks:
-                sock.close()
-
-    def done_malformed(self) -> bool:
-        return self.counts["malformed_connections"] >= self.malformed
+    @property
+    def counts(self) -> dict[str, int]:
+        return {name: int(value.value) for name, value in self._counts.items()}
 
     def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
+        for process in self._processes:
+            process.start()
 
     def stop(self) -> None:
         self.stopping.set()
-        for thread in self._threads:
-            thread.join(10)
+        for process in self._processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()  # this process's own child, by its handle
+                process.join(10)
+
+
+def _connect(address: str) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def _malformed(address: str, stopping: Any, count: Any, limit: int) -> None:
+    """Connections that send garbage (a bad opcode, a huge length, a truncated HELLO, a lone
+    byte), hang up their sending side and read what the hub says."""
+    junk = [b"\xff\x00\x00\x00\x01x", b"\x22\xff\xff\xff\xff", wire.Hello(client_name="x").encode()[:7], b"\x00"]
+    n = 0
+    while not stopping.is_set() and count.value < limit:
+        try:
+            with _connect(address) as sock:
+                sock.sendall(junk[n % len(junk)])
+                sock.shutdown(socket.SHUT_WR)
+                while sock.recv(1024):
+                    pass
+        except OSError:
+            pass
+        n += 1
+        count.value += 1
+
+
+def _flood(address: str, stopping: Any, count: Any) -> None:
+    """Connections opened and held past --max-connections, 300 at a time, renewed at
+    ~200 a second (a flood, not a CPU race with the healthy client)."""
+    held: list[socket.socket] = []
+    while not stopping.wait(0.005):
+        if len(held) >= 300:
+            held.pop(0).close()
+        try:
+            held.append(_connect(address))
+            count.value += 1
+        except OSError:
+            pass
+    for sock in held:
+        sock.close()
+
+
+def _drip(address: str, stopping: Any, count: Any) -> None:
+    """One byte a second of a frame that never completes, on a fresh connection when closed."""
+    frame = wire.Publish(sequence=1, sets=(wire.MessageSet.build(("drip",), [(b"", bytes(1000))]),)).encode()
+    while not stopping.is_set():
+        try:
+            with _connect(address) as sock:
+                sock.sendall(wire.Hello(client_name="drip").encode())
+                for byte in frame:
+                    if stopping.wait(1.0):
+                        return
+                    sock.sendall(bytes([byte]))
+                    count.value += 1
+        except OSError:
+            continue
+
+
+def _never_read(address: str, stopping: Any, count: Any) -> None:
+    """Subscribers to the healthy client's topics that never read, and pings never read back
+    (sent without blocking: a hub that stops reading them costs this attacker nothing)."""
+    socks = []
+    try:
+        for n in range(4):
+            sock = _connect(address)
+            sock.sendall(wire.Hello(client_name=f"deaf{n}").encode()
+                         + wire.Sub(sub_id=1, patterns=("bench.>",)).encode())  # fmt: skip
+            sock.setblocking(False)
+            socks.append(sock)
+        pings = wire.PING.encode() * 1000
+        rest = {sock: b"" for sock in socks}
+        while not stopping.is_set():
+            for sock in socks:
+                try:
+                    data = rest[sock] or pings
+                    sent = sock.send(data)
+                    rest[sock] = data[sent:]
+                    if not rest[sock]:
+                        count.value += 1000
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    rest[sock] = b""
+            time.sleep(0.01)
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def bench_attack(seconds: float, root: Path, *, rounds: int = 3) -> dict[str, Any]:
     """``rounds`` alternations of the healthy client alone and under attack, on one hub.
 
     Alternating spreads the machine's other load over both sides; the ratio is of the medians.
-    The attackers are threads of this process: they take CPU from the hub and the healthy
-    client as an attacker on the same 2 cores would.
+    The attackers are processes of their own (see :class:`Attack`).
     """
     args = ["--max-connections", "200", "--heartbeat-interval", "2", "--max-pending-bytes", str(1 << 20)]
     alone: list[float] = []
@@ -350,7 +381,8 @@ def bench_attack(seconds: float, root: Path, *, rounds: int = 3) -> dict[str, An
                     attacked.append(client_acked_rate(healthy, seconds, topic=topic))
                 finally:
                     attack.stop()
-                for name, value in attack.counts.items():
+                    attack_counts = attack.counts
+                for name, value in attack_counts.items():
                     counts[name] = counts.get(name, 0) + value
                 time.sleep(1.0)  # the hub sees the attackers' connections close
             rss_after = rss_mib(pid)
