@@ -2,7 +2,7 @@
 
     python -m hub.tools.bounds_bench patterns [--patterns 80000] [--seconds 5]
     python -m hub.tools.bounds_bench topics [--topics 256]
-    python -m hub.tools.bounds_bench attack [--seconds 5] [--rounds 3]
+    python -m hub.tools.bounds_bench attack [--seconds 5] [--rounds 3] [--attackers never_read,...]
 
 ``patterns``: the acknowledged publish rate of one client while 8 other connections
 hold ``--patterns`` distinct wildcard patterns between them (none matching what is
@@ -15,8 +15,9 @@ of 5 frames).
 
 ``attack``: a healthy client's acknowledged publish rate alone and while the hub is
 under attack (10,000 malformed connections, a connection flood past
-``--max-connections``, a slow-drip sender, subscribers that never read), ``--rounds``
-alternations of the two; the ratio of the medians; the hub's RSS before and after.
+``--max-connections``, a slow-drip sender, subscribers that ping and never read; or the
+``--attackers`` named), ``--rounds`` alternations of the two; the ratio of the medians; the
+hub's CPU share in each sample; the hub's RSS before and after.
 
 ``--hub-root DIR`` runs the hub from another checkout (a before/after comparison).
 Hubs run as ``python -m hub`` subprocesses on 127.0.0.1, stopped by their PID.
@@ -225,7 +226,9 @@ def bench_topics(topics: int) -> dict[str, Any]:
 # -- attack --------------------------------------------------------------------------------
 
 
-COUNTS = ("malformed_connections", "flood_connections", "drip_bytes", "unread_pings")
+#: The attackers of ``attack`` by name, and what each one counts.
+ATTACKERS = {"malformed": "malformed_connections", "flood": "flood_connections", "drip": "drip_bytes",
+             "never_read": "unread_pings"}  # fmt: skip
 
 
 class Attack:
@@ -237,19 +240,19 @@ class Attack:
     client, as an attacker on the same machine would.
     """
 
-    def __init__(self, address: str, *, malformed: int = 10_000) -> None:
+    def __init__(self, address: str, *, attackers: tuple[str, ...] = tuple(ATTACKERS), malformed: int = 10_000) -> None:
         context = multiprocessing.get_context("spawn")
         self.stopping = context.Event()
-        self._counts = {name: context.Value("q", 0, lock=False) for name in COUNTS}
-        self._processes = [
-            context.Process(target=target, args=(address, self.stopping, self._counts[name], *extra), daemon=True)
-            for target, name, extra in (
-                (_malformed, "malformed_connections", (malformed,)),
-                (_flood, "flood_connections", ()),
-                (_drip, "drip_bytes", ()),
-                (_never_read, "unread_pings", ()),
-            )
-        ]
+        self._counts = {ATTACKERS[name]: context.Value("q", 0, lock=False) for name in attackers}
+        targets: dict[str, tuple[Callable[..., None], tuple[int, ...]]] = {
+            "malformed": (_malformed, (malformed,)), "flood": (_flood, ()), "drip": (_drip, ()),
+            "never_read": (_never_read, ()),
+        }  # fmt: skip
+        self._processes = []
+        for name in attackers:
+            target, extra = targets[name]
+            args = (address, self.stopping, self._counts[ATTACKERS[name]], *extra)
+            self._processes.append(context.Process(target=target, args=args, daemon=True))
 
     @property
     def counts(self) -> dict[str, int]:
@@ -354,16 +357,34 @@ def _never_read(address: str, stopping: Any, count: Any) -> None:
             sock.close()
 
 
-def bench_attack(seconds: float, root: Path, *, rounds: int = 3) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_attack(
+    seconds: float, root: Path, *, rounds: int = 3, attackers: tuple[str, ...] = tuple(ATTACKERS)
+) -> dict[str, Any]:
     """``rounds`` alternations of the healthy client alone and under attack, on one hub.
 
     Alternating spreads the machine's other load over both sides; the ratio is of the medians.
-    The attackers are processes of their own (see :class:`Attack`).
+    The attackers are processes of their own (see :class:`Attack`).  The hub's CPU share
+    during each sample (CPU seconds per second) shows what the attack costs the hub itself,
+    which the healthy client's rate shows only through the noise of a shared machine.
     """
     args = ["--max-connections", "200", "--heartbeat-interval", "2", "--max-pending-bytes", str(1 << 20)]
     alone: list[float] = []
     attacked: list[float] = []
+    cpu_alone: list[float] = []
+    cpu_attacked: list[float] = []
     counts: dict[str, int] = {}
+
+    def sample(healthy: Client, rates: list[float], cpu: list[float], pid: int) -> None:
+        started, used = time.perf_counter(), cpu_seconds(pid)
+        rates.append(client_acked_rate(healthy, seconds, topic=topic))
+        cpu.append((cpu_seconds(pid) - used) / (time.perf_counter() - started))
+
     with hub_process(*args, root=root) as (address, pid):
         topic = lambda n: f"bench.t{n % 100}"  # noqa: E731
         # One connection for every sample, made before any attack: an established client
@@ -373,12 +394,12 @@ def bench_attack(seconds: float, root: Path, *, rounds: int = 3) -> dict[str, An
             client_acked_rate(healthy, 1.0, topic=topic)  # warm-up: topics exist, caches filled
             rss_before = rss_mib(pid)
             for _ in range(rounds):
-                alone.append(client_acked_rate(healthy, seconds, topic=topic))
-                attack = Attack(address)
+                sample(healthy, alone, cpu_alone, pid)
+                attack = Attack(address, attackers=attackers)
                 attack.start()
                 time.sleep(1.0)  # the attack under way
                 try:
-                    attacked.append(client_acked_rate(healthy, seconds, topic=topic))
+                    sample(healthy, attacked, cpu_attacked, pid)
                 finally:
                     attack.stop()
                     attack_counts = attack.counts
@@ -390,12 +411,15 @@ def bench_attack(seconds: float, root: Path, *, rounds: int = 3) -> dict[str, An
             healthy.close()
     return {
         "rounds": rounds,
+        "attackers": list(attackers),
         "seconds_per_sample": seconds,
         "healthy_acked_msgs_per_s_alone": round(statistics.median(alone)),
         "healthy_acked_msgs_per_s_under_attack": round(statistics.median(attacked)),
         "ratio": round(statistics.median(attacked) / statistics.median(alone), 3),
         "alone_samples": [round(x) for x in alone],
         "under_attack_samples": [round(x) for x in attacked],
+        "hub_cpu_share_alone": [round(x, 2) for x in cpu_alone],
+        "hub_cpu_share_under_attack": [round(x, 2) for x in cpu_attacked],
         "rss_mib_before": round(rss_before, 1),
         "rss_mib_after": round(rss_after, 1),
         **counts,
@@ -410,13 +434,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3, help="attack: alternations of alone and under attack")
     parser.add_argument("--hub-root", type=Path, default=ROOT, help="run the hub from this checkout")
+    parser.add_argument(
+        "--attackers",
+        default=",".join(ATTACKERS),
+        help=f"attack: which attackers, comma-separated (default: all of {', '.join(ATTACKERS)})",
+    )
     args = parser.parse_args(argv)
     if args.what == "patterns":
         row = bench_patterns(args.patterns, args.seconds, args.hub_root)
     elif args.what == "topics":
         row = bench_topics(args.topics)
     else:
-        row = bench_attack(args.seconds, args.hub_root, rounds=args.rounds)
+        chosen = tuple(name.strip() for name in args.attackers.split(",") if name.strip())
+        if unknown := [name for name in chosen if name not in ATTACKERS]:
+            parser.error(f"unknown attackers {unknown}: choose from {', '.join(ATTACKERS)}")
+        row = bench_attack(args.seconds, args.hub_root, rounds=args.rounds, attackers=chosen)
     row["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps({"bench": args.what, **row}), flush=True)
     return 0
