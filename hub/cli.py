@@ -1,4 +1,4 @@
-"""``pub0sub hub``: run a hub until SIGINT/SIGTERM (SIGHUP reloads its users file, if it has one)."""
+"""``pub0sub hub``: run a hub until SIGINT/SIGTERM (SIGHUP reloads its users and cluster secret files)."""
 
 from __future__ import annotations
 
@@ -159,10 +159,10 @@ async def run_hub(server: HubServer) -> None:
     gc.freeze()
     # The signal handler is in place before the address is printed: a supervisor
     # that signals as soon as it reads the address still gets a clean shutdown.
-    # SIGHUP reloads the users file of a hub that has one (the daemon convention, as
-    # nats-server does).  Without one, SIGHUP (a closed terminal) stops the hub -- unless it
-    # was ignored at start (nohup).
-    reloads = server.config.auth_file is not None
+    # SIGHUP reloads the users file and the cluster secret file of a hub that has one (the
+    # daemon convention, as nats-server does).  Without either, SIGHUP (a closed terminal)
+    # stops the hub -- unless it was ignored at start (nohup).
+    reloads = server.config.auth_file is not None or server.config.cluster_secret_file is not None
     watched = [signal.SIGINT, signal.SIGTERM]
     if reloads or signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         watched.append(signal.SIGHUP)
@@ -178,7 +178,7 @@ async def run_hub(server: HubServer) -> None:
                 print(f"metrics on http://{server.ops.address}/metrics", flush=True)
             async for signum in signals:
                 if signum == signal.SIGHUP and reloads:
-                    server.reload_auth()
+                    server.reload()
                     continue
                 # A stop asked for is the normal end of a hub: INFO, not a warning.
                 name = signal.Signals(signum).name
