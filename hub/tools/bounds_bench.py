@@ -327,34 +327,37 @@ def _drip(address: str, stopping: Any, count: Any) -> None:
 
 
 def _never_read(address: str, stopping: Any, count: Any) -> None:
-    """Subscribers to the healthy client's topics that never read, and pings never read back
-    (sent without blocking: a hub that stops reading them costs this attacker nothing)."""
-    socks = []
+    """Four connections that subscribe to the healthy client's topics and ping, never reading a
+    byte back; one the hub closes is replaced at once, as a real attacker would.  Sent without
+    blocking: a hub that stops reading them costs this attacker nothing."""
+    greeting = wire.Hello(client_name="deaf").encode() + wire.Sub(sub_id=1, patterns=("bench.>",)).encode()
+    pings = wire.PING.encode() * 1000
+    socks: list[socket.socket | None] = [None] * 4
+    rest = [b""] * 4
     try:
-        for n in range(4):
-            sock = _connect(address)
-            sock.sendall(wire.Hello(client_name=f"deaf{n}").encode()
-                         + wire.Sub(sub_id=1, patterns=("bench.>",)).encode())  # fmt: skip
-            sock.setblocking(False)
-            socks.append(sock)
-        pings = wire.PING.encode() * 1000
-        rest = {sock: b"" for sock in socks}
         while not stopping.is_set():
-            for sock in socks:
+            for n, sock in enumerate(socks):
                 try:
-                    data = rest[sock] or pings
-                    sent = sock.send(data)
-                    rest[sock] = data[sent:]
-                    if not rest[sock]:
+                    if sock is None:
+                        sock = socks[n] = _connect(address)
+                        sock.sendall(greeting)
+                        sock.setblocking(False)
+                        rest[n] = b""
+                    data = rest[n] or pings
+                    rest[n] = data[sock.send(data) :]
+                    if not rest[n]:
                         count.value += 1000
                 except BlockingIOError:
                     pass
-                except OSError:
-                    rest[sock] = b""
+                except OSError:  # closed by the hub (or refused at --max-connections): a new one
+                    if sock is not None:
+                        sock.close()
+                    socks[n] = None
             time.sleep(0.01)
     finally:
         for sock in socks:
-            sock.close()
+            if sock is not None:
+                sock.close()
 
 
 def cpu_seconds(pid: int) -> float:
