@@ -243,6 +243,7 @@ class Attack:
     def __init__(self, address: str, *, attackers: tuple[str, ...] = tuple(ATTACKERS), malformed: int = 10_000) -> None:
         context = multiprocessing.get_context("spawn")
         self.stopping = context.Event()
+        self._malformed = malformed
         self._counts = {ATTACKERS[name]: context.Value("q", 0, lock=False) for name in attackers}
         targets: dict[str, tuple[Callable[..., None], tuple[int, ...]]] = {
             "malformed": (_malformed, (malformed,)), "flood": (_flood, ()), "drip": (_drip, ()),
@@ -257,6 +258,11 @@ class Attack:
     @property
     def counts(self) -> dict[str, int]:
         return {name: int(value.value) for name, value in self._counts.items()}
+
+    def done_malformed(self) -> bool:
+        """The malformed connections asked for were all made (true if there is no such attacker)."""
+        made = self._counts.get(ATTACKERS["malformed"])
+        return made is None or made.value >= self._malformed
 
     def start(self) -> None:
         for process in self._processes:
@@ -366,6 +372,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def bytes_io(pid: int) -> tuple[int, int]:
+    """Bytes the process has read and written through system calls (sockets included)."""
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["rchar"]), int(fields["wchar"])
+
+
 def bench_attack(
     seconds: float, root: Path, *, rounds: int = 3, attackers: tuple[str, ...] = tuple(ATTACKERS)
 ) -> dict[str, Any]:
@@ -373,20 +385,26 @@ def bench_attack(
 
     Alternating spreads the machine's other load over both sides; the ratio is of the medians.
     The attackers are processes of their own (see :class:`Attack`).  The hub's CPU share
-    during each sample (CPU seconds per second) shows what the attack costs the hub itself,
-    which the healthy client's rate shows only through the noise of a shared machine.
+    during each sample (CPU seconds per second) and the bytes it reads and writes per second
+    (the attackers' frames taken in, the answers sent) show what the attack costs the hub
+    itself, which the healthy client's rate shows only through the noise of a shared machine.
     """
     args = ["--max-connections", "200", "--heartbeat-interval", "2", "--max-pending-bytes", str(1 << 20)]
     alone: list[float] = []
     attacked: list[float] = []
     cpu_alone: list[float] = []
     cpu_attacked: list[float] = []
+    io_alone: list[tuple[float, float]] = []
+    io_attacked: list[tuple[float, float]] = []
     counts: dict[str, int] = {}
 
-    def sample(healthy: Client, rates: list[float], cpu: list[float], pid: int) -> None:
-        started, used = time.perf_counter(), cpu_seconds(pid)
+    def sample(healthy: Client, rates: list[float], cpu: list[float], io: list[tuple[float, float]], pid: int) -> None:
+        started, used, (read, written) = time.perf_counter(), cpu_seconds(pid), bytes_io(pid)
         rates.append(client_acked_rate(healthy, seconds, topic=topic))
-        cpu.append((cpu_seconds(pid) - used) / (time.perf_counter() - started))
+        took = time.perf_counter() - started
+        cpu.append((cpu_seconds(pid) - used) / took)
+        now_read, now_written = bytes_io(pid)
+        io.append(((now_read - read) / took / (1 << 20), (now_written - written) / took / (1 << 20)))
 
     with hub_process(*args, root=root) as (address, pid):
         topic = lambda n: f"bench.t{n % 100}"  # noqa: E731
@@ -397,12 +415,12 @@ def bench_attack(
             client_acked_rate(healthy, 1.0, topic=topic)  # warm-up: topics exist, caches filled
             rss_before = rss_mib(pid)
             for _ in range(rounds):
-                sample(healthy, alone, cpu_alone, pid)
+                sample(healthy, alone, cpu_alone, io_alone, pid)
                 attack = Attack(address, attackers=attackers)
                 attack.start()
                 time.sleep(1.0)  # the attack under way
                 try:
-                    sample(healthy, attacked, cpu_attacked, pid)
+                    sample(healthy, attacked, cpu_attacked, io_attacked, pid)
                 finally:
                     attack.stop()
                     attack_counts = attack.counts
@@ -423,6 +441,8 @@ def bench_attack(
         "under_attack_samples": [round(x) for x in attacked],
         "hub_cpu_share_alone": [round(x, 2) for x in cpu_alone],
         "hub_cpu_share_under_attack": [round(x, 2) for x in cpu_attacked],
+        "hub_mib_per_s_read_written_alone": [[round(r, 2), round(w, 2)] for r, w in io_alone],
+        "hub_mib_per_s_read_written_under_attack": [[round(r, 2), round(w, 2)] for r, w in io_attacked],
         "rss_mib_before": round(rss_before, 1),
         "rss_mib_after": round(rss_after, 1),
         **counts,
