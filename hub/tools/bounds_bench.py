@@ -372,10 +372,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bytes_io(pid: int) -> tuple[int, int]:
-    """Bytes the process has read and written through system calls (sockets included)."""
-    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
-    return int(fields["rchar"]), int(fields["wchar"])
+def client_bytes(client: Client) -> tuple[int, int]:
+    """Bytes the hub has read from and written to all its clients (its STATUS, asked on ``client``)."""
+    client.send(wire.Status())
+    doc = json.loads(client.expect(wire.StatusReply).document)
+    counters, connections = doc["counters"], doc["connection_list"]
+    return (counters["bytes_in_closed"] + sum(c["bytes_in"] for c in connections),
+            counters["bytes_out_closed"] + sum(c["bytes_out"] for c in connections))  # fmt: skip
 
 
 def bench_attack(
@@ -385,8 +388,9 @@ def bench_attack(
 
     Alternating spreads the machine's other load over both sides; the ratio is of the medians.
     The attackers are processes of their own (see :class:`Attack`).  The hub's CPU share
-    during each sample (CPU seconds per second) and the bytes it reads and writes per second
-    (the attackers' frames taken in, the answers sent) show what the attack costs the hub
+    during each sample (CPU seconds per second) and the bytes per second it reads from and
+    writes to its clients (its own counters: the attackers' frames taken in, the answers sent,
+    the healthy client's share included) show what the attack costs the hub
     itself, which the healthy client's rate shows only through the noise of a shared machine.
     """
     args = ["--max-connections", "200", "--heartbeat-interval", "2", "--max-pending-bytes", str(1 << 20)]
@@ -399,11 +403,12 @@ def bench_attack(
     counts: dict[str, int] = {}
 
     def sample(healthy: Client, rates: list[float], cpu: list[float], io: list[tuple[float, float]], pid: int) -> None:
-        started, used, (read, written) = time.perf_counter(), cpu_seconds(pid), bytes_io(pid)
+        read, written = client_bytes(healthy)
+        started, used = time.perf_counter(), cpu_seconds(pid)
         rates.append(client_acked_rate(healthy, seconds, topic=topic))
         took = time.perf_counter() - started
         cpu.append((cpu_seconds(pid) - used) / took)
-        now_read, now_written = bytes_io(pid)
+        now_read, now_written = client_bytes(healthy)
         io.append(((now_read - read) / took / (1 << 20), (now_written - written) / took / (1 << 20)))
 
     with hub_process(*args, root=root) as (address, pid):
