@@ -58,6 +58,7 @@ def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
         max_body=config.max_body,
         max_connections=connection_limit(config.max_connections, fds),
         max_pending_bytes=config.max_pending_bytes,
+        slow_consumer_deadline=config.slow_consumer_deadline,
         heartbeat_interval=config.heartbeat_interval,
         heartbeat_misses=config.heartbeat_misses,
         hello_timeout=config.hello_timeout,
@@ -69,6 +70,7 @@ def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
         topics=TopicLimits(
             max_topics=config.max_topics,
             max_new_topics_per_connection=config.max_new_topics_per_connection,
+            max_new_topics_per_user=config.max_new_topics_per_user,
             max_new_topics_per_frame=config.max_new_topics_per_frame,
         ),
     )
@@ -154,7 +156,7 @@ class HubServer:
         return store.hub_id(new_hub_id)
 
     def _open_mesh(self, key_pair: Any) -> Mesh:
-        from .core.mesh.admission import AdmissionRules, read_secret
+        from .core.mesh.admission import AdmissionRules, read_secrets
         from .core.mesh.config import MeshConfig
         from .core.mesh.overlay_store import OverlayLogStore
         from .core.mesh.protocols import ALL_VERSIONS, OVERLAY_VERSIONS
@@ -179,7 +181,7 @@ class HubServer:
             plain_io=config.mesh_plain_io,
             admission=AdmissionRules(
                 allowed_peers=parse_allow_list(config.mesh_allow) if config.mesh_allow else None,
-                cluster_secret=read_secret(config.cluster_secret_file) if config.cluster_secret_file else None,
+                cluster_secrets=read_secrets(config.cluster_secret_file) if config.cluster_secret_file else (),
                 allow_v1=config.allow_mesh_v1,
             ),
             dump_dir=config.mesh_dump,
@@ -288,6 +290,33 @@ class HubServer:
                  extra=ev("auth_reloaded", x_path=str(path), x_users=len(config.users),
                           x_subscriptions_ended=ended, x_connections_closed=closed))  # fmt: skip
         return True
+
+    def reload_cluster_secret(self) -> bool:
+        """Read ``--cluster-secret-file`` again (SIGHUP): new mesh streams prove its first secret
+        and accept any of its secrets (a rotation, docs/security.md); a file that cannot be used
+        leaves the secrets in force unchanged.  False if there is none or it failed."""
+        from .core.mesh.admission import AdmissionSetupError, read_secrets
+
+        path = self.config.cluster_secret_file
+        if path is None or self.mesh is None:
+            return False
+        try:
+            secrets = read_secrets(path)
+        except AdmissionSetupError as exc:
+            log.error("cluster secret NOT reloaded, the previous one stays in force: %s", exc,
+                      extra=ev("cluster_secret_reload_failed", reason=str(exc), x_path=str(path)))  # fmt: skip
+            return False
+        self.mesh.core.admission.use_secrets(secrets)
+        log.info("cluster secret file %s reloaded: %d secret(s) accepted, the first one proved", path, len(secrets),
+                 extra=ev("cluster_secret_reloaded", x_path=str(path), x_secrets=len(secrets)))  # fmt: skip
+        return True
+
+    def reload(self) -> None:
+        """SIGHUP: the users file and the cluster secret file, those the hub was started with."""
+        if self.config.auth_file is not None:
+            self.reload_auth()
+        if self.config.cluster_secret_file is not None:
+            self.reload_cluster_secret()
 
     def _close_storage(self) -> None:
         if self.consumers is not None:

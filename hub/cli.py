@@ -1,4 +1,4 @@
-"""``pub0sub hub``: run a hub until SIGINT/SIGTERM (SIGHUP reloads its users file, if it has one)."""
+"""``pub0sub hub``: run a hub until SIGINT/SIGTERM (SIGHUP reloads its users and cluster secret files)."""
 
 from __future__ import annotations
 
@@ -76,11 +76,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            type=int)  # fmt: skip
     option("--max-new-topics-per-connection", "topics one connection may create by publishing to new names",
            metavar="N", type=int)  # fmt: skip
+    option("--max-new-topics-per-user", "topics one user of --auth-file may create over the hub's life, all its "
+           "connections together", metavar="N", type=int)  # fmt: skip
     option("--max-new-topics-per-frame", "topics one publish frame may create", metavar="N", type=int)
     option("--max-open-files", "segment files kept open at once, least recently used closed first; 0: derived "
            "from the descriptor limit", metavar="N", type=int)  # fmt: skip
     option("--max-pending-bytes", "outbound bytes queued per connection before the slow-consumer policy applies",
            metavar="BYTES", type=int)  # fmt: skip
+    option("--slow-consumer-deadline", "seconds a client may leave its replies unread, and so not be read from, "
+           "before it is closed", metavar="SECONDS", type=float)  # fmt: skip
     option("--heartbeat-interval", "seconds between heartbeats on idle client connections", metavar="SECONDS",
            type=float)  # fmt: skip
     option("--heartbeat-misses", "silent intervals before a client is declared dead", metavar="N", type=int)
@@ -155,10 +159,10 @@ async def run_hub(server: HubServer) -> None:
     gc.freeze()
     # The signal handler is in place before the address is printed: a supervisor
     # that signals as soon as it reads the address still gets a clean shutdown.
-    # SIGHUP reloads the users file of a hub that has one (the daemon convention, as
-    # nats-server does).  Without one, SIGHUP (a closed terminal) stops the hub -- unless it
-    # was ignored at start (nohup).
-    reloads = server.config.auth_file is not None
+    # SIGHUP reloads the users file and the cluster secret file of a hub that has one (the
+    # daemon convention, as nats-server does).  Without either, SIGHUP (a closed terminal)
+    # stops the hub -- unless it was ignored at start (nohup).
+    reloads = server.config.auth_file is not None or server.config.cluster_secret_file is not None
     watched = [signal.SIGINT, signal.SIGTERM]
     if reloads or signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         watched.append(signal.SIGHUP)
@@ -174,7 +178,7 @@ async def run_hub(server: HubServer) -> None:
                 print(f"metrics on http://{server.ops.address}/metrics", flush=True)
             async for signum in signals:
                 if signum == signal.SIGHUP and reloads:
-                    server.reload_auth()
+                    server.reload()
                     continue
                 # A stop asked for is the normal end of a hub: INFO, not a warning.
                 name = signal.Signals(signum).name
@@ -196,9 +200,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "max_topics_per_connection": args.max_topics_per_connection,
         "max_topics": args.max_topics,
         "max_new_topics_per_connection": args.max_new_topics_per_connection,
+        "max_new_topics_per_user": args.max_new_topics_per_user,
         "max_new_topics_per_frame": args.max_new_topics_per_frame,
         "max_open_files": args.max_open_files,
         "max_pending_bytes": args.max_pending_bytes,
+        "slow_consumer_deadline": args.slow_consumer_deadline,
         "heartbeat_interval": args.heartbeat_interval,
         "heartbeat_misses": args.heartbeat_misses,
         "hello_timeout": args.hello_timeout,

@@ -35,6 +35,8 @@ class HubConfig:
     max_topics: int = 100_000
     #: Topics one connection may create over its life by publishing to names that did not exist.
     max_new_topics_per_connection: int = 10_000
+    #: Topics one user of the users file may create over the hub's life, all its connections together.
+    max_new_topics_per_user: int = 20_000
     #: Topics one PUBLISH frame may create (bounds the time the hub spends on one frame).
     max_new_topics_per_frame: int = 256
     #: Segment files kept open at once, the least recently used closed first (0: derived from
@@ -42,6 +44,8 @@ class HubConfig:
     max_open_files: int = 0
     #: Bytes queued for one connection before its slow-consumer policy applies.
     max_pending_bytes: int = 8 << 20
+    #: Seconds a client may leave its replies unread (the hub then reads nothing from it) before it is closed.
+    slow_consumer_deadline: float = 10.0
     #: Seconds between heartbeats on an idle connection.
     heartbeat_interval: float = 5.0
     #: Heartbeat intervals of silence before a client is declared dead.
@@ -146,8 +150,9 @@ class HubConfig:
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         for name in ("max_body", "max_connections", "max_subscriptions", "max_topics_per_connection",
-                     "max_topics", "max_new_topics_per_connection", "max_new_topics_per_frame",
-                     "max_pending_bytes", "heartbeat_misses", "write_chunk", "mesh_window_bytes"):
+                     "max_topics", "max_new_topics_per_connection", "max_new_topics_per_user",
+                     "max_new_topics_per_frame", "max_pending_bytes", "heartbeat_misses", "write_chunk",
+                     "mesh_window_bytes"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive")
@@ -155,6 +160,8 @@ class HubConfig:
             raise ValueError("heartbeat_interval must be positive")
         if self.hello_timeout <= 0:
             raise ValueError("hello_timeout must be positive")
+        if self.slow_consumer_deadline <= 0:
+            raise ValueError("slow_consumer_deadline must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both, or neither for plain TCP")
         if self.tls_client_ca is not None and self.tls_cert is None:

@@ -740,3 +740,35 @@ def test_entrypoint_respects_explicit_settings(tmp_path: Path) -> None:
     off = run_entrypoint(tmp_path, {"PUB0SUB_MESH": "off", "PUB0SUB_SEEDS": "127.0.0.1:7420"})
     assert off.returncode == 0, off.stderr
     assert [x for x in off.stdout.splitlines() if x.startswith("PUB0SUB_HUB_")] == []
+
+
+# --------------------------------------------------------------------------------------
+# The cluster secret (docs/security.md, "Mesh admission")
+# --------------------------------------------------------------------------------------
+
+
+def test_every_deploy_file_runs_the_mesh_with_a_mounted_cluster_secret() -> None:
+    # Compose: one secret from ./cluster.secret, mounted into every hub, named by the setting.
+    doc = compose()
+    (name,) = doc["secrets"]
+    assert doc["secrets"][name]["file"] == "./cluster.secret"
+    for service, svc in doc["services"].items():
+        (mounted,) = svc["secrets"]
+        assert mounted["source"] == name, service
+        assert svc["environment"]["PUB0SUB_HUB_CLUSTER_SECRET_FILE"] == f"/run/secrets/{mounted['target']}", service
+    # Kubernetes: hub.toml names a file in the mount of the Secret the kustomization generates.
+    path = Path(k8s_hub_toml()["hub"]["cluster-secret-file"])
+    mount = next(m for m in hub_container()["volumeMounts"] if m["mountPath"] == str(path.parent))
+    assert mount["readOnly"] is True
+    volume = next(v for v in statefulset()["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+    (kustomization,) = yaml_documents(K8S / "kustomization.yaml")
+    (generated,) = kustomization["secretGenerator"]
+    assert volume["secret"]["secretName"] == generated["name"] and generated["files"] == [path.name]
+    assert generated["options"]["disableNameSuffixHash"] is True, "a rotation must not roll every pod"
+    # systemd: the example sets it, and the unit reloads it without a restart.
+    assert env_file(UNIT_ENV)["PUB0SUB_HUB_CLUSTER_SECRET_FILE"] == "/etc/pub0sub/cluster.secret"
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in UNIT.read_text()
+    # Never committed: the secrets the compose file and the kustomization read are git-ignored.
+    for directory in (COMPOSE.parent, K8S):
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(directory / "cluster.secret")], cwd=ROOT)
+        assert ignored.returncode == 0, f"{directory}/cluster.secret is not git-ignored"

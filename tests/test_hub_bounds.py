@@ -12,6 +12,8 @@ from hub.core.hub import FRAMES_PER_TURN
 from tests.support.corehub import CoreHub
 from tests.support.inprocess import StartHub, publish, start_server
 from tests.support.rawclient import RawClient
+from tests.support.scrape import scrape, value
+from tests.support.security import user_entry, write_users
 
 __all__ = ["start_server"]  # the fixture
 
@@ -153,3 +155,44 @@ def test_control_replies_share_queue_items_and_keep_their_order(tmp_path: Path) 
     assert kinds == ["Heartbeat:pong", "Heartbeat:pong", "Deliver", "Heartbeat:pong"]
     assert sub.session.out.pending_bytes == sub.session.out.control_bytes == 0
     hub.close()
+
+
+async def test_topics_created_per_user_are_limited_across_reconnects(start_server: StartHub, tmp_path: Path) -> None:
+    users = write_users(tmp_path / "users.toml", user_entry("alice", "alice-pw", publish=[">"]),
+                        user_entry("bob", "bob-pw", publish=[">"]))  # fmt: skip
+    server = await start_server(auth_file=users, max_new_topics_per_user=5, max_new_topics_per_connection=4,
+                                metrics_listen="127.0.0.1:0")  # fmt: skip
+
+    async def as_user(name: str) -> RawClient:
+        return await RawClient.connect(server.address, token=f"{name}:{name}-pw".encode())
+
+    async def creates(client: RawClient, seq: int, *topics: str) -> None:
+        await client.send(publish(topics, [b"x"], seq=seq, ack=True))
+        await client.expect(wire.PublishAck)
+
+    alice = await as_user("alice")
+    await creates(alice, 1, "a.0", "a.1", "a.2")
+    await alice.aclose()
+    alice = await as_user("alice")  # a new connection, the same user: the budget goes on
+    await creates(alice, 1, "a.3", "a.4")
+    await creates(alice, 2, "a.0")  # an existing topic costs nothing
+    await alice.send(publish(("a.0", "a.5"), [b"y"], seq=3, ack=True))
+    error = await alice.expect(wire.Error)
+    assert (error.code, error.ref) == (wire.ErrorCode.LIMIT_EXCEEDED, 3)
+    assert error.reason == "user 'alice' would have created 6 topics, limit max_new_topics_per_user=5 (topic 'a.5')"
+    assert await alice.recv() is None
+    assert "a.5" not in server.store.logs and server.store.logs["a.0"].next_offset == 2  # refused whole
+
+    bob = await as_user("bob")  # another user's budget is his own
+    await creates(bob, 1, "b.0", "b.1", "b.2")
+    alice = await as_user("alice")  # and alice's is still spent
+    await alice.send(publish("a.6", [b"z"], seq=1, ack=True))
+    assert "max_new_topics_per_user=5" in (await alice.expect(wire.Error)).reason
+
+    per_user = server.status()["auth"]["per_user"]
+    assert (per_user["alice"]["topics_created"], per_user["alice"]["topic_limit_refused"]) == (5, 2)
+    assert (per_user["bob"]["topics_created"], per_user["bob"]["topic_limit_refused"]) == (3, 0)
+    assert server.ops is not None
+    samples = await trio.to_thread.run_sync(scrape, server.ops.address)
+    assert value(samples, "pub0sub_user_topic_limit_refused_total", user="alice") == 2
+    assert value(samples, "pub0sub_user_topics_created_total", user="bob") == 3

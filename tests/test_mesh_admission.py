@@ -29,7 +29,7 @@ from hub.core.mesh.admission import (
     AdmissionSetupError,
     frame,
     proof,
-    read_secret,
+    read_secrets,
 )
 from hub.mesh import Mesh
 from hub.mesh.admit import parse_allow_list
@@ -101,6 +101,39 @@ def test_a_different_secret_is_refused_by_both_sides() -> None:
     assert at_listener.value.kind == "wrong_secret" and not listener.done
 
 
+def handshake_between(dialer_secrets: tuple[bytes, ...], listener_secrets: tuple[bytes, ...]) -> str:
+    """``ok``, or which side refused the other's proof."""
+    dialer = AdmissionHandshake(dialer_secrets, dialer=True, own_id=DIALER_ID, peer_id=LISTENER_ID)
+    listener = AdmissionHandshake(listener_secrets, dialer=False, own_id=LISTENER_ID, peer_id=DIALER_ID)
+    deliver(dialer.take_output(), listener)
+    try:
+        deliver(listener.take_output(), dialer)
+    except AdmissionRefused:
+        return "dialer refused"
+    try:
+        deliver(dialer.take_output(), listener)
+    except AdmissionRefused:
+        return "listener refused"
+    assert dialer.done and listener.done
+    return "ok"
+
+
+def test_a_rotation_links_hubs_at_neighbouring_steps_and_ends_the_old_secret() -> None:
+    """docs/security.md's three steps: add the new secret second, put it first, drop the old."""
+    old, new = SECRET, OTHER_SECRET
+    steps = [(old,), (old, new), (new, old), (new,)]
+    for n, (here, there) in enumerate(itertools.pairwise(steps)):
+        # A hub one step ahead links with one not there yet, whichever side dials.
+        assert handshake_between(here, there) == "ok", n
+        assert handshake_between(there, here) == "ok", n
+    # Two steps apart does not: why each step must reach every hub before the next.
+    assert handshake_between((old,), (new, old)) == "dialer refused"
+    assert handshake_between((new, old), (old,)) == "listener refused"
+    # After the last step, a hub with the retired secret alone is refused both ways.
+    assert handshake_between((old,), (new,)) == "dialer refused"
+    assert handshake_between((new,), (old,)) == "dialer refused"
+
+
 def test_a_recorded_proof_cannot_be_replayed_on_a_new_stream() -> None:
     dialer, listener = pair()
     deliver(dialer.take_output(), listener)
@@ -152,12 +185,27 @@ def test_secret_and_allow_list_files_are_checked(tmp_path: Path) -> None:
     short = tmp_path / "short"
     short.write_text("too short\n")
     with pytest.raises(AdmissionSetupError, match="at least 16"):
-        read_secret(short)
+        read_secrets(short)
     with pytest.raises(AdmissionSetupError, match="No such file"):
-        read_secret(tmp_path / "missing")
+        read_secrets(tmp_path / "missing")
     good = tmp_path / "good"
     good.write_text(SECRET.decode() + "\n")
-    assert read_secret(good) == SECRET
+    assert read_secrets(good) == (SECRET,)
+    rotating = tmp_path / "rotating"
+    rotating.write_text(f"# new first, then the old one until every hub has the new\n{'n' * 32}\n\n{SECRET.decode()}\n")
+    assert read_secrets(rotating) == (b"n" * 32, SECRET)
+    three = tmp_path / "three"
+    three.write_text(f"{'a' * 32}\n{'b' * 32}\n{'c' * 32}\n")
+    with pytest.raises(AdmissionSetupError, match="3 secrets; at most 2"):
+        read_secrets(three)
+    weak_second = tmp_path / "weak"
+    weak_second.write_text(f"{'a' * 32}\nshort\n")
+    with pytest.raises(AdmissionSetupError, match="secret 2 of 2: 5 bytes; at least 16"):
+        read_secrets(weak_second)
+    comments = tmp_path / "comments"
+    comments.write_text("# nothing else\n")
+    with pytest.raises(AdmissionSetupError, match="no secret in it"):
+        read_secrets(comments)
     peer = "12D3KooWEMiLLDv79n3N2xD1qyhgEtNxEdZrjZDsMN6NriziCAq9"
     listed = tmp_path / "peers"
     listed.write_text(f"# hubs of the cluster\n{peer}  # hub-1\n\n")
@@ -173,7 +221,7 @@ def test_secret_and_allow_list_files_are_checked(tmp_path: Path) -> None:
 
 
 def secret_rules(secret: bytes = SECRET, **kw: object) -> AdmissionRules:
-    return AdmissionRules(cluster_secret=secret, **kw)  # type: ignore[arg-type]
+    return AdmissionRules(cluster_secrets=(secret,), **kw)  # type: ignore[arg-type]
 
 
 def refusals(mesh: Mesh) -> dict[str, int]:

@@ -10,6 +10,7 @@ logged with its peer id and address -- while the hubs that belong keep their lin
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -160,3 +161,65 @@ def test_unusable_admission_settings_stop_the_hub_with_one_line(tmp_path: Path) 
         )  # fmt: skip
         assert done.returncode == 2, (args, done.stderr)
         assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+async def test_the_cluster_secret_rotates_by_sighup_without_dropping_a_link(tmp_path: Path) -> None:
+    """docs/security.md, "Rotating the cluster secret": each hub's file goes (old) -> (old, new) ->
+    (new, old) -> (new), one SIGHUP per hub and step; a hub one step behind still links, the links
+    stay up throughout, and after the last step a hub with only the old secret is refused."""
+    old, new = "a3" * 32, "5c" * 32
+    files = [tmp_path / f"hub{n}.secret" for n in range(3)]
+    for file in files:
+        write_secret(file, old)
+
+    def secret_args(n: int) -> list[str]:
+        return ["--cluster-secret-file", str(files[n])]
+
+    async def step(hub: Hub, n: int, *secrets: str) -> None:
+        reloads = hub.mesh()["admission"]["secret_reloads"]
+        write_secret(files[n], "\n".join(secrets))
+        hub.signal(signal.SIGHUP)
+
+        def reloaded() -> bool:
+            admission = hub.mesh()["admission"]
+            return admission["secret_reloads"] == reloads + 1 and admission["cluster_secrets_accepted"] == len(secrets)
+
+        await await_until(reloaded, timeout=20, what=f"{hub.name} to reload its secret", in_thread=True, **HUB_POLL)
+
+    with Cluster(tmp_path, heartbeat_interval=HEARTBEAT) as cl:
+        (h0,) = await trio.to_thread.run_sync(lambda: cl.start(1, args=secret_args(0)))
+        h1 = await trio.to_thread.run_sync(lambda: cl.add(h0, args=secret_args(1)))
+        await cl.await_converged()
+        await step(h0, 0, old, new)  # step 1 on hub 0 only: it proves the old, accepts both
+        await step(h1, 1, old, new)
+        await step(h0, 0, new, old)  # step 2 on hub 0 only: it proves the new
+        # A hub joining now at step 1, one step behind hub 0, links with it: new handshakes
+        # across neighbouring steps work both ways (hub 0 dials it back, and it dials hub 0).
+        write_secret(files[2], f"{old}\n{new}")
+        h2 = await trio.to_thread.run_sync(lambda: cl.add(h0, args=secret_args(2)))
+        await cl.await_converged()
+        for hub, n in ((h1, 1), (h2, 2)):
+            await step(hub, n, new, old)
+        for hub, n in ((h0, 0), (h1, 1), (h2, 2)):
+            await step(hub, n, new)  # step 3: the old secret is retired
+        await cl.await_converged()
+        for hub in (h0, h1, h2):
+            assert hub.mesh()["admission"]["refused"] == 0, hub.mesh()["admission"]
+        # The links stayed up and carry messages.
+        async with sdk.connect(h0.address) as client, client.subscribe("rotated") as sub:
+            await cl.await_interest(h2, "rotated", h0)
+            async with sdk.connect(h2.address) as pub:
+                await pub.publish_acked("rotated", b"after the rotation")
+            assert await next_data(sub) == b"after the rotation"
+        # A hub that still holds only the retired secret is refused.
+        stale = write_secret(tmp_path / "stale.secret", old)
+        intruder = await trio.to_thread.run_sync(lambda: cl.add(h0, args=["--cluster-secret-file", str(stale)]))
+
+        def refused_stale() -> bool:
+            return h0.mesh()["admission"]["refused_by_kind"].get("wrong_secret", 0) >= 1
+
+        await await_until(refused_stale, timeout=20, what="hub 0 to refuse the retired secret", in_thread=True,
+                          **HUB_POLL)  # fmt: skip
+        assert intruder.peer_id not in h0.connected_peers() and not intruder.connected_peers()
+        assert "cluster secret file" in h0.log_tail(300) and "reloaded: 1 secret(s) accepted" in h0.log_tail(300)

@@ -54,6 +54,10 @@ class UserCounters:
     subscribe_refused: int = 0
     #: Subscriptions ended, or connections closed, because a reload took the grant away.
     revoked: int = 0
+    #: Topics the user created by publishing to new names, and publishes refused for creating
+    #: more than ``max_new_topics_per_user`` (hub.core.topic_budget).
+    topics_created: int = 0
+    topic_limit_refused: int = 0
 
 
 @dataclass(eq=False)

@@ -58,6 +58,7 @@ from .groups import POLL_SECONDS
 from .mesh_link import MeshLink
 from .origin import OriginSequence
 from .publishing import Publisher
+from .read_pause import ReadPauses
 from .routing import RoutingTable
 from .slow_consumers import SlowConsumerPolicies
 from .stats import HubStats, bump
@@ -97,6 +98,8 @@ class CoreSettings:
     heartbeat_misses: int = 3
     #: Seconds from accept (TLS handshake included) to WELCOME: a client still without one is closed.
     hello_timeout: float = 3.0
+    #: Seconds a connection may go unread for its unread replies before it is closed (hub.core.read_pause).
+    slow_consumer_deadline: float = 10.0
     subscriptions: SubscriptionLimits = field(default_factory=SubscriptionLimits)
     topics: TopicLimits = field(default_factory=TopicLimits)
 
@@ -154,6 +157,8 @@ class HubCore:
             for state in consumers.states.values():
                 self._keep_interest(state)
         self.slow_consumers = SlowConsumerPolicies(self.stats, self.subscriptions.end)
+        #: Connections the shell stopped reading because they leave their replies unread.
+        self.read_pauses = ReadPauses(self.stats, settings.slow_consumer_deadline)
         #: Who may connect and what each user may do: open until :meth:`use_auth` gives a users file.
         self.auth = ClientAuth()
         self.greeting = Greeting(
@@ -365,10 +370,12 @@ class HubCore:
         interval = self.settings.heartbeat_interval
         dead_after = interval * self.settings.heartbeat_misses
         now = self.clock.monotonic()
+        paused = self.read_pauses
         with self.output:
+            paused.close_overdue(now)
             for session in list(self.sessions.values()):
-                if session.closing is not None:
-                    continue
+                if session.closing is not None or session in paused:
+                    continue  # a paused connection's silence is ours (hub.core.read_pause)
                 if now - session.last_received > dead_after:
                     self.stats.heartbeat_timeouts += 1
                     session.fail(

@@ -132,6 +132,10 @@ def _hub_families(core: HubCore) -> list[Family]:
         counter("pub0sub_heartbeat_timeouts", "Clients closed for silence.", stats.heartbeat_timeouts),
         counter("pub0sub_hello_timeouts", "Clients closed for not being welcomed within hello_timeout.",
                 stats.hello_timeouts),
+        counter("pub0sub_read_pauses", "Times a client connection was not read from while its replies went unread.",
+                stats.read_pauses),
+        counter("pub0sub_read_pause_closes", "Client connections closed for staying unread past "
+                "slow_consumer_deadline.", stats.read_pause_closes),
         counter("pub0sub_tls_handshake_failures", "TLS handshakes that failed or did not finish in time.",
                 stats.tls_handshake_failures),
     ]  # fmt: skip
@@ -144,6 +148,9 @@ USER_COUNTERS = (
     ("pub0sub_user_publish_refused", "publish_refused", "PUBLISHes refused: no grant for the topic."),
     ("pub0sub_user_subscribe_refused", "subscribe_refused", "SUBSCRIBEs refused: no grant for the topic."),
     ("pub0sub_user_revoked", "revoked", "Subscriptions ended or connections closed by a reload's lost grant."),
+    ("pub0sub_user_topics_created", "topics_created", "Topics created by the user's publishes."),
+    ("pub0sub_user_topic_limit_refused", "topic_limit_refused",
+     "PUBLISHes refused: they would create more topics than max_new_topics_per_user."),
 )
 
 

@@ -164,13 +164,21 @@ class Publisher:
         if not new:
             return True
         existing = len(self.store.logs) if self.store is not None else len(self.memory_topics)
+        identity = session.identity
+        counters = identity.counters if identity is not None else None
+        user = (identity.label, counters.topics_created) if identity is not None and counters is not None else None
         refusal = topic_refusal(self.limits, new=len(new), created_by_connection=session.topics_created,
-                                existing=existing)  # fmt: skip
+                                existing=existing, user=user)  # fmt: skip
         if refusal is not None:
             self.stats.topic_limit_refusals += 1
-            session.fail(ErrorCode.LIMIT_EXCEEDED, refusal, ref=frame.sequence, why=CloseReason.LIMIT_EXCEEDED)
+            if counters is not None:
+                counters.topic_limit_refused += 1
+            reason = f"{refusal} (topic {min(new)!r})"
+            session.fail(ErrorCode.LIMIT_EXCEEDED, reason, ref=frame.sequence, why=CloseReason.LIMIT_EXCEEDED)
             return False
         session.topics_created += len(new)
+        if counters is not None:
+            counters.topics_created += len(new)
         self.stats.topics_created += len(new)
         return True
 

@@ -43,6 +43,10 @@ class HubStats:
     #: COMMIT frames answered or waiting (hub.core.commits)
     commits: int = 0
     topic_limit_refusals: int = 0
+    #: times a connection was not read from for its unread replies, and those closed for it
+    #: (hub.core.read_pause)
+    read_pauses: int = 0
+    read_pause_closes: int = 0
 
 
 def bump(counts: dict[str, int], key: str, by: int = 1) -> None:

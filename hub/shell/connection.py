@@ -13,6 +13,11 @@ the writer (an SSL stream has no non-blocking send).  Until it is welcomed, a co
 also has a timer task that closes it at its greeting deadline (``hello_timeout``), cancelled
 once it is welcomed.  A connection the core closes
 gets its last frame (an ERROR) sent, then is hung up within ``CLOSE_FLUSH_SECONDS``.
+
+The reader stops reading while the client leaves more than a threshold of replies to its
+own requests unread, counting those still in the kernel's send queue
+(:mod:`hub.core.read_pause`): a client that pings or publishes without reading the answers
+costs the hub that threshold, not a share of its time.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ import trio
 from ..core.clients import ClientSession, CloseReason
 from ..core.events import ev
 from ..core.hub import HubCore
+from ..core.read_pause import ReplyBacklog, pause_threshold
 from .auth import Verifier
-from .sockio import send_now
+from .sockio import kernel_unsent, send_now
 from .tls import ClientStream
 
 log = logging.getLogger("pub0sub.hub.connection")
@@ -33,14 +39,16 @@ log = logging.getLogger("pub0sub.hub.connection")
 RECEIVE_SIZE = 64 << 10
 #: How long a closing connection may take to flush its final ERROR frame.
 CLOSE_FLUSH_SECONDS = 2.0
+#: How often a connection not read from looks whether its replies drained (the kernel does not say).
+PAUSE_POLL_SECONDS = 0.01
 
 
 class ClientConnection:
     """Implements :class:`hub.core.clients.Transport` for ``session`` over ``stream``."""
 
     __slots__ = (
-        "_direct", "_greeting", "_nursery", "_unsent", "_writing", "core", "greeting_deadline", "session", "stream",
-        "verifier", "write_chunk",
+        "_direct", "_greeting", "_nursery", "_pause_above", "_replies", "_socket", "_unsent", "_writing", "core",
+        "greeting_deadline", "session", "stream", "verifier", "write_chunk",
     )  # fmt: skip
 
     def __init__(
@@ -70,6 +78,12 @@ class ClientConnection:
         #: writer sends it before anything else.
         self._unsent: tuple[memoryview, int] | None = None
         self._nursery: trio.Nursery | None = None
+        #: Replies the client has not taken yet, and how many bytes of them stop the reader.
+        self._replies = ReplyBacklog()
+        self._pause_above = pause_threshold(session.out.cap)
+        #: The TCP socket under the stream (under TLS too): its kernel send queue is asked.
+        tcp = stream if isinstance(stream, trio.SocketStream) else stream.transport_stream
+        self._socket = tcp.socket if isinstance(tcp, trio.SocketStream) else None
         session.transport = self
 
     async def run(self) -> None:
@@ -120,12 +134,13 @@ class ClientConnection:
             self._start_writer()
             return
         assert isinstance(self.stream, trio.SocketStream)
-        data, size = out.take(self.write_chunk)
+        data, size = self._take()
         try:
             sent = send_now(self.stream, data)
         except trio.BrokenResourceError:
             self.session.close(CloseReason.WRITE_FAILED)
             return
+        self._replies.written(sent)
         if sent == len(data):
             self._sent(size)
         else:
@@ -143,14 +158,13 @@ class ClientConnection:
     async def _write_loop(self) -> None:
         session = self.session
         out = session.out
-        chunk = self.write_chunk
         try:
             while True:
                 if self._unsent is not None:
                     data, size = self._unsent
                     self._unsent = None
                 elif out.items:
-                    taken, size = out.take(chunk)
+                    taken, size = self._take()
                     data = memoryview(taken)
                 else:
                     # Everything is sent: the task ends (no await between this look and the
@@ -161,11 +175,20 @@ class ClientConnection:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     session.close(CloseReason.WRITE_FAILED)
                     break
+                self._replies.written(len(data))
                 self._sent(size)
         finally:
             self._writing = False
         if session.closing is not None and self._nursery is not None:
             self._nursery.cancel_scope.cancel()  # the last frame is out: hang up
+
+    def _take(self) -> tuple[bytes, int]:
+        """Up to ``write_chunk`` bytes of queued output for one send, and their queued size."""
+        out = self.session.out
+        replies_before = out.control_bytes
+        data, size = out.take(self.write_chunk)
+        self._replies.taken(size, replies_before - out.control_bytes)
+        return data, size
 
     def _sent(self, size: int) -> None:
         """``size`` queued bytes are on the wire: log readers waiting for room may go on."""
@@ -176,6 +199,9 @@ class ClientConnection:
         core = self.core
         try:
             while session.closing is None:
+                if self._replies_unread() > self._pause_above:
+                    await self._paused()
+                    continue
                 data = await self.stream.receive_some(RECEIVE_SIZE)
                 if not data:
                     session.close(CloseReason.CLIENT_CLOSED)
@@ -186,7 +212,13 @@ class ClientConnection:
                         # Nothing more is read until HELLO's secret is checked (off the event loop).
                         more = core.verified(session, await self.verifier.check(job))
                     elif more:
-                        await trio.lowlevel.checkpoint()  # a chunk that created many topics: others run first
+                        # The chunk's next turn: others run first, and its replies must be read.
+                        if self._replies_unread() > self._pause_above:
+                            await self._paused()
+                        else:
+                            await trio.lowlevel.checkpoint()
+                        if session.closing is not None:
+                            break
                         more = core.receive_data(session, b"")
                     else:
                         break
@@ -194,6 +226,27 @@ class ClientConnection:
                     self._greeting.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             session.close(CloseReason.READ_FAILED)
+
+    def _replies_unread(self) -> int:
+        """Reply bytes the client has not taken; the kernel is asked only when they may pass the threshold."""
+        queued = self.session.out.control_bytes
+        bound = self._replies.at_most(queued)
+        if bound <= self._pause_above:
+            return bound
+        return self._replies.unread(queued, kernel_unsent(self._socket.fileno() if self._socket is not None else -1))
+
+    async def _paused(self) -> None:
+        """Read nothing until the client takes its replies (or the core closes it: hub.core.read_pause)."""
+        session = self.session
+        pauses = self.core.read_pauses
+        clock = self.core.clock
+        pauses.paused(session, clock.monotonic(), self._replies_unread())
+        try:
+            # Polled: the kernel's send queue draining wakes nobody.
+            while session.closing is None and self._replies_unread() > self._pause_above:  # noqa: ASYNC110
+                await trio.sleep(PAUSE_POLL_SECONDS)
+        finally:
+            pauses.resumed(session, clock.monotonic())
 
     async def _greeting_timer(self) -> None:
         """A connection not welcomed by its deadline is closed (``hub.core.greeting``)."""

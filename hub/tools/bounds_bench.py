@@ -2,7 +2,7 @@
 
     python -m hub.tools.bounds_bench patterns [--patterns 80000] [--seconds 5]
     python -m hub.tools.bounds_bench topics [--topics 256]
-    python -m hub.tools.bounds_bench attack [--seconds 5] [--rounds 3]
+    python -m hub.tools.bounds_bench attack [--seconds 5] [--rounds 3] [--attackers never_read,...]
 
 ``patterns``: the acknowledged publish rate of one client while 8 other connections
 hold ``--patterns`` distinct wildcard patterns between them (none matching what is
@@ -15,8 +15,9 @@ of 5 frames).
 
 ``attack``: a healthy client's acknowledged publish rate alone and while the hub is
 under attack (10,000 malformed connections, a connection flood past
-``--max-connections``, a slow-drip sender, subscribers that never read), ``--rounds``
-alternations of the two; the ratio of the medians; the hub's RSS before and after.
+``--max-connections``, a slow-drip sender, subscribers that ping and never read; or the
+``--attackers`` named), ``--rounds`` alternations of the two; the ratio of the medians; the
+hub's CPU share in each sample; the hub's RSS before and after.
 
 ``--hub-root DIR`` runs the hub from another checkout (a before/after comparison).
 Hubs run as ``python -m hub`` subprocesses on 127.0.0.1, stopped by their PID.
@@ -32,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import wire
+
+from .attackers import ATTACKERS, Attack
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISH_WINDOW = 16
@@ -225,114 +227,51 @@ def bench_topics(topics: int) -> dict[str, Any]:
 # -- attack --------------------------------------------------------------------------------
 
 
-class Attack:
-    """The attackers of ``attack``, each in its own thread, until :meth:`stop`."""
-
-    def __init__(self, address: str, *, malformed: int = 10_000) -> None:
-        self.address = address
-        self.malformed = malformed
-        self.stopping = threading.Event()
-        self.counts = {"malformed_connections": 0, "flood_connections": 0, "drip_bytes": 0, "unread_pings": 0}
-        self._threads = [threading.Thread(target=t, daemon=True)
-                         for t in (self._malformed, self._flood, self._drip, self._never_read)]  # fmt: skip
-
-    def _connect(self) -> socket.socket:
-        host, port = self.address.rsplit(":", 1)
-        return socket.create_connection((host, int(port)), timeout=5)
-
-    def _malformed(self) -> None:
-        """Connections that send garbage (a bad opcode, a huge length, a truncated HELLO, a lone
-        byte), hang up their sending side and read what the hub says."""
-        junk = [b"\xff\x00\x00\x00\x01x", b"\x22\xff\xff\xff\xff", wire.Hello(client_name="x").encode()[:7], b"\x00"]
-        n = 0
-        while not self.stopping.is_set() and self.counts["malformed_connections"] < self.malformed:
-            try:
-                with self._connect() as sock:
-                    sock.sendall(junk[n % len(junk)])
-                    sock.shutdown(socket.SHUT_WR)
-                    while sock.recv(1024):
-                        pass
-            except OSError:
-                pass
-            n += 1
-            self.counts["malformed_connections"] += 1
-
-    def _flood(self) -> None:
-        """Connections opened and held past --max-connections, 300 at a time, renewed at
-        ~200 a second (a flood, not a CPU race with the healthy client)."""
-        held: list[socket.socket] = []
-        while not self.stopping.wait(0.005):
-            if len(held) >= 300:
-                held.pop(0).close()
-            try:
-                held.append(self._connect())
-                self.counts["flood_connections"] += 1
-            except OSError:
-                pass
-        for sock in held:
-            sock.close()
-
-    def _drip(self) -> None:
-        """One byte a second of a frame that never completes, on a fresh connection when closed."""
-        frame = wire.Publish(sequence=1, sets=(wire.MessageSet.build(("drip",), [(b"", bytes(1000))]),)).encode()
-        while not self.stopping.is_set():
-            try:
-                with self._connect() as sock:
-                    sock.sendall(wire.Hello(client_name="drip").encode())
-                    for byte in frame:
-                        if self.stopping.wait(1.0):
-                            return
-                        sock.sendall(bytes([byte]))
-                        self.counts["drip_bytes"] += 1
-            except OSError:
-                continue
-
-    def _never_read(self) -> None:
-        """Subscribers to the healthy client's topics that never read, and pings never read back."""
-        socks = []
-        try:
-            for n in range(4):
-                sock = self._connect()
-                sock.sendall(wire.Hello(client_name=f"deaf{n}").encode()
-                             + wire.Sub(sub_id=1, patterns=("bench.>",)).encode())  # fmt: skip
-                socks.append(sock)
-            pings = wire.PING.encode() * 1000
-            while not self.stopping.is_set():
-                for sock in socks:
-                    try:
-                        sock.sendall(pings)
-                        self.counts["unread_pings"] += 1000
-                    except OSError:
-                        pass
-                time.sleep(0.01)
-        finally:
-            for sock in socks:
-                sock.close()
-
-    def done_malformed(self) -> bool:
-        return self.counts["malformed_connections"] >= self.malformed
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        for thread in self._threads:
-            thread.join(10)
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_attack(seconds: float, root: Path, *, rounds: int = 3) -> dict[str, Any]:
+def client_bytes(client: Client) -> tuple[int, int]:
+    """Bytes the hub has read from and written to all its clients (its STATUS, asked on ``client``)."""
+    client.send(wire.Status())
+    doc = json.loads(client.expect(wire.StatusReply).document)
+    counters, connections = doc["counters"], doc["connection_list"]
+    return (counters["bytes_in_closed"] + sum(c["bytes_in"] for c in connections),
+            counters["bytes_out_closed"] + sum(c["bytes_out"] for c in connections))  # fmt: skip
+
+
+def bench_attack(
+    seconds: float, root: Path, *, rounds: int = 3, attackers: tuple[str, ...] = tuple(ATTACKERS)
+) -> dict[str, Any]:
     """``rounds`` alternations of the healthy client alone and under attack, on one hub.
 
     Alternating spreads the machine's other load over both sides; the ratio is of the medians.
-    The attackers are threads of this process: they take CPU from the hub and the healthy
-    client as an attacker on the same 2 cores would.
+    The attackers are processes of their own (see :class:`Attack`).  The hub's CPU share
+    during each sample (CPU seconds per second) and the bytes per second it reads from and
+    writes to its clients (its own counters: the attackers' frames taken in, the answers sent,
+    the healthy client's share included) show what the attack costs the hub
+    itself, which the healthy client's rate shows only through the noise of a shared machine.
     """
     args = ["--max-connections", "200", "--heartbeat-interval", "2", "--max-pending-bytes", str(1 << 20)]
     alone: list[float] = []
     attacked: list[float] = []
+    cpu_alone: list[float] = []
+    cpu_attacked: list[float] = []
+    io_alone: list[tuple[float, float]] = []
+    io_attacked: list[tuple[float, float]] = []
     counts: dict[str, int] = {}
+
+    def sample(healthy: Client, rates: list[float], cpu: list[float], io: list[tuple[float, float]], pid: int) -> None:
+        read, written = client_bytes(healthy)
+        started, used = time.perf_counter(), cpu_seconds(pid)
+        rates.append(client_acked_rate(healthy, seconds, topic=topic))
+        took = time.perf_counter() - started
+        cpu.append((cpu_seconds(pid) - used) / took)
+        now_read, now_written = client_bytes(healthy)
+        io.append(((now_read - read) / took / (1 << 20), (now_written - written) / took / (1 << 20)))
+
     with hub_process(*args, root=root) as (address, pid):
         topic = lambda n: f"bench.t{n % 100}"  # noqa: E731
         # One connection for every sample, made before any attack: an established client
@@ -342,15 +281,16 @@ def bench_attack(seconds: float, root: Path, *, rounds: int = 3) -> dict[str, An
             client_acked_rate(healthy, 1.0, topic=topic)  # warm-up: topics exist, caches filled
             rss_before = rss_mib(pid)
             for _ in range(rounds):
-                alone.append(client_acked_rate(healthy, seconds, topic=topic))
-                attack = Attack(address)
+                sample(healthy, alone, cpu_alone, io_alone, pid)
+                attack = Attack(address, attackers=attackers)
                 attack.start()
                 time.sleep(1.0)  # the attack under way
                 try:
-                    attacked.append(client_acked_rate(healthy, seconds, topic=topic))
+                    sample(healthy, attacked, cpu_attacked, io_attacked, pid)
                 finally:
                     attack.stop()
-                for name, value in attack.counts.items():
+                    attack_counts = attack.counts
+                for name, value in attack_counts.items():
                     counts[name] = counts.get(name, 0) + value
                 time.sleep(1.0)  # the hub sees the attackers' connections close
             rss_after = rss_mib(pid)
@@ -358,12 +298,17 @@ def bench_attack(seconds: float, root: Path, *, rounds: int = 3) -> dict[str, An
             healthy.close()
     return {
         "rounds": rounds,
+        "attackers": list(attackers),
         "seconds_per_sample": seconds,
         "healthy_acked_msgs_per_s_alone": round(statistics.median(alone)),
         "healthy_acked_msgs_per_s_under_attack": round(statistics.median(attacked)),
         "ratio": round(statistics.median(attacked) / statistics.median(alone), 3),
         "alone_samples": [round(x) for x in alone],
         "under_attack_samples": [round(x) for x in attacked],
+        "hub_cpu_share_alone": [round(x, 2) for x in cpu_alone],
+        "hub_cpu_share_under_attack": [round(x, 2) for x in cpu_attacked],
+        "hub_mib_per_s_read_written_alone": [[round(r, 2), round(w, 2)] for r, w in io_alone],
+        "hub_mib_per_s_read_written_under_attack": [[round(r, 2), round(w, 2)] for r, w in io_attacked],
         "rss_mib_before": round(rss_before, 1),
         "rss_mib_after": round(rss_after, 1),
         **counts,
@@ -378,13 +323,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3, help="attack: alternations of alone and under attack")
     parser.add_argument("--hub-root", type=Path, default=ROOT, help="run the hub from this checkout")
+    parser.add_argument(
+        "--attackers",
+        default=",".join(ATTACKERS),
+        help=f"attack: which attackers, comma-separated (default: all of {', '.join(ATTACKERS)})",
+    )
     args = parser.parse_args(argv)
     if args.what == "patterns":
         row = bench_patterns(args.patterns, args.seconds, args.hub_root)
     elif args.what == "topics":
         row = bench_topics(args.topics)
     else:
-        row = bench_attack(args.seconds, args.hub_root, rounds=args.rounds)
+        chosen = tuple(name.strip() for name in args.attackers.split(",") if name.strip())
+        if unknown := [name for name in chosen if name not in ATTACKERS]:
+            parser.error(f"unknown attackers {unknown}: choose from {', '.join(ATTACKERS)}")
+        row = bench_attack(args.seconds, args.hub_root, rounds=args.rounds, attackers=chosen)
     row["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps({"bench": args.what, **row}), flush=True)
     return 0

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import wire
-from hub.tools.bounds_bench import Attack, rss_mib
+from hub.tools.attackers import Attack
+from hub.tools.bounds_bench import rss_mib
 from tests.support.history import CheckResult, History, check
 from tests.support.hubprocess import ROOT, HubProcess, hub_status
 from tests.support.publisher import Publisher, wait_progress

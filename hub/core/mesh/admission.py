@@ -8,7 +8,10 @@ the session's first frame is read:
 * a cluster secret (``--cluster-secret-file``): both hubs prove they hold it with an HMAC over
   both peer ids and a fresh nonce from each side, so a proof is good for this pair, this
   stream and this direction only -- it cannot be replayed, reflected or relayed, and the
-  secret itself never crosses the wire (docs/protocol.md, "Mesh admission", has the bytes);
+  secret itself never crosses the wire (docs/protocol.md, "Mesh admission", has the bytes).
+  During a rotation the file holds two secrets: a hub proves with the first and accepts a
+  proof made with either, so hubs that have and have not yet taken the new one still link
+  (docs/security.md, "Rotating the cluster secret"); SIGHUP reads the file again;
 * the seed protocol (``/pub0sub/mesh/1.0.0``) has no handshake to prove anything in, so its
   streams are refused unless the operator allows them (``--allow-mesh-v1``).
 
@@ -27,7 +30,7 @@ import os
 import struct
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..events import ev
@@ -48,6 +51,8 @@ DIALER = b"D"
 LISTENER = b"L"
 #: A secret shorter than this is refused at start: the HMAC is only as strong as the secret.
 MIN_SECRET_BYTES = 16
+#: Secrets one file may hold: the one proved, and during a rotation the other one accepted.
+MAX_SECRETS = 2
 #: Refusals remembered for status (the counters keep the totals).
 RECENT_REFUSALS = 16
 
@@ -68,25 +73,40 @@ class AdmissionRefused(Exception):
         self.kind = kind
 
 
-def read_secret(path: Any) -> bytes:
-    """The cluster secret in the file at ``path``: its bytes, without surrounding whitespace.
+def read_secrets(path: Any) -> tuple[bytes, ...]:
+    """The cluster secrets in the file at ``path``, one a line without surrounding whitespace
+    (blank lines and ``#`` comments skipped): the first is proved, each one is accepted.
 
-    Raises :class:`AdmissionSetupError` (naming the file) when it is missing, empty or too short.
+    Raises :class:`AdmissionSetupError` (naming the file) when it is missing, holds no secret,
+    more than :data:`MAX_SECRETS`, or one too short.
     """
     try:
         with open(path, "rb") as f:
-            secret = f.read().strip()
-            mode = os.fstat(f.fileno()).st_mode
+            text = f.read()
+            stat = os.fstat(f.fileno())
     except OSError as exc:
         raise AdmissionSetupError(f"cluster secret file {path}: {exc.strerror or exc}") from exc
-    if mode & 0o077:
-        log.warning("cluster secret file %s is readable by other users (mode %o): chmod 600 it", path, mode & 0o777,
-                    extra=ev("cluster_secret_file_open", x_path=str(path), x_mode=oct(mode & 0o777)))
-    if len(secret) < MIN_SECRET_BYTES:
+    mode = stat.st_mode & 0o777
+    # Readable by others, or by a group that is not the hub's own (Kubernetes gives a secret
+    # volume the pod's fsGroup, which is the hub's group there).
+    if mode & 0o007 or (mode & 0o070 and stat.st_gid != os.getgid()):
+        log.warning("cluster secret file %s is readable by other users (mode %o): chmod 600 it", path, mode,
+                    extra=ev("cluster_secret_file_open", x_path=str(path), x_mode=oct(mode)))
+    secrets = tuple(line for line in (raw.strip() for raw in text.splitlines()) if line and not line.startswith(b"#"))
+    if not secrets:
+        raise AdmissionSetupError(f"cluster secret file {path}: no secret in it "
+                                  "(`pub0sub cluster secret` writes one of 64 random hex digits)")  # fmt: skip
+    if len(secrets) > MAX_SECRETS:
         raise AdmissionSetupError(
-            f"cluster secret file {path}: {len(secret)} bytes; at least {MIN_SECRET_BYTES} are needed "
-            "(`pub0sub cluster secret` writes one of 64 random hex digits)")  # fmt: skip
-    return secret
+            f"cluster secret file {path}: {len(secrets)} secrets; at most {MAX_SECRETS} (during a rotation: "
+            "the one to prove first, the one still accepted second)")  # fmt: skip
+    for number, secret in enumerate(secrets, 1):
+        if len(secret) < MIN_SECRET_BYTES:
+            which = f"secret {number} of {len(secrets)}: " if len(secrets) > 1 else ""
+            raise AdmissionSetupError(
+                f"cluster secret file {path}: {which}{len(secret)} bytes; at least {MIN_SECRET_BYTES} are needed "
+                "(`pub0sub cluster secret` writes one of 64 random hex digits)")  # fmt: skip
+    return secrets
 
 
 def proof(
@@ -123,14 +143,15 @@ class AdmissionHandshake:
 
     def __init__(
         self,
-        secret: bytes,
+        secret: bytes | tuple[bytes, ...],
         *,
         dialer: bool,
         own_id: bytes,
         peer_id: bytes,
         random_bytes: Callable[[int], bytes] = os.urandom,
     ) -> None:
-        self._secret = secret
+        #: The first is proved; a peer's proof made with any of them is accepted (a rotation).
+        self._secrets = (secret,) if isinstance(secret, bytes) else secret
         self.dialer = dialer
         self._own = own_id
         self._peer = peer_id
@@ -149,11 +170,15 @@ class AdmissionHandshake:
 
     def _own_proof(self) -> bytes:
         role = DIALER if self.dialer else LISTENER
-        return proof(self._secret, role, self._own, self._peer, *self._nonces())
+        return proof(self._secrets[0], role, self._own, self._peer, *self._nonces())
 
-    def _expected_peer_proof(self) -> bytes:
+    def _proves_a_secret(self, peer_proof: bytes) -> bool:
         role = LISTENER if self.dialer else DIALER
-        return proof(self._secret, role, self._peer, self._own, *self._nonces())
+        nonces = self._nonces()
+        # Every secret is tried (no early exit): the time taken does not say which one matched.
+        matched = [hmac.compare_digest(peer_proof, proof(secret, role, self._peer, self._own, *nonces))
+                   for secret in self._secrets]  # fmt: skip
+        return any(matched)
 
     def take_output(self) -> bytes:
         out = bytes(self._out)
@@ -195,7 +220,7 @@ class AdmissionHandshake:
             if not self.dialer:
                 self._out += frame(ADMIT_NONCE, self._nonce) + frame(ADMIT_PROOF, self._own_proof())
             return
-        matches = hmac.compare_digest(data, self._expected_peer_proof())
+        matches = self._proves_a_secret(data)
         if self.dialer:
             # Sent even when the listener's proof failed, so that hub's operator reads "a different
             # cluster secret" too, not just a closed stream.  It reveals no more than a good proof.
@@ -211,18 +236,21 @@ class AdmissionRules:
 
     #: Peer ids (text form) that may link; None: any peer (that passes the secret, if one is set).
     allowed_peers: frozenset[str] | None = None
-    cluster_secret: bytes | None = field(default=None, repr=False)
+    #: The secrets of ``--cluster-secret-file`` (the first is proved); empty: no secret asked.
+    cluster_secrets: tuple[bytes, ...] = field(default=(), repr=False)
     allow_v1: bool = False
 
     @property
     def open(self) -> bool:
-        return self.allowed_peers is None and self.cluster_secret is None
+        return self.allowed_peers is None and not self.cluster_secrets
 
     def describe(self) -> str:
         parts = []
         if self.allowed_peers is not None:
             parts.append(f"{len(self.allowed_peers)} allowed peer id(s)")
-        if self.cluster_secret is not None:
+        if len(self.cluster_secrets) > 1:
+            parts.append(f"cluster secret ({len(self.cluster_secrets)} accepted: a rotation)")
+        elif self.cluster_secrets:
             parts.append("cluster secret")
         if self.allow_v1:
             parts.append("mesh v1 allowed (no proof)")
@@ -237,6 +265,7 @@ class AdmissionPolicy:
         self.refused = 0
         self.refused_by_kind: Counter[str] = Counter()
         self.admitted = 0
+        self.secret_reloads = 0
         #: The last refusals: peer id, address, reason (bounded).
         self.recent: deque[dict[str, str]] = deque(maxlen=RECENT_REFUSALS)
 
@@ -264,10 +293,16 @@ class AdmissionPolicy:
         self, version: MeshVersion, *, dialer: bool, own_id: bytes, peer_id: bytes
     ) -> AdmissionHandshake | None:
         """The cluster-secret handshake this stream must pass first (None: none, it is admitted)."""
-        secret = self.rules.cluster_secret
-        if secret is None or version is MeshVersion.V1:
+        secrets = self.rules.cluster_secrets
+        if not secrets or version is MeshVersion.V1:
             return None  # v1 was allowed explicitly: it cannot prove a secret
-        return AdmissionHandshake(secret, dialer=dialer, own_id=own_id, peer_id=peer_id)
+        return AdmissionHandshake(secrets, dialer=dialer, own_id=own_id, peer_id=peer_id)
+
+    def use_secrets(self, secrets: tuple[bytes, ...]) -> None:
+        """A reloaded secret file (SIGHUP): new streams are judged by it; links already admitted
+        stay (each was proved when it was set up)."""
+        self.rules = replace(self.rules, cluster_secrets=secrets)
+        self.secret_reloads += 1
 
     def refuse(self, key: str, address: str, refusal: AdmissionRefused, *, outbound: bool) -> None:
         """Count and log a refused peer (the shell resets its stream)."""
@@ -284,7 +319,9 @@ class AdmissionPolicy:
         return {
             "rules": rules.describe(),
             "allowed_peers": None if rules.allowed_peers is None else len(rules.allowed_peers),
-            "cluster_secret": rules.cluster_secret is not None,
+            "cluster_secret": bool(rules.cluster_secrets),
+            "cluster_secrets_accepted": len(rules.cluster_secrets),
+            "secret_reloads": self.secret_reloads,
             "allow_v1": rules.allow_v1,
             "admitted": self.admitted,
             "refused": self.refused,
