@@ -36,6 +36,11 @@ class OverlayConfig:
     #: owner of each key it publishes under whether it holds that owner's latest version.
     #: A WATCH not answered within ``watch_retry`` seconds goes again.
     watch_retry: float = 2.0
+    #: And every ``recheck_interval`` seconds whatever happened: a control frame can also be
+    #: lost without a break this hub sees (a relay that had no route yet while the overlay
+    #: formed drops it, counted there), so owners are told again (they ignore a repeat) and
+    #: watches checked.  Costs two small routed frames per rendezvous key per interval.
+    recheck_interval: float = 60.0
     #: A publish under a key whose watch is not answered yet waits at most this long for the
     #: answer (then goes where the hubs known by then are; the others repair from JOINED).
     park_max: float = 1.0

@@ -130,6 +130,8 @@ class Overlay:
         self._break_from = 0.0
         #: when to tell owners again what may have been lost in a break (see _recheck)
         self._recheck_at: float | None = None
+        #: the next recheck whatever happened (config.recheck_interval), spread by hub id
+        self._periodic_at = clock.monotonic() + config.recheck_interval * (1 + (hub_id % 1000) / 1000)
         #: origins asked for SYNC that have not answered yet (asked again after a break)
         self._syncing: set[int] = set()
 
@@ -535,19 +537,24 @@ class Overlay:
         self._recheck_at = now + self.config.heads_delay
 
     def _recheck(self, now: float) -> float | None:
-        """Once the graph is quiet after a change, control frames lost on the way are sent again
-        (INTEREST to owners, WATCH version checks, SYNC not answered yet)."""
+        """Once the graph is quiet after a change, and every ``recheck_interval`` anyway, control
+        frames lost on the way are sent again (INTEREST to owners, WATCH version checks, SYNC not
+        answered yet)."""
+        if self._periodic_at <= now:
+            self._periodic_at = now + self.config.recheck_interval
+            if self._recheck_at is None or self._recheck_at > now:
+                self._recheck_at = now
         if self._recheck_at is None:
-            return None
+            return self._periodic_at
         if now < self._recheck_at:
-            return self._recheck_at
+            return min(self._recheck_at, self._periodic_at)
         self._recheck_at = None
         for send in self.registrations.recheck() + self.watching.recheck(now):
             self._route_control(*send)
         for origin in sorted(self._syncing):
             if self.membership.is_reachable(origin):
                 self._sync(origin)
-        return None
+        return self._periodic_at
 
     def _heads_after_break(self, now: float) -> float | None:
         """Once the graph is quiet after a break, HEADS for topics published around it."""
