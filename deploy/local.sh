@@ -53,7 +53,9 @@ case "$cmd" in
   test)
     ensure_venv dev
     ensure_system_packages
-    exec "$VENV/bin/python" -m pytest "$@"
+    # Two workers: the suite mostly waits on hubs, JVMs and subprocesses (tests/conftest.py groups
+    # the tests by module). Later options win: -n 0 runs it in one process.
+    exec "$VENV/bin/python" -m pytest -n "${PUB0SUB_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"
     ;;
   *)
     echo "usage: bash deploy/local.sh demo|test [args...]" >&2

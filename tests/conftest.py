@@ -1,4 +1,10 @@
-"""Shared fixtures: real hubs on 127.0.0.1, started as subprocesses or in-process."""
+"""Shared fixtures: real hubs on 127.0.0.1, started as subprocesses or in-process.
+
+The whole suite runs on two pytest-xdist workers (``deploy/local.sh test``: ``-n 2 --dist
+loadgroup``).  :func:`pytest_collection_modifyitems` puts every test in a group, one module per
+group, so a module-scoped fixture (a Spark cluster, three hubs) is made once, on one worker; and
+it hands the long groups out first, so none of them starts last and runs on alone.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,31 @@ import pytest
 
 from tests.support.command import Command
 from tests.support.hubprocess import HubProcess
+
+#: The group of the modules that use the session's SparkSession: one worker, so one JVM, not two.
+SPARK_SESSION_GROUP = "spark-session"
+#: Groups handed out first, longest first (``--durations`` of a whole run, 2026-11-24: the cluster
+#: module ~190 s, the SparkSession modules ~90 s, the mesh fault plans ~70 s, the stop tests ~45 s).
+#: Only the order depends on it: a group missing here runs after these, in collection order.
+LONG_GROUPS = ("test_spark_cluster.py", SPARK_SESSION_GROUP, "test_mesh_faults.py", "test_stopping.py",
+               "test_cluster.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups: dict[str, str] = {}
+    for item in items:
+        module = item.path.name
+        if "spark" in getattr(item, "fixturenames", ()):
+            groups[module] = SPARK_SESSION_GROUP
+        groups.setdefault(module, module)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.path.name]))
+
+    def rank(item: pytest.Item) -> int:
+        group = groups[item.path.name]
+        return LONG_GROUPS.index(group) if group in LONG_GROUPS else len(LONG_GROUPS)
+
+    items.sort(key=rank)  # stable: the order inside a module is kept
 
 
 @pytest.fixture

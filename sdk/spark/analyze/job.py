@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..session import fit_shuffle_partitions
 from .decode import MESSAGE_COLUMNS, SPARK_DDL, make_file_decoder
 from .inputs import HubDir, Segments
 from .progress import Progress
@@ -124,10 +125,11 @@ def run(
         return result
 
     started = time.perf_counter()
+    shuffle = fit_shuffle_partitions(spark)  # the decoding job above registered the executors: their cores count now
     with progress.spark_stage(spark, "aggregating topics, rates and latency"):
         result.tables = aggregate(spark, out)
     timings["aggregate"] = time.perf_counter() - started
-    progress.step(f"aggregated in {timings['aggregate']:.1f} s")
+    progress.step(f"aggregated in {timings['aggregate']:.1f} s ({shuffle} shuffle partitions)")
     return result
 
 

@@ -10,8 +10,12 @@ Both masters measure against one server: a hub with a data directory plus a stan
 and two 1-core workers on loopback (:class:`HubAndSparkCluster`, started on the first cluster
 measurement), idle while ``local[2]`` runs.
 A process holds one SparkContext, so :func:`session_for` stops the other master's session
-when the methods alternate; every measurement first runs an untimed warm-up read, so the
-timed query never pays for the executors' Python workers starting.
+when the methods alternate, and every measurement may start on a new JVM.  So each first runs
+the same query untimed over the whole range: the executors' Python workers start, and the JVM
+compiles the Arrow-to-row copy that takes most of a read's CPU (measured with JFR: ~60% of the
+CPU of a 1M-row S1 is the JVM, mostly ``UnsafeProjection`` of the six columns).  With a
+20,000-row warm-up, as before 2026-11-24, the timed query also paid for that compilation:
+the JVM's CPU per 1M rows was ~1.0 s on the first full read and ~0.6 s from the second on.
 """
 
 from __future__ import annotations
@@ -38,8 +42,6 @@ if TYPE_CHECKING:
 
 LOCAL = "local[2]"
 WORKERS = 2
-#: Rows read by the untimed warm-up query of each measurement.
-WARM_UP_ROWS = 20_000
 
 
 def unavailable() -> str | None:
@@ -154,17 +156,21 @@ def _read(spark: SparkSession, address: str, topic: str, start: int, end: int) -
     )
 
 
+def _count(df: Any) -> Any:
+    """The S1 query: every row is read and its value's length summed."""
+    return df.selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
+
+
 def _s1(which: str) -> Callable[[Server | None, Params], Measurement]:
     def measure(server: Server | None, p: Params) -> Measurement:
         assert p.messages is not None
         address, master = hub_address(server), master_of(server, which)
         topic, start, end = publish_raw(address, p.messages, p.size, p.timeout)
         spark = session_for(master, "pub0sub-bench-S1")
-        warm = _read(spark, address, topic, start, min(end, start + WARM_UP_ROWS))
-        warm.selectExpr("count(*)").collect()
+        _count(_read(spark, address, topic, start, end))  # warm-up: Python workers, JIT (module docstring)
         df = _read(spark, address, topic, start, end)
         started = time.perf_counter()
-        row = df.selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
+        row = _count(df)
         seconds = time.perf_counter() - started
         if row.n != end - start or row.bytes != (end - start) * p.size:
             raise RuntimeError(f"read {row.n} rows / {row.bytes} bytes, expected {end - start} x {p.size}")
@@ -190,5 +196,5 @@ for _which in ("local", "cluster"):
         system="pub0sub", method=f"spark-{_which}", server="pub0sub-log+spark", measure=_s1(_which),
         unavailable=unavailable,
         tooling=f"hub --data-dir filled by raw PUBLISH frames; {TOOLING[_which]}, count + sum(length(value)) over "
-                f"the range in {WORKERS} partitions, after an untimed warm-up read",
+                f"the range in {WORKERS} partitions, after the same query untimed (warm-up)",
     ))  # fmt: skip
