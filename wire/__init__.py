@@ -19,6 +19,7 @@ from .frames.client_subscribe import (
     AckRange,
     Credit,
     Deliver,
+    DeliverHeaders,
     Gap,
     SlowConsumerPolicy,
     StartPosition,
@@ -31,9 +32,9 @@ from .frames.client_subscribe import (
     UpdateOp,
     deliver_prefix,
 )
-from .frames.log_segment import LogBatch, SegmentHeader
+from .frames.log_segment import SEGMENT_VERSIONS, LogBatch, LogBatchHeaders, SegmentHeader
 from .frames.mesh_v1 import PING, PONG, Forward, Heartbeat, Subscribe, SubscribeAck, Unsubscribe, UnsubscribeAck
-from .frames.mesh_v2 import ForwardAck, ForwardBatch, ForwardSet, MeshHello, ResumePosition
+from .frames.mesh_v2 import ForwardAck, ForwardBatch, ForwardBatchHeaders, ForwardSet, MeshHello, ResumePosition
 from .frames.mesh_v3 import (
     Head,
     Heads,
@@ -50,6 +51,7 @@ from .frames.mesh_v3 import (
     Sync,
     Watch,
 )
+from .headers import decode_headers, encode_headers
 from .limits import Limits
 from .opcodes import (
     ALL_OPCODES,
@@ -57,6 +59,7 @@ from .opcodes import (
     HUB_TO_CLIENT_OPCODES,
     LOG_OPCODES,
     MESH_V1_OPCODES,
+    MESH_V2_1_OPCODES,
     MESH_V2_OPCODES,
     MESH_V3_OPCODES,
     ROUTED_CONTROL_OPCODES,
@@ -80,15 +83,19 @@ __all__ = [
     "CLIENT_TO_HUB_OPCODES",
     "Credit",
     "Deliver",
+    "decode_headers",
+    "DeliverHeaders",
     "deliver_prefix",
     "encode_record",
     "encode_records",
     "encode_topic",
+    "encode_headers",
     "Error",
     "ErrorCode",
     "Forward",
     "ForwardAck",
     "ForwardBatch",
+    "ForwardBatchHeaders",
     "ForwardSet",
     "Frame",
     "FRAME_TYPES",
@@ -113,8 +120,10 @@ __all__ = [
     "LocalProtocolError",
     "LOG_OPCODES",
     "LogBatch",
+    "LogBatchHeaders",
     "MESH_V1_OPCODES",
     "MESH_V2_OPCODES",
+    "MESH_V2_1_OPCODES",
     "MESH_V3_OPCODES",
     "MeshHello",
     "MessageSet",
@@ -137,6 +146,7 @@ __all__ = [
     "RoutedSet",
     "RoutedSets",
     "SegmentHeader",
+    "SEGMENT_VERSIONS",
     "SlowConsumerPolicy",
     "StartPosition",
     "Status",

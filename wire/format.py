@@ -39,6 +39,7 @@ from enum import IntEnum, IntFlag
 from typing import Any, Literal
 
 from .frames import Frame
+from .headers import decode_headers
 from .records import MessageSet, RecordBatch, iter_records
 
 BytesStyle = Literal["text", "hex", "base64"]
@@ -103,7 +104,25 @@ def _enum_name(value: IntEnum | IntFlag) -> str:
 
 def _fields(obj: Any) -> Iterator[tuple[str, Any]]:
     for field in dataclasses.fields(obj):
-        yield field.name, getattr(obj, field.name)
+        value = getattr(obj, field.name)
+        if field.name == "headers":
+            if not value and isinstance(obj, MessageSet):
+                continue  # a set without headers reads as it did before headers existed
+            value = Headers(decode_headers(value))
+        yield field.name, value
+
+
+class Headers(dict[str, str | bytes]):
+    """A headers block decoded for display (a distinct type so each format can spot it)."""
+
+
+def _headers_summary(headers: Headers, style: BytesStyle) -> str:
+    return "{" + ", ".join(f"{_quote_str(k)}: {_header_value(v, style)}" for k, v in headers.items()) + "}"
+
+
+def _header_value(value: str | bytes, style: BytesStyle) -> str:
+    # Text values as JSON strings; bytes as everywhere else, marked so the two never look alike.
+    return _quote_str(value) if isinstance(value, str) else f"bytes {_quote_bytes(value, style)}"
 
 
 def frame_header(frame: Frame, *, offset: int, length: int) -> str:
@@ -121,6 +140,8 @@ def frame_line(frame: Frame, *, offset: int, length: int, style: BytesStyle = "t
 
 
 def _summary(name: str, value: Any, style: BytesStyle) -> str:
+    if isinstance(value, Headers):
+        return _headers_summary(value, style)
     if isinstance(value, MessageSet):
         return _message_set_summary(value, style)
     if isinstance(value, RecordBatch):
@@ -171,7 +192,8 @@ def _first_record(records: bytes, style: BytesStyle) -> str:
 
 def _message_set_summary(s: MessageSet, style: BytesStyle) -> str:
     topics = _list_summary("topics", s.topics, style)
-    return f"{{topics={topics} count={s.count} {_first_record(s.records, style)}}}"
+    headers = f" headers={_headers_summary(Headers(decode_headers(s.headers)), style)}" if s.headers else ""
+    return f"{{topics={topics} count={s.count}{headers} {_first_record(s.records, style)}}}"
 
 
 def _record_batch_summary(b: RecordBatch, style: BytesStyle) -> str:
@@ -195,7 +217,9 @@ def frame_verbose(frame: Frame, *, offset: int, length: int, style: BytesStyle =
 
 def _verbose_field(name: str, value: Any, style: BytesStyle, depth: int) -> Iterator[str]:
     pad = INDENT * depth
-    if isinstance(value, MessageSet | RecordBatch) or _is_nested(value):
+    if isinstance(value, Headers):
+        yield f"{pad}{name}: {_headers_summary(value, style)}"
+    elif isinstance(value, MessageSet | RecordBatch) or _is_nested(value):
         yield f"{pad}{name}:"
         yield from _verbose_struct(value, style, depth + 1)
     elif isinstance(value, tuple) and value and not all(isinstance(v, str) for v in value):
@@ -281,6 +305,9 @@ def _json_struct(obj: Any, style: BytesStyle) -> dict[str, Any]:
 
 
 def _json_value(value: Any, style: BytesStyle) -> Any:
+    if isinstance(value, Headers):
+        # A text value is a JSON string; a bytes value {"bytes": ...} in the chosen style.
+        return {k: v if isinstance(v, str) else {"bytes": render_bytes(v, style)} for k, v in value.items()}
     if isinstance(value, bool | str):
         return value
     if isinstance(value, IntEnum | IntFlag):

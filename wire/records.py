@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from .headers import EMPTY_BLOCK, headers_plain, read_headers
 from .limits import MAX_KEY_BYTES, MAX_TOPIC_BYTES, MAX_TOPICS_PER_MESSAGE, MAX_U32
 
 RECORD_HEADER = struct.Struct(">HI")
@@ -242,12 +243,16 @@ class MessageSet:
     """Messages that all go to the same topics.
 
     Build one with :meth:`build`; ``records`` must hold exactly ``count``
-    records (decoding proves it; :meth:`build` guarantees it).
+    records (decoding proves it; :meth:`build` guarantees it).  ``headers`` is
+    the set's headers block (:mod:`wire.headers`), ``b""`` for none: every message
+    of the set carries it.  :meth:`encode` never writes it (the layout of PUBLISH
+    without flag HEADERS and of FORWARD_BATCH); :meth:`encode_headered` does.
     """
 
     topics: tuple[str, ...]
     count: int
     records: bytes
+    headers: bytes = b""
 
     def __post_init__(self) -> None:
         check_topics(self.topics)
@@ -257,9 +262,11 @@ class MessageSet:
             raise LocalProtocolError("record region exceeds 4 GiB")
 
     @classmethod
-    def build(cls, topics: Iterable[str], messages: Iterable[tuple[bytes, bytes]]) -> MessageSet:
+    def build(
+        cls, topics: Iterable[str], messages: Iterable[tuple[bytes, bytes]], *, headers: bytes = b""
+    ) -> MessageSet:
         count, records = encode_records(messages)
-        return cls(topics=tuple(topics), count=count, records=records)
+        return cls(topics=tuple(topics), count=count, records=records, headers=headers)
 
     def encode(self) -> bytes:
         return b"".join(
@@ -270,6 +277,19 @@ class MessageSet:
                 self.records,
             )
         )
+
+    def encode_headered(self) -> bytes:
+        """``[headers block][MessageSet]``: a set in a frame whose sets all carry a block."""
+        return (self.headers or EMPTY_BLOCK) + self.encode()
+
+    @classmethod
+    def read_headered(cls, buf: bytes, pos: int, end: int) -> tuple[MessageSet, int]:
+        """Decode what :meth:`encode_headered` writes."""
+        headers, pos = read_headers(buf, pos, end)
+        mset, pos = cls.read(buf, pos, end)
+        if headers:
+            mset = cls(topics=mset.topics, count=mset.count, records=mset.records, headers=headers)
+        return mset, pos
 
     @classmethod
     def read(cls, buf: bytes, pos: int, end: int) -> tuple[MessageSet, int]:
@@ -292,6 +312,10 @@ class MessageSet:
 
     def _plain(self) -> dict[str, Any]:
         return {"topics": list(self.topics), "records": _records_plain(self.records)}
+
+    def plain_headered(self) -> dict[str, Any]:
+        """:meth:`_plain` with the headers entries, as a set of a headered frame reads."""
+        return {"headers": headers_plain(self.headers), **self._plain()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -27,6 +27,7 @@ from construct import (
     FocusedSeq,
     GreedyBytes,
     GreedyRange,
+    IfThenElse,
     Int8ub,
     Int16ub,
     Int32ub,
@@ -155,6 +156,36 @@ RecordBatch = Struct(
     *_record_region(),
 )
 
+
+def _header_names_distinct(entries: Any, ctx: Any) -> bool:
+    names = [e["name"] for e in entries]
+    return len(set(names)) == len(names)
+
+
+def _text_is_utf8(value: Any, ctx: Any) -> bool:
+    if ctx.kind != 0:
+        return True
+    try:
+        bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+#: One header: a name (1..255 bytes of UTF-8), the value's kind (0 text, 1 bytes), the value.
+HeaderEntry = Struct(
+    "name" / Topic,
+    "kind" / OneOf(Int8ub, [0, 1]),
+    "value" / ExprValidator(Prefixed(Int16ub, GreedyBytes), _text_is_utf8),
+)
+#: A set's headers: ``[u16 block_len]`` then the entries, names distinct (wire/headers.py).
+HeaderBlock = ExprValidator(
+    Prefixed(Int16ub, FocusedSeq("items", "items" / GreedyRange(HeaderEntry), Terminated)), _header_names_distinct
+)
+
+#: A MessageSet preceded by its headers block (PUBLISH with flag HEADERS, FORWARD_BATCH_HEADERS).
+HeaderedMessageSet = Struct("headers" / HeaderBlock, *MessageSet.subcons)
+
 TopicList = Struct(
     "topic_count" / Rebuild(Int16ub, len_(this.topics)),
     "topics" / Array(this.topic_count, Topic),
@@ -193,6 +224,19 @@ BODIES: dict[Opcode, Construct] = {
         / Array(
             this.set_count,
             Struct("origin_seq" / Int64ub, "timestamp" / Int64ub, "messages" / MessageSet, Check(_set_fits)),
+        ),
+        Check(_sets_ascend),
+        Terminated,
+    ),
+    Opcode.FORWARD_BATCH_HEADERS: Struct(
+        "origin" / Int64ub,
+        Check(this.origin >= 1),
+        "set_count" / Rebuild(Int16ub, len_(this.sets)),
+        Check(this.set_count >= 1),
+        "sets"
+        / Array(
+            this.set_count,
+            Struct("origin_seq" / Int64ub, "timestamp" / Int64ub, "messages" / HeaderedMessageSet, Check(_set_fits)),
         ),
         Check(_sets_ascend),
         Terminated,
@@ -277,10 +321,10 @@ BODIES: dict[Opcode, Construct] = {
         "producer_id" / Int64ub,
         "sequence" / Int64ub,
         "flags" / Int8ub,
-        Check(this.flags <= 1),  # bit 0 ACK; bits 1-7 reserved, must be 0
+        Check(this.flags <= 3),  # bit 0 ACK, bit 1 HEADERS; bits 2-7 reserved, must be 0
         "set_count" / Rebuild(Int16ub, len_(this.sets)),
         Check(this.set_count >= 1),
-        "sets" / Array(this.set_count, MessageSet),
+        "sets" / Array(this.set_count, IfThenElse(this.flags & 2, HeaderedMessageSet, MessageSet)),
         Terminated,
     ),
     Opcode.PUBLISH_ACK: Struct(
@@ -329,6 +373,7 @@ BODIES: dict[Opcode, Construct] = {
         Terminated,
     ),
     Opcode.DELIVER: Struct("sub_id" / Int32ub, "batch" / RecordBatch, Terminated),
+    Opcode.DELIVER_HEADERS: Struct("sub_id" / Int32ub, "headers" / HeaderBlock, "batch" / RecordBatch, Terminated),
     Opcode.ACK: Struct(
         "sub_id" / Int32ub,
         "range_count" / Rebuild(Int16ub, len_(this.ranges)),
@@ -377,6 +422,20 @@ BODIES: dict[Opcode, Construct] = {
         "topic_count" / Rebuild(Int8ub, len_(this.topics)),
         Check(this.topic_count >= 1),
         "topics" / Array(this.topic_count, Topic),
+        "batch" / RecordBatch,
+        # The stored batch's topic is one of the message's topics (LogBatch enforces it too).
+        Check(lambda ctx: ctx.batch.topic in ctx.topics),
+        Terminated,
+    ),
+    Opcode.LOG_BATCH_HEADERS: Struct(
+        "crc" / Int32ub,
+        "append_ts" / Int64ub,
+        "producer_id" / Int64ub,
+        "producer_seq" / Int64ub,
+        "topic_count" / Rebuild(Int8ub, len_(this.topics)),
+        Check(this.topic_count >= 1),
+        "topics" / Array(this.topic_count, Topic),
+        "headers" / HeaderBlock,
         "batch" / RecordBatch,
         # The stored batch's topic is one of the message's topics (LogBatch enforces it too).
         Check(lambda ctx: ctx.batch.topic in ctx.topics),

@@ -1,5 +1,5 @@
--- Wireshark dissector for pub0sub: the client protocol (opcodes 0x20-0x31), the mesh v1 frames
--- (the seed's opcodes 1-6) and the mesh v2 frames (0x10-0x12) when they are seen in clear.
+-- Wireshark dissector for pub0sub: the client protocol (opcodes 0x20-0x32), the mesh v1 frames
+-- (the seed's opcodes 1-6) and the mesh v2 frames (0x0F-0x12) when they are seen in clear.
 -- Mesh v3 frames (0x13-0x1D) are named, their bodies shown as bytes (not dissected yet).
 --
 -- Install: copy this file to ~/.local/lib/wireshark/plugins/ (or run
@@ -18,7 +18,7 @@ local MAX_BODY = 64 * 1024 * 1024
 
 local OPCODES = {
   [0x01] = "HEARTBEAT", [0x02] = "SUBSCRIBE", [0x03] = "SUBSCRIBE_ACK", [0x04] = "UNSUBSCRIBE",
-  [0x05] = "UNSUBSCRIBE_ACK", [0x06] = "FORWARD",
+  [0x05] = "UNSUBSCRIBE_ACK", [0x06] = "FORWARD", [0x0F] = "FORWARD_BATCH_HEADERS",
   [0x10] = "MESH_HELLO", [0x11] = "FORWARD_BATCH", [0x12] = "FORWARD_ACK",
   [0x13] = "LINK_STATE", [0x14] = "ROUTED_SETS", [0x15] = "ROUTED", [0x16] = "INTEREST", [0x17] = "WATCH",
   [0x18] = "INTEREST_SET", [0x19] = "JOINED", [0x1A] = "HEADS", [0x1B] = "SYNC", [0x1C] = "REPAIR",
@@ -26,11 +26,11 @@ local OPCODES = {
   [0x20] = "HELLO", [0x21] = "WELCOME", [0x22] = "PUBLISH", [0x23] = "PUBLISH_ACK", [0x24] = "SUB",
   [0x25] = "SUB_OK", [0x26] = "UNSUB", [0x27] = "SUB_UPDATE", [0x28] = "DELIVER", [0x29] = "ACK",
   [0x2A] = "CREDIT", [0x2B] = "GAP", [0x2C] = "SUB_END", [0x2D] = "ERROR", [0x2E] = "STATUS",
-  [0x2F] = "STATUS_REPLY", [0x30] = "COMMIT", [0x31] = "COMMITTED",
+  [0x2F] = "STATUS_REPLY", [0x30] = "COMMIT", [0x31] = "COMMITTED", [0x32] = "DELIVER_HEADERS",
 }
 
 -- Enum names, as wire/ defines them (tests/test_wireshark.py checks they agree).
-local PUBLISH_FLAGS = { [0] = "NONE", [1] = "ACK" }
+local PUBLISH_FLAGS = { [0] = "NONE", [1] = "ACK", [2] = "HEADERS", [3] = "ACK|HEADERS" }
 local ACK_STATUS = { [0] = "STORED", [1] = "DUPLICATE" }
 local START_POSITION = { [0] = "LATEST", [1] = "EARLIEST", [2] = "OFFSET", [3] = "TIMESTAMP" }
 local ACK_MODE = { [0] = "NONE", [1] = "EXPLICIT" }
@@ -58,6 +58,8 @@ for _, n in ipairs({ "topic", "pattern", "client_name", "hub_name", "durable", "
 end
 -- binary values
 for _, n in ipairs({ "key", "data", "token", "document" }) do field("bytes", n, n) end
+field("string", "header_name", "Header")
+field("bytes", "header_value", "Header value")
 field("bytes", "v3_body", "Mesh v3 body (not dissected)")
 -- hub ids, shown as 16 hex digits like everywhere else
 field("uint64", "hub_id", "Hub id", base.HEX)
@@ -153,6 +155,19 @@ function Body:records(tree, base)
   if self.pos ~= stop then error("records length says " .. size .. " bytes") end
 end
 
+-- A headers block: [u16 length] then entries [u8 name len][name][u8 kind][u16 value len][value].
+function Body:headers(tree)
+  local size = self:count(tree, 2, "headers length")
+  local stop = self.pos + size
+  while self.pos < stop do
+    local entry = tree:add(self.tvb(self.pos, 0), "Header")
+    self:text(entry, "header_name", 1)
+    entry:add(self:take(1), "kind: " .. (self.tvb(self.pos - 1, 1):uint() == 0 and "text" or "bytes"))
+    self:blob(entry, "header_value", 2)
+  end
+  if self.pos ~= stop then error("headers length says " .. size .. " bytes") end
+end
+
 function Body:message_set(tree)
   local set = tree:add(self.tvb(self.pos, 0), "Message set")
   self:topics(set, "topic", 1)
@@ -191,14 +206,24 @@ local BODIES = {
     b:each(t, 2, "set", function(s) b:int(s, "origin_seq", 8); b:int(s, "timestamp", 8); b:message_set(s) end)
   end,
   [0x12] = function(b, t) b:int(t, "origin", 8); b:int(t, "seq", 8) end,
+  [0x0F] = function(b, t)
+    b:int(t, "origin", 8)
+    b:each(t, 2, "set", function(s)
+      b:int(s, "origin_seq", 8); b:int(s, "timestamp", 8); b:headers(s); b:message_set(s)
+    end)
+  end,
   [0x20] = function(b, t) b:int(t, "version", 2); b:text(t, "client_name", 1); b:blob(t, "token", 2) end,
   [0x21] = function(b, t)
     b:int(t, "version", 2); b:int(t, "hub_id", 8); b:int(t, "max_body", 4); b:int(t, "heartbeat_ms", 4)
     b:text(t, "hub_name", 1)
   end,
   [0x22] = function(b, t)
-    b:int(t, "producer_id", 8); b:int(t, "sequence", 8); b:int(t, "flags", 1)
-    b:each(t, 2, "set", function(s) b:message_set(s) end)
+    b:int(t, "producer_id", 8); b:int(t, "sequence", 8)
+    local headered = b:int(t, "flags", 1) >= 2  -- flag HEADERS: a headers block before every set
+    b:each(t, 2, "set", function(s)
+      if headered then b:headers(s) end
+      b:message_set(s)
+    end)
   end,
   [0x23] = function(b, t)
     b:int(t, "producer_id", 8); b:int(t, "sequence", 8); b:int(t, "status", 1); b:int(t, "timestamp", 8)
@@ -217,6 +242,7 @@ local BODIES = {
   [0x26] = function(b, t) b:int(t, "sub_id", 4) end,
   [0x27] = function(b, t) b:int(t, "sub_id", 4); b:int(t, "op", 1); b:topics(t, "pattern", 2) end,
   [0x28] = function(b, t) b:int(t, "sub_id", 4); b:record_batch(t) end,
+  [0x32] = function(b, t) b:int(t, "sub_id", 4); b:headers(t); b:record_batch(t) end,
   [0x29] = function(b, t)
     b:int(t, "sub_id", 4)
     b:each(t, 2, "range", function(r)

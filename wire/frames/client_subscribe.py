@@ -1,6 +1,6 @@
 """Client protocol, subscriptions: open, update and close them; deliveries, acks, credit, notices.
 
-DELIVER, ACK and CREDIT are hot frames with ``struct`` code (proven equal to
+DELIVER, DELIVER_HEADERS, ACK and CREDIT are hot frames with ``struct`` code (proven equal to
 :mod:`wire.schema`); the others are encoded by the schema directly.
 """
 
@@ -9,12 +9,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from ..headers import EMPTY_BLOCK, headers_plain, read_headers
 from ..opcodes import Opcode
 from ..records import RecordBatch, encode_topic, read_topic
-from .base import U32, U64X2, Frame, SchemaFrame
+from .base import U32, U64X2, Frame, SchemaFrame, plain
 
 
 class StartPosition(IntEnum):
@@ -133,12 +134,47 @@ class Deliver(Frame):
         return cls(sub_id=sub_id, batch=batch)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeliverHeaders(Frame):
+    """DELIVER for a batch whose set carried headers (client protocol 3): the block, then the batch.
+
+    The hub sends it only on a version 3 connection; an older client gets the same batch as a
+    plain DELIVER, without its headers (docs/protocol.md §11).
+    """
+
+    OPCODE: ClassVar[Opcode] = Opcode.DELIVER_HEADERS
+    sub_id: int
+    headers: bytes
+    batch: RecordBatch
+
+    def encode_body(self) -> bytes:
+        return U32.pack(self.sub_id) + (self.headers or EMPTY_BLOCK) + self.batch.encode()
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Frame:
+        end = len(body)
+        if end < 4:
+            raise RemoteProtocolError("subscription id missing", offset=0)
+        (sub_id,) = U32.unpack_from(body, 0)
+        headers, pos = read_headers(body, 4, end)
+        batch, pos = RecordBatch.read(body, pos, end)
+        if pos != end:
+            raise RemoteProtocolError(f"{end - pos} trailing bytes after the record batch", offset=pos)
+        return cls(sub_id=sub_id, headers=headers, batch=batch)
+
+    def _plain(self) -> dict[str, Any]:
+        return {"sub_id": self.sub_id, "headers": headers_plain(self.headers), "batch": plain(self.batch)}
+
+
 _DELIVER_PREFIX = struct.Struct(">BII")
 
 
-def deliver_prefix(sub_id: int, encoded_batch_len: int) -> bytes:
-    """Header + subscription id of a DELIVER whose batch is already encoded."""
-    return _DELIVER_PREFIX.pack(Opcode.DELIVER, 4 + encoded_batch_len, sub_id)
+def deliver_prefix(sub_id: int, encoded_batch_len: int, *, headers: bool = False) -> bytes:
+    """Header + subscription id of a DELIVER whose batch is already encoded.
+
+    ``headers``: a DELIVER_HEADERS, whose ``encoded_batch_len`` counts the headers block too.
+    """
+    return _DELIVER_PREFIX.pack(Opcode.DELIVER_HEADERS if headers else Opcode.DELIVER, 4 + encoded_batch_len, sub_id)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
