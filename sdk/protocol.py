@@ -22,7 +22,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import wire
 from wire import ErrorCode, Opcode
@@ -389,7 +389,9 @@ class ClientProtocol:
         try:
             decoder.feed(data)
             while (frame := decoder.next_frame()) is not None:
-                if type(frame) is wire.Deliver:
+                kind = type(frame)
+                if kind is wire.Deliver or kind is wire.DeliverHeaders:
+                    frame = cast("wire.Deliver", frame)  # both carry sub_id and batch (its headers inside)
                     state = self.subs.get(frame.sub_id)
                     if state is not None and not state.closed:
                         self.received_batches += 1

@@ -13,6 +13,7 @@ import logging
 import struct
 from collections import deque
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import Any
 
 import wire
@@ -20,7 +21,7 @@ from wire import SlowConsumerPolicy, StartPosition
 
 from .batching import Ticket
 from .errors import InvalidTopicError
-from .messages import Gap, Message
+from .messages import NO_HEADERS, Gap, Message
 
 log = logging.getLogger("pub0sub.sdk")
 
@@ -350,6 +351,8 @@ class SubState:
         owner = self.owner
         records = batch.records
         offset = batch.base_offset
+        # One read-only map per batch, shared by its messages: headers belong to the set.
+        headers = MappingProxyType(wire.decode_headers(batch.headers)) if batch.headers else NO_HEADERS
         out: list[Message] = []
         append = out.append
         pos = 0
@@ -359,7 +362,8 @@ class SubState:
             k = pos + 6
             d = k + key_len
             pos = d + data_len
-            append(Message(topic, offset, timestamp, records[k:d] if key_len else None, records[d:pos], origin, owner))
+            append(Message(topic, offset, timestamp, records[k:d] if key_len else None, records[d:pos], origin, owner,
+                           headers))  # fmt: skip
             offset += 1
         return out
 
@@ -379,6 +383,7 @@ def _drop_head(batch: wire.RecordBatch, n: int) -> wire.RecordBatch:
         origin_seq=batch.origin_seq,
         count=batch.count - n,
         records=records[pos:],
+        headers=batch.headers,
     )
 
 

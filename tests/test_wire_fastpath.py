@@ -9,6 +9,7 @@ where the fast path is documented to be stricter (see :func:`spec_accepts`).
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from enum import IntEnum
 from typing import Any
@@ -290,7 +291,7 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
             ),
         ),
         Opcode.DELIVER: wire.Deliver(sub_id=3, batch=batch),
-        Opcode.DELIVER_HEADERS: wire.DeliverHeaders(sub_id=3, headers=headers, batch=batch),
+        Opcode.DELIVER_HEADERS: wire.DeliverHeaders(sub_id=3, batch=dataclasses.replace(batch, headers=headers)),
         Opcode.ACK: wire.Ack(
             sub_id=3,
             ranges=(

@@ -12,7 +12,15 @@ from .frames import FRAME_TYPES
 from .frames.base import HEADER, HEADER_SIZE, Frame, plain
 from .frames.client_commit import Commit, Committed
 from .frames.client_publish import AckStatus, OffsetRange, Publish, PublishAck, PublishFlags
-from .frames.client_session import CLIENT_PROTOCOL_VERSION, Error, Hello, Status, StatusReply, Welcome
+from .frames.client_session import (
+    CLIENT_PROTOCOL_VERSION,
+    HEADERS_CLIENT_VERSION,
+    Error,
+    Hello,
+    Status,
+    StatusReply,
+    Welcome,
+)
 from .frames.client_subscribe import (
     Ack,
     AckMode,
@@ -80,6 +88,7 @@ __all__ = [
     "check_header",
     "check_topic",
     "CLIENT_PROTOCOL_VERSION",
+    "HEADERS_CLIENT_VERSION",
     "CLIENT_TO_HUB_OPCODES",
     "Credit",
     "Deliver",

@@ -106,7 +106,7 @@ def _fields(obj: Any) -> Iterator[tuple[str, Any]]:
     for field in dataclasses.fields(obj):
         value = getattr(obj, field.name)
         if field.name == "headers":
-            if not value and isinstance(obj, MessageSet):
+            if not value and isinstance(obj, MessageSet | RecordBatch):
                 continue  # a set without headers reads as it did before headers existed
             value = Headers(decode_headers(value))
         yield field.name, value
@@ -192,15 +192,19 @@ def _first_record(records: bytes, style: BytesStyle) -> str:
 
 def _message_set_summary(s: MessageSet, style: BytesStyle) -> str:
     topics = _list_summary("topics", s.topics, style)
-    headers = f" headers={_headers_summary(Headers(decode_headers(s.headers)), style)}" if s.headers else ""
-    return f"{{topics={topics} count={s.count}{headers} {_first_record(s.records, style)}}}"
+    return f"{{topics={topics} count={s.count}{_headers_part(s.headers, style)} {_first_record(s.records, style)}}}"
+
+
+def _headers_part(block: bytes, style: BytesStyle) -> str:
+    """`` headers={...}`` for a set or batch that has headers, nothing for one without."""
+    return f" headers={_headers_summary(Headers(decode_headers(block)), style)}" if block else ""
 
 
 def _record_batch_summary(b: RecordBatch, style: BytesStyle) -> str:
     return (
         f"{{topic={_quote_str(b.topic)} offsets={b.base_offset}..{b.last_offset} count={b.count}"
         f" timestamp={b.timestamp} origin={hub_id_text(b.origin)} origin_seq={b.origin_seq}"
-        f" {_first_record(b.records, style)}}}"
+        f"{_headers_part(b.headers, style)} {_first_record(b.records, style)}}}"
     )
 
 

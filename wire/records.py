@@ -320,7 +320,11 @@ class MessageSet:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RecordBatch:
-    """Consecutive stored messages of one topic, as delivered and logged."""
+    """Consecutive stored messages of one topic, as delivered and logged.
+
+    ``headers`` is the headers block of the set the messages came from (``b""``: none).
+    :meth:`encode` never writes it: DELIVER_HEADERS and LOG_BATCH_HEADERS carry it before the batch.
+    """
 
     topic: str
     base_offset: int
@@ -329,6 +333,7 @@ class RecordBatch:
     origin_seq: int
     count: int
     records: bytes
+    headers: bytes = b""
 
     def __post_init__(self) -> None:
         encode_topic(self.topic)
@@ -342,7 +347,8 @@ class RecordBatch:
         return header + self.records
 
     @classmethod
-    def read(cls, buf: bytes, pos: int, end: int) -> tuple[RecordBatch, int]:
+    def read(cls, buf: bytes, pos: int, end: int, *, headers: bytes = b"") -> tuple[RecordBatch, int]:
+        """Decode a batch at ``pos``; ``headers``: the block read before it (DELIVER_HEADERS)."""
         topic, pos = read_topic(buf, pos, end)
         if end - pos < 32:
             raise RemoteProtocolError("record batch header needs 32 more bytes", offset=pos)
@@ -357,6 +363,7 @@ class RecordBatch:
                 origin_seq=origin_seq,
                 count=count,
                 records=records,
+                headers=headers,
             ),
             pos,
         )

@@ -293,7 +293,7 @@ class ClientSession:
                 self._hold(sub, rest)
             sub.credit -= batch.count
         out = self.out
-        nbytes = 9 + len(batch.header) + len(batch.records)
+        nbytes = 9 + len(batch.headers) + len(batch.header) + len(batch.records)
         if not out.fits(nbytes) and not self._policies.make_room(self, sub, batch, nbytes):
             return
         out.push_deliver(sub, batch)

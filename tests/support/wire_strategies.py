@@ -148,10 +148,6 @@ def _uniform_records(draw: st.DrawFn) -> list[tuple[bytes, bytes]]:
 records = st.one_of(st.lists(record, min_size=1, max_size=4), _uniform_records())
 
 
-def message_sets() -> st.SearchStrategy[MessageSet]:
-    return st.builds(MessageSet.build, topics(), records)
-
-
 #: A header name: short, sometimes not ASCII.
 _header_name = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=6).filter(
     lambda n: len(n.encode()) <= 255
@@ -162,14 +158,19 @@ header_blocks = st.dictionaries(
 ).map(wire.encode_headers)
 
 
+def message_sets() -> st.SearchStrategy[MessageSet]:
+    return st.builds(MessageSet.build, topics(), records)
+
+
 def headered_message_sets() -> st.SearchStrategy[MessageSet]:
     """Message sets with or without headers (what PUBLISH with flag HEADERS carries)."""
     return st.builds(MessageSet.build, topics(), records, headers=header_blocks)
 
 
 @st.composite
-def record_batches(draw: st.DrawFn) -> RecordBatch:
+def record_batches(draw: st.DrawFn, *, headered: bool = False) -> RecordBatch:
     count, region = encode_records(draw(records))
+    headers = draw(header_blocks) if headered else b""
     return RecordBatch(
         topic=draw(topic),
         base_offset=draw(u64),
@@ -178,6 +179,7 @@ def record_batches(draw: st.DrawFn) -> RecordBatch:
         origin_seq=draw(u64),
         count=count,
         records=region,
+        headers=headers,
     )
 
 
@@ -343,7 +345,7 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
     Opcode.UNSUB: st.builds(Unsub, sub_id=u32),
     Opcode.SUB_UPDATE: st.builds(SubUpdate, sub_id=u32, op=st.sampled_from(UpdateOp), patterns=topics()),
     Opcode.DELIVER: st.builds(Deliver, sub_id=u32, batch=record_batches()),
-    Opcode.DELIVER_HEADERS: st.builds(wire.DeliverHeaders, sub_id=u32, headers=header_blocks, batch=record_batches()),
+    Opcode.DELIVER_HEADERS: st.builds(wire.DeliverHeaders, sub_id=u32, batch=record_batches(headered=True)),
     Opcode.ACK: st.builds(
         Ack,
         sub_id=u32,
@@ -429,7 +431,7 @@ def minimal_frame(op: Opcode) -> Frame:
         Opcode.UNSUB: lambda: wire.Unsub(sub_id=0),
         Opcode.SUB_UPDATE: lambda: wire.SubUpdate(sub_id=0, op=wire.UpdateOp.ADD, patterns=("a",)),
         Opcode.DELIVER: lambda: wire.Deliver(sub_id=0, batch=batch),
-        Opcode.DELIVER_HEADERS: lambda: wire.DeliverHeaders(sub_id=0, headers=b"", batch=batch),
+        Opcode.DELIVER_HEADERS: lambda: wire.DeliverHeaders(sub_id=0, batch=batch),
         Opcode.ACK: lambda: wire.Ack(sub_id=0, ranges=(wire.AckRange(topic="a", first_offset=0, last_offset=0),)),
         Opcode.CREDIT: lambda: wire.Credit(sub_id=0, credit=0),
         Opcode.GAP: lambda: wire.Gap(sub_id=0, topic="a", first_offset=0, dropped=0),

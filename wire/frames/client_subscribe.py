@@ -144,11 +144,11 @@ class DeliverHeaders(Frame):
 
     OPCODE: ClassVar[Opcode] = Opcode.DELIVER_HEADERS
     sub_id: int
-    headers: bytes
+    #: its ``headers`` are the frame's headers block
     batch: RecordBatch
 
     def encode_body(self) -> bytes:
-        return U32.pack(self.sub_id) + (self.headers or EMPTY_BLOCK) + self.batch.encode()
+        return U32.pack(self.sub_id) + (self.batch.headers or EMPTY_BLOCK) + self.batch.encode()
 
     @classmethod
     def decode_body(cls, body: bytes) -> Frame:
@@ -157,13 +157,13 @@ class DeliverHeaders(Frame):
             raise RemoteProtocolError("subscription id missing", offset=0)
         (sub_id,) = U32.unpack_from(body, 0)
         headers, pos = read_headers(body, 4, end)
-        batch, pos = RecordBatch.read(body, pos, end)
+        batch, pos = RecordBatch.read(body, pos, end, headers=headers)
         if pos != end:
             raise RemoteProtocolError(f"{end - pos} trailing bytes after the record batch", offset=pos)
-        return cls(sub_id=sub_id, headers=headers, batch=batch)
+        return cls(sub_id=sub_id, batch=batch)
 
     def _plain(self) -> dict[str, Any]:
-        return {"sub_id": self.sub_id, "headers": headers_plain(self.headers), "batch": plain(self.batch)}
+        return {"sub_id": self.sub_id, "headers": headers_plain(self.batch.headers), "batch": plain(self.batch)}
 
 
 _DELIVER_PREFIX = struct.Struct(">BII")

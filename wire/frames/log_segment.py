@@ -98,7 +98,7 @@ class LogBatch(Frame):
 
     @classmethod
     def decode_body(cls, body: bytes) -> Frame:
-        crc, append_ts, producer_id, producer_seq, topics, headers, batch = _decode_log_body(body, headered=False)
+        crc, append_ts, producer_id, producer_seq, topics, _, batch = _decode_log_body(body, headered=False)
         return cls(
             crc=crc, append_ts=append_ts, producer_id=producer_id, producer_seq=producer_seq, topics=topics,
             batch=batch,
