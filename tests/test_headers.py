@@ -221,20 +221,23 @@ def test_headers_cross_a_two_hub_mesh_and_stay_in_the_receiving_hubs_log(tmp_pat
         cluster.wait_converged(timeout=30)
 
         async def scenario() -> None:
-            async with sdk.connect(b.address) as sub_client, sub_client.subscribe("x.>") as sub:
-                async with sdk.connect(a.address) as pub:
-                    # The subscriber's interest reaches a through the mesh; publish until it arrives.
-                    with trio.fail_after(30):
-                        while True:
-                            await pub.publish_acked("x.probe", b"probe")
-                            with trio.move_on_after(0.5):
-                                first = await sub.__anext__()
-                                break
-                    assert first.data == b"probe"
-                    await pub.publish_acked("x.h", b"with", headers=TRACE)
+            async with (
+                sdk.connect(b.address) as sub_client,
+                sub_client.subscribe("x.>") as sub,
+                sdk.connect(a.address) as pub,
+            ):
+                # The subscriber's interest reaches a through the mesh; publish until it arrives.
+                with trio.fail_after(30):
+                    while True:
+                        await pub.publish_acked("x.probe", b"probe")
+                        with trio.move_on_after(0.5):
+                            first = await sub.__anext__()
+                            break
+                assert first.data == b"probe"
+                await pub.publish_acked("x.h", b"with", headers=TRACE)
+                got = await sub.__anext__()
+                while got.topic != "x.h":
                     got = await sub.__anext__()
-                    while got.topic != "x.h":
-                        got = await sub.__anext__()
             assert (got.data, dict(got.headers), got.origin) == (b"with", TRACE, pub.hub_id)
             async with sdk.connect(b.address) as again, again.subscribe("x.h", start="earliest") as replay:
                 stored = await replay.__anext__()
