@@ -321,11 +321,18 @@ class BlockingClient:
         return self._await_acks([ticket], timeout)[0]
 
     def publish_acked_many(
-        self, messages: Iterable[tuple[str | Sequence[str], bytes, bytes | None]], *, timeout: float | None = None
+        self,
+        messages: Iterable[
+            tuple[str | Sequence[str], bytes, bytes | None]
+            | tuple[str | Sequence[str], bytes, bytes | None, Mapping[str, str | bytes] | None]
+        ],
+        *,
+        timeout: float | None = None,
     ) -> list[PublishAck]:
-        """Publish ``(topics, data, key)`` triples in as few frames as fit; wait for every ack."""
+        """Publish ``(topics, data, key)`` triples (or ``(topics, data, key, headers)``) in as few frames
+        as fit; wait for every ack."""
         self._ensure()
-        tickets = [self._proto.publish_acked(topics, data, key) for topics, data, key in messages]
+        tickets = [self._proto.publish_acked(*message) for message in messages]
         return self._await_acks(tickets, timeout)
 
     def _await_acks(self, tickets: list[AckTicket], timeout: float | None) -> list[PublishAck]:

@@ -103,12 +103,16 @@ def _enum_name(value: IntEnum | IntFlag) -> str:
 
 
 def _fields(obj: Any) -> Iterator[tuple[str, Any]]:
-    for field in dataclasses.fields(obj):
+    fields = dataclasses.fields(obj)
+    own_headers = any(f.name == "headers" for f in fields)
+    for field in fields:
         value = getattr(obj, field.name)
         if field.name == "headers":
-            if not value and isinstance(obj, MessageSet | RecordBatch):
-                continue  # a set without headers reads as it did before headers existed
+            if isinstance(obj, RecordBatch) or (not value and isinstance(obj, MessageSet)):
+                continue  # a batch's headers show where the frame has them; a set without reads as before
             value = Headers(decode_headers(value))
+        elif field.name == "batch" and not own_headers and isinstance(value, RecordBatch) and value.headers:
+            yield "headers", Headers(decode_headers(value.headers))  # DELIVER_HEADERS: the block precedes the batch
         yield field.name, value
 
 
@@ -204,7 +208,7 @@ def _record_batch_summary(b: RecordBatch, style: BytesStyle) -> str:
     return (
         f"{{topic={_quote_str(b.topic)} offsets={b.base_offset}..{b.last_offset} count={b.count}"
         f" timestamp={b.timestamp} origin={hub_id_text(b.origin)} origin_seq={b.origin_seq}"
-        f"{_headers_part(b.headers, style)} {_first_record(b.records, style)}}}"
+        f" {_first_record(b.records, style)}}}"
     )
 
 

@@ -8,6 +8,7 @@ never served.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 from dataclasses import dataclass
@@ -131,6 +132,8 @@ class LogBatchHeaders(Frame):
         check_topics(self.topics)
         if self.batch.topic not in self.topics:
             raise LocalProtocolError(f"batch topic {self.batch.topic!r} missing from the topic list")
+        if self.batch.headers != self.headers:  # the batch carries its set's headers, as in DELIVER_HEADERS
+            object.__setattr__(self, "batch", dataclasses.replace(self.batch, headers=self.headers))
 
     @classmethod
     def create(
@@ -187,7 +190,7 @@ def _decode_log_body(
     headers = b""
     if headered:
         headers, pos = read_headers(body, pos, end)
-    batch, pos = RecordBatch.read(body, pos, end)
+    batch, pos = RecordBatch.read(body, pos, end, headers=headers)
     if pos != end:
         raise RemoteProtocolError(f"{end - pos} trailing bytes after the record batch", offset=pos)
     if batch.topic not in topics:
