@@ -113,7 +113,8 @@ def test_pub_headers_to_sub_json(hub_address: str) -> None:
             proc.wait()
     assert code == 0, err
     docs = [json.loads(line) for line in out.splitlines()]
-    assert [(d["data"], d.get("headers")) for d in docs] == [("with", {"trace": "4bf9", "env": "a=b"}), ("without", None)]
+    expected = [("with", {"trace": "4bf9", "env": "a=b"}), ("without", None)]
+    assert [(d["data"], d.get("headers")) for d in docs] == expected
     bad = cli("pub", "--hub", hub_address, "--topic", "hd", "-H", "novalue", "x")
     assert bad.returncode == 2 and "--header takes NAME=VALUE, got 'novalue'" in bad.stderr
 
