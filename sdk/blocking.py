@@ -356,6 +356,8 @@ class BlockingClient:
         durable: str = "",
         group: str = "",
         ack_wait: float | None = None,
+        keys: Iterable[bytes | str] | None = None,
+        key_prefixes: Iterable[bytes | str] | None = None,
         timeout: float | None = 30.0,
     ) -> BlockingSubscription:
         """Open a subscription (waits for SUB_OK); options as for :meth:`sdk.Client.subscribe`."""
@@ -370,6 +372,8 @@ class BlockingClient:
             durable=durable,
             group=group,
             ack_wait=ack_wait,
+            keys=keys,
+            key_prefixes=key_prefixes,
             owner=sub,
         )
         sub._state = state

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import ssl
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -474,6 +474,8 @@ class Client:
         durable: str = "",
         group: str = "",
         ack_wait: float | None = None,
+        keys: Iterable[bytes | str] | None = None,
+        key_prefixes: Iterable[bytes | str] | None = None,
     ) -> Subscription:
         """A subscription to topics and/or patterns; use it as ``async with``.
 
@@ -493,6 +495,11 @@ class Client:
         (``await msg.ack()``); the default is ``"auto"`` for durable subscriptions
         and groups and ``"none"`` otherwise.  Groups cannot use ``"none"``.
 
+        ``keys`` / ``key_prefixes``: deliver only records with one of these keys (or a key
+        starting with one of the prefixes; ``b""`` is "no key"); the hub filters, and
+        :meth:`Subscription.add_keys` and friends change it live.  A group's members share
+        the group's filter.
+
         >>> async with client.subscribe(["orders.*", "audit"], start="earliest") as sub:  # doctest: +SKIP
         ...     async for msg in sub:
         ...         handle(msg)
@@ -507,6 +514,8 @@ class Client:
             durable=durable,
             group=group,
             ack_wait=ack_wait,
+            keys=keys,
+            key_prefixes=key_prefixes,
         )
 
     # timeout= as in nats.py, ending in a TimeoutError that says what went unanswered.

@@ -155,8 +155,11 @@ class SubState:
         group: str,
         ack_wait: float | None,
         max_pending_bytes: int,
+        key_filter: wire.KeyFilter | None = None,
     ) -> None:
         self.sub_id = sub_id
+        #: the keys the hub delivers (None: every key); a resubscription carries it as it is now
+        self.key_filter = key_filter
         self.patterns = patterns
         self.start = start
         self.start_value = start_value
@@ -255,6 +258,7 @@ class SubState:
             durable=self.durable,
             group=self.group,
             offsets=tuple(wire.TopicOffset(topic=t, offset=o) for t, o in offsets.items()),
+            key_filter=self.key_filter,
         )
 
     def wake(self) -> None:
@@ -366,6 +370,19 @@ class SubState:
                            headers))  # fmt: skip
             offset += 1
         return out
+
+
+def key_filter_of(
+    keys: Iterable[bytes | str] = (), prefixes: Iterable[bytes | str] = (), *, every: bool = False
+) -> wire.KeyFilter:
+    """A :class:`wire.KeyFilter` from what the application gives (``str`` as UTF-8)."""
+
+    def raw(values: Iterable[bytes | str], what: str) -> tuple[bytes, ...]:
+        if isinstance(values, bytes | str):
+            raise TypeError(f"{what} must be a list of keys, not one {type(values).__name__}")
+        return tuple(dict.fromkeys(v.encode() if isinstance(v, str) else bytes(v) for v in values))
+
+    return wire.KeyFilter(all=every, keys=raw(keys, "keys"), prefixes=raw(prefixes, "prefixes"))
 
 
 def _drop_head(batch: wire.RecordBatch, n: int) -> wire.RecordBatch:

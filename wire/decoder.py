@@ -60,6 +60,7 @@ BODY_BOUNDS: dict[Opcode, tuple[int, int | None]] = {
     Opcode.COMMIT: (8, 8),
     Opcode.COMMITTED: (10, None),
     Opcode.DELIVER_HEADERS: (54, None),
+    Opcode.KEY_FILTER: (10, None),
     Opcode.SEGMENT_HEADER: (24, 24 + 254),
     Opcode.LOG_BATCH: (79, None),
     Opcode.LOG_BATCH_HEADERS: (81, None),

@@ -104,6 +104,8 @@ class Opcode(IntEnum):
     COMMITTED = 0x31
     #: Hub push of a batch whose set carried headers (client protocol 3).
     DELIVER_HEADERS = 0x32
+    #: Add, remove or set the keys a live subscription delivers (client protocol 3).
+    KEY_FILTER = 0x33
 
     #: First frame of a log segment file: format, topic, base offset.
     SEGMENT_HEADER = 0x40
@@ -161,6 +163,7 @@ CLIENT_TO_HUB_OPCODES = frozenset(
         Opcode.ERROR,
         Opcode.STATUS,
         Opcode.COMMIT,
+        Opcode.KEY_FILTER,
     }
 )
 #: Frames a hub may send to a client.

@@ -131,6 +131,11 @@ def _uniform_size(buf: bytes, pos: int, end: int) -> int:
     return size
 
 
+def uniform_record_size(records: bytes) -> int:
+    """The size of every record of a validated region whose records all share one header, else 0."""
+    return _uniform_size(records, 0, len(records))
+
+
 def scan_records(buf: bytes, pos: int, end: int) -> int:
     """Count the records in ``buf[pos:end]``, proving they tile it exactly."""
     size = _uniform_size(buf, pos, end)

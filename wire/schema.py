@@ -33,6 +33,7 @@ from construct import (
     Int32ub,
     Int64ub,
     OneOf,
+    Optional,
     PaddedString,
     PascalString,
     Prefixed,
@@ -185,6 +186,15 @@ HeaderBlock = ExprValidator(
 
 #: A MessageSet preceded by its headers block (PUBLISH with flag HEADERS, FORWARD_BATCH_HEADERS).
 HeaderedMessageSet = Struct("headers" / HeaderBlock, *MessageSet.subcons)
+
+#: The keys a subscription delivers (SUB's optional tail, KEY_FILTER): wire.KeyFilter.
+KeyFilter = Struct(
+    "all" / OneOf(Int8ub, [0, 1]),
+    "key_count" / Rebuild(Int16ub, len_(this.keys)),
+    "keys" / Array(this.key_count, Prefixed(Int16ub, GreedyBytes)),
+    "prefix_count" / Rebuild(Int16ub, len_(this.prefixes)),
+    "prefixes" / Array(this.prefix_count, Prefixed(Int16ub, GreedyBytes)),
+)
 
 TopicList = Struct(
     "topic_count" / Rebuild(Int16ub, len_(this.topics)),
@@ -355,8 +365,11 @@ BODIES: dict[Opcode, Construct] = {
         "patterns" / Array(this.pattern_count, Topic),
         "offset_count" / Rebuild(Int16ub, len_(this.offsets)),
         "offsets" / Array(this.offset_count, TopicOffset),
+        # Client protocol 3: a SUB may end here (every key) or carry a key filter.
+        "key_filter" / Optional(KeyFilter),
         Terminated,
     ),
+    Opcode.KEY_FILTER: Struct("sub_id" / Int32ub, "op" / OneOf(Int8ub, [1, 2, 3]), "filter" / KeyFilter, Terminated),
     Opcode.SUB_OK: Struct(
         "sub_id" / Int32ub,
         "offset_count" / Rebuild(Int16ub, len_(this.offsets)),

@@ -18,6 +18,7 @@ from wire.topics import InvalidTopicError, check_topic
 from ..storage.batches import SharedBatch
 from .clients import CloseReason
 from .events import ev
+from .key_filters import segments
 from .memory_topics import MemoryTopic
 from .topic_budget import TopicLimits, new_topics, topic_refusal
 
@@ -233,6 +234,11 @@ class Publisher:
                     if sub in seen:
                         continue
                     seen.add(sub)
+                if sub.key_filter is not None:  # only the records of the keys it asked for (key_filters)
+                    for run, _ in segments(sub.key_filter, batch):
+                        if run is not None:
+                            sub.session.deliver(sub, run)
+                    continue
                 sub.session.deliver(sub, batch)
         return stored
 

@@ -148,6 +148,10 @@ def _uniform_records(draw: st.DrawFn) -> list[tuple[bytes, bytes]]:
 records = st.one_of(st.lists(record, min_size=1, max_size=4), _uniform_records())
 
 
+def _small_tuple_early(elements: st.SearchStrategy[bytes]) -> st.SearchStrategy[tuple[bytes, ...]]:
+    return st.lists(elements, max_size=3).map(tuple)
+
+
 #: A header name: short, sometimes not ASCII.
 _header_name = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=6).filter(
     lambda n: len(n.encode()) <= 255
@@ -160,6 +164,15 @@ header_blocks = st.dictionaries(
 
 def message_sets() -> st.SearchStrategy[MessageSet]:
     return st.builds(MessageSet.build, topics(), records)
+
+
+#: A subscription's key filter: every key, or some keys and prefixes (the empty key included).
+key_filters = st.builds(
+    wire.KeyFilter,
+    all=st.booleans(),
+    keys=_small_tuple_early(st.binary(max_size=6)),
+    prefixes=_small_tuple_early(st.binary(max_size=4)),
+)
 
 
 def headered_message_sets() -> st.SearchStrategy[MessageSet]:
@@ -340,7 +353,9 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
         durable=short_str(),
         group=short_str(),
         offsets=_small_tuple(st.builds(TopicOffset, topic=topic, offset=u64)),
+        key_filter=st.none() | key_filters,
     ),
+    Opcode.KEY_FILTER: st.builds(wire.KeyFilterUpdate, sub_id=u32, op=st.sampled_from(wire.KeyOp), filter=key_filters),
     Opcode.SUB_OK: st.builds(SubOk, sub_id=u32, offsets=_small_tuple(st.builds(TopicOffset, topic=topic, offset=u64))),
     Opcode.UNSUB: st.builds(Unsub, sub_id=u32),
     Opcode.SUB_UPDATE: st.builds(SubUpdate, sub_id=u32, op=st.sampled_from(UpdateOp), patterns=topics()),
@@ -434,6 +449,7 @@ def minimal_frame(op: Opcode) -> Frame:
         Opcode.DELIVER_HEADERS: lambda: wire.DeliverHeaders(sub_id=0, batch=batch),
         Opcode.ACK: lambda: wire.Ack(sub_id=0, ranges=(wire.AckRange(topic="a", first_offset=0, last_offset=0),)),
         Opcode.CREDIT: lambda: wire.Credit(sub_id=0, credit=0),
+        Opcode.KEY_FILTER: lambda: wire.KeyFilterUpdate(sub_id=0, op=wire.KeyOp.SET, filter=wire.KeyFilter()),
         Opcode.GAP: lambda: wire.Gap(sub_id=0, topic="a", first_offset=0, dropped=0),
         Opcode.SUB_END: lambda: wire.SubEnd(sub_id=0, code=wire.ErrorCode.UNSUBSCRIBED),
         Opcode.ERROR: lambda: wire.Error(code=wire.ErrorCode.INTERNAL),

@@ -23,7 +23,19 @@ from .base import HEADER, HEADER_SIZE, Frame
 from .client_commit import Commit, Committed
 from .client_publish import Publish, PublishAck
 from .client_session import Error, Hello, Status, StatusReply, Welcome
-from .client_subscribe import Ack, Credit, Deliver, DeliverHeaders, Gap, Sub, SubEnd, SubOk, SubUpdate, Unsub
+from .client_subscribe import (
+    Ack,
+    Credit,
+    Deliver,
+    DeliverHeaders,
+    Gap,
+    KeyFilterUpdate,
+    Sub,
+    SubEnd,
+    SubOk,
+    SubUpdate,
+    Unsub,
+)
 from .log_segment import SEGMENT_MAGIC, LogBatch, LogBatchHeaders, SegmentHeader, log_batch_head
 from .mesh_v1 import Forward, Heartbeat, Subscribe, SubscribeAck, Unsubscribe, UnsubscribeAck
 from .mesh_v2 import ForwardAck, ForwardBatch, ForwardBatchHeaders, MeshHello
@@ -63,6 +75,7 @@ _FRAME_CLASSES: tuple[type[Frame], ...] = (
     Commit,
     Committed,
     DeliverHeaders,
+    KeyFilterUpdate,
     SegmentHeader,
     LogBatch,
     LogBatchHeaders,

@@ -48,6 +48,46 @@ class UpdateOp(IntEnum):
     REMOVE = 2
 
 
+class KeyOp(IntEnum):
+    """What a KEY_FILTER does to a subscription's key filter (each entry: the last command wins)."""
+
+    #: These keys, prefixes (and with ``all``, every key) are delivered too.
+    ADD = 1
+    #: These are no longer delivered.
+    REMOVE = 2
+    #: The filter becomes exactly this one.
+    SET = 3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeyFilter:
+    """The record keys a subscription delivers: ``all``, or a key in ``keys``, or one starting with
+    a ``prefixes`` entry.  The empty key ``b""`` selects the records published without a key."""
+
+    all: bool = False
+    keys: tuple[bytes, ...] = ()
+    prefixes: tuple[bytes, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.keys) > 0xFFFF or len(self.prefixes) > 0xFFFF:
+            raise LocalProtocolError("a key filter holds 0..65535 keys and 0..65535 prefixes")
+        for value in (*self.keys, *self.prefixes):
+            if not isinstance(value, bytes) or len(value) > 0xFFFF:
+                raise LocalProtocolError("keys and prefixes are bytes of 0..65535 bytes")
+
+    def apply(self, op: KeyOp, change: KeyFilter) -> KeyFilter:
+        """This filter after a KEY_FILTER ``op`` with ``change``: each entry as the last command says."""
+        if op is KeyOp.SET:
+            return change
+        if op is KeyOp.ADD:
+            keys = tuple(dict.fromkeys((*self.keys, *change.keys)))
+            prefixes = tuple(dict.fromkeys((*self.prefixes, *change.prefixes)))
+            return KeyFilter(all=self.all or change.all, keys=keys, prefixes=prefixes)
+        keys = tuple(k for k in self.keys if k not in change.keys)
+        prefixes = tuple(p for p in self.prefixes if p not in change.prefixes)
+        return KeyFilter(all=self.all and not change.all, keys=keys, prefixes=prefixes)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TopicOffset:
     topic: str
@@ -70,12 +110,24 @@ class Sub(SchemaFrame):
     durable: str = ""
     group: str = ""
     offsets: tuple[TopicOffset, ...] = ()
+    #: Client protocol 3: only records whose key this filter selects are delivered (None: every key).
+    key_filter: KeyFilter | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.patterns) <= 0xFFFF:
             raise LocalProtocolError("a subscription needs 1..65535 topics or patterns")
         for p in self.patterns:
             encode_topic(p)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeyFilterUpdate(SchemaFrame):
+    """KEY_FILTER: change the keys subscription ``sub_id`` delivers; the hub answers SUB_OK."""
+
+    OPCODE: ClassVar[Opcode] = Opcode.KEY_FILTER
+    sub_id: int
+    op: KeyOp
+    filter: KeyFilter
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

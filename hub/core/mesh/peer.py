@@ -24,10 +24,9 @@ from ..events import ev
 from .config import MeshConfig
 from .inbound import V1_ORIGIN, InboundForwards, InboundResult
 from .interest import LocalInterest, valid_pattern
-from .protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, encode_forward_batch, headered_set
+from .protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, forward_frame
 from .replay import Replay, ReplaySource
 from .status import CloseReason
-from .window import WindowEntry
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -217,7 +216,7 @@ class PeerProtocol:
                     entries = window.take_unsent(room, MAX_SETS_PER_BATCH)
                 else:
                     break
-                frame = self._forward_frame(entries)
+                frame = forward_frame(self.owner.hub_id, entries, headers=self.version.headers)
                 parts.append(frame)
                 size += len(frame)
                 self.counters.frames_sent += 1
@@ -231,16 +230,6 @@ class PeerProtocol:
         if not parts:
             return None
         return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def _forward_frame(self, entries: list[WindowEntry]) -> bytes:
-        """The entries as one FORWARD_BATCH, or FORWARD_BATCH_HEADERS when a set has headers for a v2.1 peer.
-
-        A v2 peer cannot read headers: it gets every set, without them (docs/protocol.md §11).
-        """
-        if self.version.headers and any(e.headers for e in entries):
-            sets = [headered_set(e.encoded, e.headers) for e in entries]
-            return encode_forward_batch(self.owner.hub_id, sets, headers=True)
-        return encode_forward_batch(self.owner.hub_id, [e.encoded for e in entries])
 
     def take_acks(self) -> None:
         """Turn the cumulative acks gathered since the last call into FORWARD_ACK frames."""

@@ -25,6 +25,8 @@ from wire.headers import EMPTY_BLOCK
 from wire.limits import DEFAULT_MAX_PEER_BODY
 from wire.records import RECORD_HEADER, REGION_HEADER
 
+from .window import WindowEntry
+
 _HEADER = struct.Struct(">BI")
 _SET_HEAD = struct.Struct(">QQ")
 _BATCH_HEAD = struct.Struct(">BIQH")
@@ -113,6 +115,17 @@ def encode_forward_batch(origin: int, encoded_sets: Sequence[bytes], *, headers:
     body_len = 10 + sum(map(len, encoded_sets))
     opcode = wire.Opcode.FORWARD_BATCH_HEADERS if headers else wire.Opcode.FORWARD_BATCH
     return b"".join((_BATCH_HEAD.pack(opcode, body_len, origin, len(encoded_sets)), *encoded_sets))
+
+
+def forward_frame(origin: int, entries: Sequence[WindowEntry], *, headers: bool) -> bytes:
+    """The window entries as one FORWARD_BATCH, or a FORWARD_BATCH_HEADERS when one of them has
+    headers and the peer reads them (``headers``: a v2.1 link).
+
+    A v2 peer cannot read headers: it gets every set, without them (docs/protocol.md §11).
+    """
+    if headers and any(e.headers for e in entries):
+        return encode_forward_batch(origin, [headered_set(e.encoded, e.headers) for e in entries], headers=True)
+    return encode_forward_batch(origin, [e.encoded for e in entries])
 
 
 def headered_set(encoded: bytes, headers: bytes) -> bytes:
