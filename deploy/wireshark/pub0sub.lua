@@ -1,4 +1,4 @@
--- Wireshark dissector for pub0sub: the client protocol (opcodes 0x20-0x32), the mesh v1 frames
+-- Wireshark dissector for pub0sub: the client protocol (opcodes 0x20-0x33), the mesh v1 frames
 -- (the seed's opcodes 1-6) and the mesh v2 frames (0x0F-0x12) when they are seen in clear.
 -- Mesh v3 frames (0x13-0x1D) are named, their bodies shown as bytes (not dissected yet).
 --
@@ -27,6 +27,7 @@ local OPCODES = {
   [0x25] = "SUB_OK", [0x26] = "UNSUB", [0x27] = "SUB_UPDATE", [0x28] = "DELIVER", [0x29] = "ACK",
   [0x2A] = "CREDIT", [0x2B] = "GAP", [0x2C] = "SUB_END", [0x2D] = "ERROR", [0x2E] = "STATUS",
   [0x2F] = "STATUS_REPLY", [0x30] = "COMMIT", [0x31] = "COMMITTED", [0x32] = "DELIVER_HEADERS",
+  [0x33] = "KEY_FILTER",
 }
 
 -- Enum names, as wire/ defines them (tests/test_wireshark.py checks they agree).
@@ -59,6 +60,9 @@ end
 -- binary values
 for _, n in ipairs({ "key", "data", "token", "document" }) do field("bytes", n, n) end
 field("string", "header_name", "Header")
+field("bytes", "key_prefix", "Key prefix")
+field("uint8", "key_all", "Every key", base.DEC, { [0] = "false", [1] = "true" })
+field("uint8", "key_op", "Key filter op", base.DEC, { [1] = "ADD", [2] = "REMOVE", [3] = "SET" })
 field("bytes", "header_value", "Header value")
 field("bytes", "v3_body", "Mesh v3 body (not dissected)")
 -- hub ids, shown as 16 hex digits like everywhere else
@@ -168,6 +172,14 @@ function Body:headers(tree)
   if self.pos ~= stop then error("headers length says " .. size .. " bytes") end
 end
 
+-- A key filter: [u8 all] then [u16 count] keys and [u16 count] prefixes, each [u16 len][bytes].
+function Body:key_filter(tree)
+  local f = tree:add(self.tvb(self.pos, 0), "Key filter")
+  self:int(f, "key_all", 1)
+  for _ = 1, self:count(f, 2, "key count") do self:blob(f, "key", 2) end
+  for _ = 1, self:count(f, 2, "prefix count") do self:blob(f, "key_prefix", 2) end
+end
+
 function Body:message_set(tree)
   local set = tree:add(self.tvb(self.pos, 0), "Message set")
   self:topics(set, "topic", 1)
@@ -234,6 +246,7 @@ local BODIES = {
     b:int(t, "policy", 1); b:int(t, "credit", 4); b:int(t, "ack_wait_ms", 4); b:text(t, "durable", 1)
     b:text(t, "group", 1); b:topics(t, "pattern", 2)
     b:each(t, 2, "offset", function(o) b:text(o, "topic", 1); b:int(o, "offset", 8) end)
+    if b.pos < b.stop then b:key_filter(t) end  -- client protocol 3: the optional key filter
   end,
   [0x25] = function(b, t)
     b:int(t, "sub_id", 4)
@@ -243,6 +256,7 @@ local BODIES = {
   [0x27] = function(b, t) b:int(t, "sub_id", 4); b:int(t, "op", 1); b:topics(t, "pattern", 2) end,
   [0x28] = function(b, t) b:int(t, "sub_id", 4); b:record_batch(t) end,
   [0x32] = function(b, t) b:int(t, "sub_id", 4); b:headers(t); b:record_batch(t) end,
+  [0x33] = function(b, t) b:int(t, "sub_id", 4); b:int(t, "key_op", 1); b:key_filter(t) end,
   [0x29] = function(b, t)
     b:int(t, "sub_id", 4)
     b:each(t, 2, "range", function(r)
@@ -331,7 +345,7 @@ local function plausible_header(tvb, offset)
   end
   if (opcode == 0x20 or opcode == 0x21) and tvb:len() >= offset + 7 then
     local version = tvb(offset + 5, 2):uint()
-    if version < 1 or version > 2 then return nil end  -- HELLO and WELCOME start with protocol version 1 or 2
+    if version < 1 or version > 3 then return nil end  -- HELLO and WELCOME start with protocol version 1..3
   end
   return length
 end

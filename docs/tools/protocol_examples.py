@@ -283,6 +283,23 @@ ex_frame("sub_ts", Sub(sub_id=3, patterns=("metrics.>",), start=StartPosition.TI
           u8(1, "policy 1 = DROP_OLDEST"), u32(0, "credit 0"), u32(0, "ack_wait_ms 0"),
           str8("", "durable: none"), str8("dash", "group"),
           u16(1, "pattern_count 1"), topic("metrics.>", "pattern"), u16(0, "offset_count 0")])
+def key_filter_segs(f, what="key filter"):
+    segs = [u8(int(f.all), f"{what}: all {int(f.all)}" + (" (every key)" if f.all else "")), u16(len(f.keys), f"key_count {len(f.keys)}")]
+    segs += [S([b16(len(k)), k], f"key {k!r} (length {len(k)})" + (": records without a key" if not k else "")) for k in f.keys]
+    segs += [u16(len(f.prefixes), f"prefix_count {len(f.prefixes)}")]
+    segs += [S([b16(len(p)), p], f"prefix {p!r} (length {len(p)})") for p in f.prefixes]
+    return segs
+ray = KeyFilter(keys=(b"actor-7", b"actor-9"), prefixes=(b"job-",))
+ex_frame("sub_keys", Sub(sub_id=4, patterns=("ray.actors",), key_filter=ray),
+         [u32(4, "sub_id 4"), u8(0, "start 0 = LATEST"), u64(0, "start_value 0 (unused)"), u8(0, "ack_mode 0 = NONE"),
+          u8(0, "policy 0 = CANCEL"), u32(0, "credit 0 = no credit limit"), u32(0, "ack_wait_ms 0 = hub default"),
+          str8("", "durable: empty = not durable"), str8("", "group: empty = no group"),
+          u16(1, "pattern_count 1"), topic("ray.actors", "pattern"), u16(0, "offset_count 0")]
+         + key_filter_segs(ray, "key filter (version 3)"))
+ex_frame("key_filter_add", KeyFilterUpdate(sub_id=4, op=KeyOp.ADD, filter=KeyFilter(keys=(b"actor-12",))),
+         [u32(4, "sub_id 4"), u8(1, "op 1 = ADD")] + key_filter_segs(KeyFilter(keys=(b"actor-12",)), "change"))
+ex_frame("key_filter_all", KeyFilterUpdate(sub_id=4, op=KeyOp.ADD, filter=KeyFilter(all=True)),
+         [u32(4, "sub_id 4"), u8(1, "op 1 = ADD")] + key_filter_segs(KeyFilter(all=True), "change"))
 ex_frame("sub_ok", SubOk(sub_id=2, offsets=(TopicOffset(topic="orders.eu", offset=100), TopicOffset(topic="orders.us", offset=0))),
          [u32(2, "sub_id 2"), u16(2, "offset_count 2"),
           topic("orders.eu", "offset 0: topic"), u64(100, "offset 0: next offset 100"),
