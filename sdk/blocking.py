@@ -358,6 +358,7 @@ class BlockingClient:
         ack_wait: float | None = None,
         keys: Iterable[bytes | str] | None = None,
         key_prefixes: Iterable[bytes | str] | None = None,
+        query: str | None = None,
         timeout: float | None = 30.0,
     ) -> BlockingSubscription:
         """Open a subscription (waits for SUB_OK); options as for :meth:`sdk.Client.subscribe`."""
@@ -374,6 +375,7 @@ class BlockingClient:
             ack_wait=ack_wait,
             keys=keys,
             key_prefixes=key_prefixes,
+            query=query,
             owner=sub,
         )
         sub._state = state

@@ -170,6 +170,11 @@ class BlockingSubscription(SubscriptionView):
         self._client._send()
         self._client._await_ticket(ticket, timeout, "SUB_OK")
 
+    @property
+    def query(self) -> str | None:
+        """As :attr:`sdk.Subscription.query`."""
+        return self._s.query
+
     def add_keys(self, *keys: bytes | str, prefixes: Iterable[bytes | str] = (), every: bool = False) -> None:
         """As :meth:`sdk.Subscription.add_keys`."""
         self._keys(wire.KeyOp.ADD, key_filter_of(keys, prefixes, every=every))

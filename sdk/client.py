@@ -476,6 +476,7 @@ class Client:
         ack_wait: float | None = None,
         keys: Iterable[bytes | str] | None = None,
         key_prefixes: Iterable[bytes | str] | None = None,
+        query: str | None = None,
     ) -> Subscription:
         """A subscription to topics and/or patterns; use it as ``async with``.
 
@@ -498,7 +499,11 @@ class Client:
         ``keys`` / ``key_prefixes``: deliver only records with one of these keys (or a key
         starting with one of the prefixes; ``b""`` is "no key"); the hub filters, and
         :meth:`Subscription.add_keys` and friends change it live.  A group's members share
-        the group's filter.
+        the group's filter.  ``query``: a tag query over the publishers' headers
+        (docs/queries.md), e.g. ``"tm.event = 'Tx' AND tx.height > 5"``: only messages whose
+        headers it accepts are delivered, and ``msg.subscription.query`` says which query a
+        message matched.  A query that does not parse raises ``sdk.QuerySyntaxError`` (naming
+        the position) before anything is sent.
 
         >>> async with client.subscribe(["orders.*", "audit"], start="earliest") as sub:  # doctest: +SKIP
         ...     async for msg in sub:
@@ -516,6 +521,7 @@ class Client:
             ack_wait=ack_wait,
             keys=keys,
             key_prefixes=key_prefixes,
+            query=query,
         )
 
     # timeout= as in nats.py, ending in a TimeoutError that says what went unanswered.

@@ -27,6 +27,7 @@ from typing import Any, cast
 import wire
 from wire import ErrorCode, Opcode
 from wire.limits import DEFAULT_MAX_PEER_BODY
+from wire.query import parse as parse_query
 
 from .batching import DEFAULT_FLUSH_BYTES, AckTicket, PendingBatch, PublishBuffer, Ticket
 from .commits import PendingCommits
@@ -233,6 +234,7 @@ class ClientProtocol:
         ack_wait: float | None = None,
         keys: Iterable[bytes | str] | None = None,
         key_prefixes: Iterable[bytes | str] | None = None,
+        query: str | None = None,
         owner: Any = None,
     ) -> tuple[SubState, Ticket]:
         """Open a subscription; the ticket completes with the SUB_OK offsets or fails with the SUB_END."""
@@ -263,7 +265,10 @@ class ClientProtocol:
             ack_wait=ack_wait,
             max_pending_bytes=self.max_pending_bytes,
             key_filter=None if keys is None and key_prefixes is None else key_filter_of(keys or (), key_prefixes or ()),
+            query=query,
         )
+        if query is not None:
+            parse_query(query)  # a QuerySyntaxError naming the position, before anything is sent
         frame = state.sub_frame(resume=False)  # validates the patterns before anything is recorded
         self._next_sub_id += 1
         state.owner = owner

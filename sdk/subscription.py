@@ -235,6 +235,11 @@ class Subscription(SubscriptionView):
         result: dict[str, int] = await client._wait(ticket, None)
         return result
 
+    @property
+    def query(self) -> str | None:
+        """The tag query this subscription was opened with (None: every message of its topics)."""
+        return self._s.query
+
     async def add_keys(self, *keys: bytes | str, prefixes: Iterable[bytes | str] = (), every: bool = False) -> None:
         """Deliver these keys (and keys starting with ``prefixes``) too; ``every=True``: every key.
 

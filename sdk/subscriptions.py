@@ -156,8 +156,11 @@ class SubState:
         ack_wait: float | None,
         max_pending_bytes: int,
         key_filter: wire.KeyFilter | None = None,
+        query: str | None = None,
     ) -> None:
         self.sub_id = sub_id
+        #: the tag query the hub applies (wire.query), as given
+        self.query = query
         #: the keys the hub delivers (None: every key); a resubscription carries it as it is now
         self.key_filter = key_filter
         self.patterns = patterns
@@ -259,6 +262,7 @@ class SubState:
             group=self.group,
             offsets=tuple(wire.TopicOffset(topic=t, offset=o) for t, o in offsets.items()),
             key_filter=self.key_filter,
+            query=self.query,
         )
 
     def wake(self) -> None:

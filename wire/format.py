@@ -107,8 +107,8 @@ def _fields(obj: Any) -> Iterator[tuple[str, Any]]:
     own_headers = any(f.name == "headers" for f in fields)
     for field in fields:
         value = getattr(obj, field.name)
-        if field.name == "key_filter" and value is None:
-            continue  # a SUB without a key filter (every key) reads as it did before filters existed
+        if field.name in ("key_filter", "query") and value is None:
+            continue  # a SUB without a key filter or query reads as it did before either existed
         if field.name == "headers":
             if isinstance(obj, RecordBatch) or (not value and isinstance(obj, MessageSet)):
                 continue  # a batch's headers show where the frame has them; a set without reads as before

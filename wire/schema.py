@@ -27,6 +27,7 @@ from construct import (
     FocusedSeq,
     GreedyBytes,
     GreedyRange,
+    If,
     IfThenElse,
     Int8ub,
     Int16ub,
@@ -365,8 +366,12 @@ BODIES: dict[Opcode, Construct] = {
         "patterns" / Array(this.pattern_count, Topic),
         "offset_count" / Rebuild(Int16ub, len_(this.offsets)),
         "offsets" / Array(this.offset_count, TopicOffset),
-        # Client protocol 3: a SUB may end here (every key) or carry a key filter.
-        "key_filter" / Optional(KeyFilter),
+        # Client protocol 3: a SUB may end here, or say what follows: ``parts`` bit 0 a key
+        # filter, bit 1 a tag query (wire.query); then 1..3.
+        "parts" / Optional(Int8ub),
+        Check(lambda ctx: ctx.parts is None or 1 <= ctx.parts <= 3),
+        "key_filter" / If(lambda ctx: (ctx.parts or 0) & 1, KeyFilter),
+        "query" / If(lambda ctx: (ctx.parts or 0) & 2, Str16),
         Terminated,
     ),
     Opcode.KEY_FILTER: Struct("sub_id" / Int32ub, "op" / OneOf(Int8ub, [1, 2, 3]), "filter" / KeyFilter, Terminated),

@@ -43,6 +43,7 @@ local ERROR_CODE = {
   [9] = "OUT_OF_CAPACITY", [10] = "UNSUBSCRIBED", [11] = "HEARTBEAT_TIMEOUT", [12] = "SHUTTING_DOWN",
   [13] = "CHECKSUM_MISMATCH", [14] = "TRUNCATED", [15] = "DUPLICATE_SUBSCRIPTION", [16] = "POSITION_UNAVAILABLE",
   [17] = "STORAGE_ERROR", [18] = "INTERNAL", [19] = "UNSUPPORTED_VERSION", [20] = "INVALID_ACK",
+  [21] = "INVALID_QUERY",
 }
 
 local F = {}
@@ -54,7 +55,7 @@ field("uint8", "opcode", "Opcode", base.HEX, OPCODES)
 field("string", "name", "Frame")
 field("uint32", "length", "Body length", base.DEC)
 -- names, topics, text
-for _, n in ipairs({ "topic", "pattern", "client_name", "hub_name", "durable", "group", "reason", "word" }) do
+for _, n in ipairs({ "topic", "pattern", "client_name", "hub_name", "durable", "group", "reason", "word", "query" }) do
   field("string", n, n)
 end
 -- binary values
@@ -63,6 +64,7 @@ field("string", "header_name", "Header")
 field("bytes", "key_prefix", "Key prefix")
 field("uint8", "key_all", "Every key", base.DEC, { [0] = "false", [1] = "true" })
 field("uint8", "key_op", "Key filter op", base.DEC, { [1] = "ADD", [2] = "REMOVE", [3] = "SET" })
+field("uint8", "parts", "SUB parts (1 key filter, 2 query)", base.DEC)
 field("bytes", "header_value", "Header value")
 field("bytes", "v3_body", "Mesh v3 body (not dissected)")
 -- hub ids, shown as 16 hex digits like everywhere else
@@ -246,7 +248,11 @@ local BODIES = {
     b:int(t, "policy", 1); b:int(t, "credit", 4); b:int(t, "ack_wait_ms", 4); b:text(t, "durable", 1)
     b:text(t, "group", 1); b:topics(t, "pattern", 2)
     b:each(t, 2, "offset", function(o) b:text(o, "topic", 1); b:int(o, "offset", 8) end)
-    if b.pos < b.stop then b:key_filter(t) end  -- client protocol 3: the optional key filter
+    if b.pos < b.stop then  -- client protocol 3: what follows (bit 0 a key filter, bit 1 a tag query)
+      local parts = b:int(t, "parts", 1)
+      if parts % 2 == 1 then b:key_filter(t) end
+      if parts >= 2 then b:text(t, "query", 2) end
+    end
   end,
   [0x25] = function(b, t)
     b:int(t, "sub_id", 4)

@@ -294,8 +294,16 @@ ex_frame("sub_keys", Sub(sub_id=4, patterns=("ray.actors",), key_filter=ray),
          [u32(4, "sub_id 4"), u8(0, "start 0 = LATEST"), u64(0, "start_value 0 (unused)"), u8(0, "ack_mode 0 = NONE"),
           u8(0, "policy 0 = CANCEL"), u32(0, "credit 0 = no credit limit"), u32(0, "ack_wait_ms 0 = hub default"),
           str8("", "durable: empty = not durable"), str8("", "group: empty = no group"),
-          u16(1, "pattern_count 1"), topic("ray.actors", "pattern"), u16(0, "offset_count 0")]
-         + key_filter_segs(ray, "key filter (version 3)"))
+          u16(1, "pattern_count 1"), topic("ray.actors", "pattern"), u16(0, "offset_count 0"),
+          u8(1, "parts 1 (version 3): a key filter follows")]
+         + key_filter_segs(ray, "key filter"))
+TM_QUERY = "tm.event = 'Tx' AND tx.height > 5"
+ex_frame("sub_query", Sub(sub_id=5, patterns=("chain.events",), query=TM_QUERY),
+         [u32(5, "sub_id 5"), u8(0, "start 0 = LATEST"), u64(0, "start_value 0 (unused)"), u8(0, "ack_mode 0 = NONE"),
+          u8(0, "policy 0 = CANCEL"), u32(0, "credit 0 = no credit limit"), u32(0, "ack_wait_ms 0 = hub default"),
+          str8("", "durable: empty = not durable"), str8("", "group: empty = no group"),
+          u16(1, "pattern_count 1"), topic("chain.events", "pattern"), u16(0, "offset_count 0"),
+          u8(2, "parts 2 (version 3): a tag query follows"), str16(TM_QUERY, "query")])
 ex_frame("key_filter_add", KeyFilterUpdate(sub_id=4, op=KeyOp.ADD, filter=KeyFilter(keys=(b"actor-12",))),
          [u32(4, "sub_id 4"), u8(1, "op 1 = ADD")] + key_filter_segs(KeyFilter(keys=(b"actor-12",)), "change"))
 ex_frame("key_filter_all", KeyFilterUpdate(sub_id=4, op=KeyOp.ADD, filter=KeyFilter(all=True)),

@@ -134,6 +134,9 @@ class Subscription:
     #: left, and what delivery checks -- None when every key goes (most subscriptions).
     keys: KeyFilter | None = None
     key_filter: KeyMatcher | None = None
+    #: Its tag query (``wire.query``) over a batch's headers block, and the text it was given as.
+    query: Callable[[bytes], bool] | None = None
+    query_text: str | None = None
 
     def wake(self) -> None:
         """New data in a followed topic (or new credit): let the follower look."""
@@ -155,6 +158,7 @@ class Subscription:
             "start": self.start.name.lower(),
             "policy": self.policy.name.lower().replace("_", "-"),
             "credit": self.credit,
+            "query": self.query_text,
             "keys": None if self.keys is None else {"all": self.keys.all, "keys": len(self.keys.keys),
                                                     "prefixes": len(self.keys.prefixes)},
             "delivered_messages": self.delivered_messages,

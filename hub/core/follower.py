@@ -207,6 +207,10 @@ class LogFollower:
             # This message reaches the subscription through an earlier topic's log.
             self._advance(topic, end, acked=True)
             return True
+        query = self.sub.query
+        if query is not None and not query(batch.headers):  # not for this subscription: counts as done
+            self._advance(topic, end, acked=True)
+            return True
         key_filter = self.sub.key_filter
         if key_filter is not None:
             return self._deliver_selected(topic, key_filter, batch)

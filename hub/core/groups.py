@@ -88,6 +88,8 @@ class ConsumerGroup:
         #: The keys the group delivers, given by the member that created it (hub.core.key_commands).
         self.keys: KeyFilter | None = None
         self.key_filter: KeyMatcher | None = None
+        self.query: Callable[[bytes], bool] | None = None
+        self.query_text: str | None = None
 
     @property
     def name(self) -> str:
@@ -107,6 +109,10 @@ class ConsumerGroup:
     def due(self, now: float) -> bool:
         """An ack deadline passed (the hub's tick wakes the group then)."""
         return any(p.deadline <= now for p in self.pending)
+
+    def select_as(self, sub: Subscription) -> None:
+        """The group delivers what ``sub`` (the member that created it) selects: keys and query."""
+        self.keys, self.key_filter, self.query, self.query_text = sub.keys, sub.key_filter, sub.query, sub.query_text
 
     # -- membership --------------------------------------------------------------------
 
@@ -285,6 +291,10 @@ class ConsumerGroup:
                 batch = item.batch
                 end = batch.base_offset + batch.count
                 if len(item.topics) > 1 and first_matching(item.topics, self._selection.matches) != topic:
+                    tracker.ack(batch.base_offset, end - 1)
+                    self.cursor[topic] = end
+                    continue
+                if self.query is not None and not self.query(batch.headers):  # skipped: counts as done
                     tracker.ack(batch.base_offset, end - 1)
                     self.cursor[topic] = end
                     continue

@@ -1,8 +1,9 @@
-"""KEY_FILTER and SUB's key filter: which keys a subscription delivers, set and changed live.
+"""What a subscription selects beyond its topics: SUB's key filter and tag query, KEY_FILTER.
 
-The rules of a filter and its matching are in :mod:`hub.core.key_filters`; this module applies
-the client's commands to subscriptions.  A group's members share one filter: the group's, given
-by the member that created it (as they share its topics), and a member cannot change it.
+The rules of a filter and its matching are in :mod:`hub.core.key_filters`, the query language in
+:mod:`wire.query`; this module applies the client's SUB and commands to subscriptions.  A group's
+members share one filter and one query: the group's, given by the member that created it (as
+they share its topics), and a member cannot change them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from wire import HEADERS_CLIENT_VERSION, ErrorCode, KeyFilter, KeyFilterUpdate, SubOk
+from wire import HEADERS_CLIENT_VERSION, ErrorCode, KeyFilter, KeyFilterUpdate, Sub, SubOk
+from wire.query import QuerySyntaxError, compile_query
 
 from .key_filters import matcher_of
 
@@ -26,10 +28,22 @@ EndSubscription = Callable[["ClientSession", "Subscription", ErrorCode, str], No
 Refuse = Callable[["ClientSession", int, ErrorCode, str], None]
 
 
-def filter_refusal(session: ClientSession, key_filter: KeyFilter | None) -> str | None:
-    """Why a SUB's key filter is not allowed on this connection (None: it is)."""
-    if key_filter is not None and session.version < KEY_FILTER_VERSION:
-        return f"a key filter in SUB needs client protocol {KEY_FILTER_VERSION}"
+def filter_refusal(session: ClientSession, frame: Sub) -> str | None:
+    """Why a SUB's key filter or query is not allowed on this connection (None: it is)."""
+    if (frame.key_filter is not None or frame.query is not None) and session.version < KEY_FILTER_VERSION:
+        return f"a key filter or query in SUB needs client protocol {KEY_FILTER_VERSION}"
+    return None
+
+
+def set_selection(sub: Subscription, frame: Sub) -> str | None:
+    """Give ``sub`` the SUB's key filter and query; why the query does not parse (None: it does)."""
+    set_keys(sub, frame.key_filter)
+    if frame.query is not None:
+        try:
+            sub.query = compile_query(frame.query)
+        except QuerySyntaxError as exc:
+            return str(exc)
+        sub.query_text = frame.query
     return None
 
 

@@ -234,6 +234,8 @@ class Publisher:
                     if sub in seen:
                         continue
                     seen.add(sub)
+                if sub.query is not None and not sub.query(batch.headers):
+                    continue  # headers its tag query refuses (wire.query)
                 if sub.key_filter is not None:  # only the records of the keys it asked for (key_filters)
                     for run, _ in segments(sub.key_filter, batch):
                         if run is not None:

@@ -44,7 +44,7 @@ from .events import ev
 from .follower import LogFollower
 from .grants import judge
 from .groups import ConsumerGroup
-from .key_commands import filter_refusal, set_keys
+from .key_commands import filter_refusal, set_selection
 from .routing import RoutingTable
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class Subscriptions:
         if sub_id in session.subs:
             session.fail(ErrorCode.DUPLICATE_SUBSCRIPTION, f"subscription id {sub_id} is already open", ref=sub_id)
             return
-        if (refusal := filter_refusal(session, frame.key_filter)) is not None:
+        if (refusal := filter_refusal(session, frame)) is not None:
             session.fail(ErrorCode.MALFORMED_FRAME, refusal, ref=sub_id)  # to a v1/v2 client: trailing bytes
             return
         if len(session.subs) >= self.limits.max_subscriptions:
@@ -173,7 +173,9 @@ class Subscriptions:
             credit=frame.credit or None,
             denied=judged.denied,
         )
-        set_keys(sub, frame.key_filter)
+        if (bad_query := set_selection(sub, frame)) is not None:
+            self.refuse_subscription(session, sub_id, ErrorCode.INVALID_QUERY, bad_query)
+            return
         if frame.group:
             if not self._join_group(session, sub, frame):
                 return
@@ -269,11 +271,11 @@ class Subscriptions:
             )
             for pattern in state.patterns:
                 self.router.add(pattern, group)
-        if group.members and group.keys != sub.keys:  # the group's keys are the group's, as its topics
+        if group.members and (group.keys, group.query_text) != (sub.keys, sub.query_text):  # as its topics
             self.refuse_subscription(session, sub.sub_id, ErrorCode.UNEXPECTED_FRAME,
-                         f"group {name!r} delivers other keys; members must use the same key filter")
+                         f"group {name!r} selects other keys; members must use the same key filter and query")
             return False
-        group.keys, group.key_filter = sub.keys, sub.key_filter
+        group.select_as(sub)
         sub.live = False
         sub.group = group
         sub.ack_mode = AckMode.EXPLICIT

@@ -354,6 +354,7 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
         group=short_str(),
         offsets=_small_tuple(st.builds(TopicOffset, topic=topic, offset=u64)),
         key_filter=st.none() | key_filters,
+        query=st.none() | st.sampled_from(["a = 'x'", "n > 5 AND (t EXISTS OR s CONTAINS 'é')"]),
     ),
     Opcode.KEY_FILTER: st.builds(wire.KeyFilterUpdate, sub_id=u32, op=st.sampled_from(wire.KeyOp), filter=key_filters),
     Opcode.SUB_OK: st.builds(SubOk, sub_id=u32, offsets=_small_tuple(st.builds(TopicOffset, topic=topic, offset=u64))),

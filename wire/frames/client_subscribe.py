@@ -6,6 +6,7 @@ DELIVER, DELIVER_HEADERS, ACK and CREDIT are hot frames with ``struct`` code (pr
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
@@ -112,12 +113,20 @@ class Sub(SchemaFrame):
     offsets: tuple[TopicOffset, ...] = ()
     #: Client protocol 3: only records whose key this filter selects are delivered (None: every key).
     key_filter: KeyFilter | None = None
+    #: Client protocol 3: only batches whose headers this tag query accepts (wire.query; None: all).
+    query: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.patterns) <= 0xFFFF:
             raise LocalProtocolError("a subscription needs 1..65535 topics or patterns")
         for p in self.patterns:
             encode_topic(p)
+
+    def _plain(self) -> dict[str, Any]:
+        fields = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        # The optional tail's ``parts`` byte: absent (a SUB as before version 3), or what follows.
+        parts = (self.key_filter is not None) | (self.query is not None) << 1
+        return {**fields, "parts": parts or None}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
