@@ -166,6 +166,10 @@ class PublishBuffer:
         self._parts: list[bytes] = []
         #: the current set's headers block (``b""``: none)
         self._headers = b""
+        #: the last headers mapping encoded (a copy) and its block: a publisher repeating its
+        #: headers pays one dict comparison per message, not an encoding
+        self._last_headers: dict[str, Any] = {}
+        self._last_block = b""
         self.buffered = 0
         self._budget = self.max_body - _PUBLISH_HEAD_BYTES
 
@@ -179,8 +183,10 @@ class PublishBuffer:
         ``headers``: a mapping of names to ``str`` or ``bytes`` values, carried by the message's set.
         """
         if headers:
-            self._select_headered(topics, headers)
-        elif topics is not self._last_key:
+            block = self._block_for(headers)
+            if topics is not self._last_key or block is not self._headers:
+                self._select(topics, block)
+        elif topics is not self._last_key or self._headers:
             self._select(topics)
         if type(data) is not bytes:
             data = as_bytes(data, "data")
@@ -222,16 +228,18 @@ class PublishBuffer:
             self._topics = normal
             self._headers = headers
             self.buffered += len(header) + _SET_FIXED_BYTES + len(headers)
-        # A set with headers is never joined by identity: the next publish compares its headers.
-        headerless = not headers and (type(topics) is str or type(topics) is tuple)
-        self._last_key = topics if headerless else None
+        self._last_key = topics if type(topics) is str or type(topics) is tuple else None
 
-    def _select_headered(self, topics: Any, headers: Any) -> None:
+    def _block_for(self, headers: Any) -> bytes:
+        """The headers block of ``headers``; the same object as last time when they are equal."""
+        if headers == self._last_headers:
+            return self._last_block
         try:
             block = wire.encode_headers(headers)
         except wire.ProtocolError as exc:
             raise ValueError(f"invalid headers: {exc.reason}") from None
-        self._select(topics, block)
+        self._last_headers, self._last_block = dict(headers), block
+        return block
 
     def _make_room(self, topics: Any, size: int) -> int:
         """Emit the full frame and start a new one for this message; the new buffered total."""

@@ -244,3 +244,23 @@ def test_headers_cross_a_two_hub_mesh_and_stay_in_the_receiving_hubs_log(tmp_pat
             assert dict(stored.headers) == TRACE  # b stored the set with its headers
 
         trio.run(scenario)
+
+
+def test_publishes_with_equal_headers_share_a_set_and_a_changed_mapping_is_seen() -> None:
+    from sdk.batching import PublishBuffer
+
+    buffer = PublishBuffer(producer_id=1)
+    headers = {"trace": "a"}
+    buffer.add("t", b"1", None, headers)
+    buffer.add("t", b"2", None, dict(headers))  # equal: same set
+    headers["trace"] = "b"  # the same object, changed: a new set with the new value
+    buffer.add("t", b"3", None, headers)
+    buffer.add("t", b"4")  # no headers: a new set
+    buffer.add("t", b"5", None, {"trace": "b"})
+    frame, _ = buffer.take_frame()
+    decoder = wire.FrameDecoder(accept=wire.CLIENT_TO_HUB_OPCODES)
+    decoder.feed(frame)
+    (publish,) = list(decoder)
+    assert [(s.count, wire.decode_headers(s.headers)) for s in publish.sets] == [
+        (2, {"trace": "a"}), (1, {"trace": "b"}), (1, {}), (1, {"trace": "b"}),
+    ]  # fmt: skip
