@@ -21,7 +21,7 @@ import trio
 import sdk
 import wire
 from hub.core.mesh.protocols import MeshVersion
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, publish_until_linked
 from tests.support.corehub import CoreHub
 from tests.support.hubprocess import HubProcess
 from tests.support.mesh import start_mesh, status_of
@@ -226,13 +226,7 @@ def test_headers_cross_a_two_hub_mesh_and_stay_in_the_receiving_hubs_log(tmp_pat
                 sub_client.subscribe("x.>") as sub,
                 sdk.connect(a.address) as pub,
             ):
-                # The subscriber's interest reaches a through the mesh; publish until it arrives.
-                with trio.fail_after(30):
-                    while True:
-                        await pub.publish_acked("x.probe", b"probe")
-                        with trio.move_on_after(0.5):
-                            first = await sub.__anext__()
-                            break
+                first = await publish_until_linked(pub, sub, "x.probe")  # b's interest has reached a
                 assert first.data == b"probe"
                 await pub.publish_acked("x.h", b"with", headers=TRACE)
                 got = await sub.__anext__()

@@ -19,7 +19,7 @@ import sdk
 import wire
 from hub.core.key_filters import KeyMatcher, matcher_of, segments
 from hub.storage.batches import SharedBatch
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, publish_until_linked
 from tests.support.corehub import CoreHub
 from tests.support.hubprocess import HubProcess
 
@@ -251,12 +251,7 @@ def test_across_a_two_hub_mesh_the_subscribers_hub_filters(tmp_path: Path) -> No
                 sub_client.subscribe("ray.actors", keys=[b"actor-42"]) as sub,
                 sdk.connect(a.address) as pub,
             ):
-                with trio.fail_after(30):  # publish until b's interest has reached a
-                    while True:
-                        await pub.publish_acked("ray.actors", b"probe", key=b"actor-42")
-                        with trio.move_on_after(0.5):
-                            await sub.__anext__()
-                            break
+                await publish_until_linked(pub, sub, "ray.actors", key=b"actor-42")
                 for i in range(10_000):
                     await pub.publish("ray.actors", b"%d" % i, key=b"actor-%d" % i)
                 await pub.publish_acked("ray.actors", b"last", key=b"actor-42")

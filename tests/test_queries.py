@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import sdk
 import wire
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, publish_until_linked
 from tests.support.corehub import CoreHub
 from tests.support.hubprocess import HubProcess
 from wire.query import Both, Condition, Either, Node, QuerySyntaxError, compile_query, parse
@@ -218,12 +218,7 @@ def test_a_query_subscriber_across_a_two_hub_mesh(tmp_path: Path) -> None:
                 sub_client.subscribe("chain", query=TX) as sub,
                 sdk.connect(a.address) as pub,
             ):
-                with trio.fail_after(30):  # publish until b's interest has reached a
-                    while True:
-                        await pub.publish_acked("chain", b"probe", headers={"tm.event": "Tx", "tx.height": "6"})
-                        with trio.move_on_after(0.5):
-                            await sub.__anext__()
-                            break
+                await publish_until_linked(pub, sub, "chain", headers={"tm.event": "Tx", "tx.height": "6"})
                 for data, headers in EVENTS:
                     await pub.publish_acked("chain", data, headers=headers)
                 assert (await sub.__anext__()).data == b"tx-7"

@@ -197,6 +197,41 @@ KeyFilter = Struct(
     "prefixes" / Array(this.prefix_count, Prefixed(Int16ub, GreedyBytes)),
 )
 
+def _log_batch(*before_batch: Construct) -> Construct:
+    """LOG_BATCH's body, with ``before_batch`` between the topic list and the batch."""
+    return Struct(
+        "crc" / Int32ub,
+        "append_ts" / Int64ub,
+        "producer_id" / Int64ub,
+        "producer_seq" / Int64ub,
+        "topic_count" / Rebuild(Int8ub, len_(this.topics)),
+        Check(this.topic_count >= 1),
+        "topics" / Array(this.topic_count, Topic),
+        *before_batch,
+        "batch" / RecordBatch,
+        # The stored batch's topic is one of the message's topics (LogBatch enforces it too).
+        Check(lambda ctx: ctx.batch.topic in ctx.topics),
+        Terminated,
+    )
+
+
+def _forward_batch(messages: Construct) -> Construct:
+    """FORWARD_BATCH's body, its sets' messages laid out as ``messages``."""
+    return Struct(
+        "origin" / Int64ub,
+        Check(this.origin >= 1),
+        "set_count" / Rebuild(Int16ub, len_(this.sets)),
+        Check(this.set_count >= 1),
+        "sets"
+        / Array(
+            this.set_count,
+            Struct("origin_seq" / Int64ub, "timestamp" / Int64ub, "messages" / messages, Check(_set_fits)),
+        ),
+        Check(_sets_ascend),
+        Terminated,
+    )
+
+
 TopicList = Struct(
     "topic_count" / Rebuild(Int16ub, len_(this.topics)),
     "topics" / Array(this.topic_count, Topic),
@@ -226,32 +261,9 @@ BODIES: dict[Opcode, Construct] = {
         Check(_positions_distinct),
         Terminated,
     ),
-    Opcode.FORWARD_BATCH: Struct(
-        "origin" / Int64ub,
-        Check(this.origin >= 1),
-        "set_count" / Rebuild(Int16ub, len_(this.sets)),
-        Check(this.set_count >= 1),
-        "sets"
-        / Array(
-            this.set_count,
-            Struct("origin_seq" / Int64ub, "timestamp" / Int64ub, "messages" / MessageSet, Check(_set_fits)),
-        ),
-        Check(_sets_ascend),
-        Terminated,
-    ),
-    Opcode.FORWARD_BATCH_HEADERS: Struct(
-        "origin" / Int64ub,
-        Check(this.origin >= 1),
-        "set_count" / Rebuild(Int16ub, len_(this.sets)),
-        Check(this.set_count >= 1),
-        "sets"
-        / Array(
-            this.set_count,
-            Struct("origin_seq" / Int64ub, "timestamp" / Int64ub, "messages" / HeaderedMessageSet, Check(_set_fits)),
-        ),
-        Check(_sets_ascend),
-        Terminated,
-    ),
+    Opcode.FORWARD_BATCH: _forward_batch(MessageSet),
+    # mesh v2.1: the same, every set's MessageSet preceded by its headers block
+    Opcode.FORWARD_BATCH_HEADERS: _forward_batch(HeaderedMessageSet),
     Opcode.FORWARD_ACK: Struct("origin" / Int64ub, Check(this.origin >= 1), "seq" / Int64ub, Terminated),
     # -- mesh v3 ---------------------------------------------------------------
     Opcode.LINK_STATE: Struct(
@@ -432,33 +444,9 @@ BODIES: dict[Opcode, Construct] = {
         "topic" / Topic,
         Terminated,
     ),
-    Opcode.LOG_BATCH: Struct(
-        "crc" / Int32ub,
-        "append_ts" / Int64ub,
-        "producer_id" / Int64ub,
-        "producer_seq" / Int64ub,
-        "topic_count" / Rebuild(Int8ub, len_(this.topics)),
-        Check(this.topic_count >= 1),
-        "topics" / Array(this.topic_count, Topic),
-        "batch" / RecordBatch,
-        # The stored batch's topic is one of the message's topics (LogBatch enforces it too).
-        Check(lambda ctx: ctx.batch.topic in ctx.topics),
-        Terminated,
-    ),
-    Opcode.LOG_BATCH_HEADERS: Struct(
-        "crc" / Int32ub,
-        "append_ts" / Int64ub,
-        "producer_id" / Int64ub,
-        "producer_seq" / Int64ub,
-        "topic_count" / Rebuild(Int8ub, len_(this.topics)),
-        Check(this.topic_count >= 1),
-        "topics" / Array(this.topic_count, Topic),
-        "headers" / HeaderBlock,
-        "batch" / RecordBatch,
-        # The stored batch's topic is one of the message's topics (LogBatch enforces it too).
-        Check(lambda ctx: ctx.batch.topic in ctx.topics),
-        Terminated,
-    ),
+    Opcode.LOG_BATCH: _log_batch(),
+    # segment version 2: the same, with the set's headers block before the batch
+    Opcode.LOG_BATCH_HEADERS: _log_batch("headers" / HeaderBlock),
 }
 
 #: ROUTED carries one whole control frame (its 5-byte header, then the body), so it is

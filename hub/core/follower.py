@@ -26,7 +26,7 @@ from wire.topics import pattern_matches
 from ..storage.batches import Hole, SharedBatch, StoredBatch
 from ..storage.topic_log import TopicLog
 from .acks import AckTracker, ack_refusal
-from .key_filters import KeyMatcher, segments
+from .key_filters import segments
 
 if TYPE_CHECKING:
     from ..storage.store import LogStore
@@ -212,39 +212,28 @@ class LogFollower:
             self._advance(topic, end, acked=True)
             return True
         key_filter = self.sub.key_filter
-        if key_filter is not None:
-            return self._deliver_selected(topic, key_filter, batch)
+        if key_filter is None:
+            return self._push(topic, batch)
+        # A filtered subscription: the runs the filter selects, the rest skipped (and settled).
+        for run, end in segments(key_filter, batch):
+            if run is None:
+                self._advance(topic, end, acked=True)
+            elif not self._push(topic, run):
+                return False
+        return True
+
+    def _push(self, topic: str, batch: SharedBatch) -> bool:
+        """Deliver ``batch`` as far as credit allows; False when credit ran out."""
         credit = self.sub.credit
         if credit is not None:
             if credit <= 0:
                 return False
             if batch.count > credit:
                 batch, _ = batch.split(credit)
-                end = batch.base_offset + batch.count
             self.sub.credit = credit - batch.count
         self.session.push_batch(self.sub, batch)
-        self._advance(topic, end, acked=self.sub.ack_mode is AckMode.NONE)
+        self._advance(topic, batch.base_offset + batch.count, acked=self.sub.ack_mode is AckMode.NONE)
         return self.sub.credit is None or self.sub.credit > 0
-
-    def _deliver_selected(self, topic: str, key_filter: KeyMatcher, batch: SharedBatch) -> bool:
-        """A filtered subscription: the runs the filter selects, the rest skipped (and settled)."""
-        for run, end in segments(key_filter, batch):
-            if run is None:
-                self._advance(topic, end, acked=True)
-                continue
-            credit = self.sub.credit
-            if credit is not None:
-                if credit <= 0:
-                    return False
-                if run.count > credit:
-                    run, _ = run.split(credit)
-                    end = run.base_offset + run.count
-                self.sub.credit = credit - run.count
-            self.session.push_batch(self.sub, run)
-            self._advance(topic, end, acked=self.sub.ack_mode is AckMode.NONE)
-            if self.sub.credit is not None and self.sub.credit <= 0:
-                return False
-        return True
 
     def _advance(self, topic: str, end: int, *, acked: bool) -> None:
         start = self.positions.get(topic, end)
