@@ -25,7 +25,7 @@ from .inbound import ForwardHandler, InboundForwards
 from .interest import InterestTable, LocalInterest, valid_pattern
 from .known_peers import KnownPeers
 from .link import LinkSession, PeerLink
-from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
+from .protocols import encode_forward_set, encode_v1_forwards
 from .replay import Replay, ReplaySource
 from .status import CloseReason
 from .window import WindowEntry
