@@ -13,6 +13,8 @@ See ``docs/sdk.md`` for the guide.
 
 from __future__ import annotations
 
+from wire.query import QuerySyntaxError
+
 from .blocking import BlockingClient, BlockingSubscription, connect_blocking
 from .client import Client, connect
 from .errors import (
@@ -44,6 +46,7 @@ __all__ = [
     "Pub0subError",
     "PublishAck",
     "PublishTimeoutError",
+    "QuerySyntaxError",
     "Reconnect",
     "SlowConsumerError",
     "Subscription",

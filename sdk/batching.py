@@ -1,7 +1,9 @@
 """Publish batching, sans-IO: consecutive publishes become one PUBLISH frame.
 
 Consecutive publishes to the same topics share one :class:`wire.MessageSet`;
-a change of topics starts a new set in the same frame.  The per-message path
+a change of topics starts a new set in the same frame.  Headers belong to a set
+(docs/protocol.md §4): a publish with headers joins the set before it only when
+that set has the same topics and the same headers, else it starts one.  The per-message path
 is one ``struct.pack``, one concatenation and one ``list.append``: no frame,
 no object and no dataclass per message.  Frames are built with the ``wire``
 types, so the byte layout lives in one place.
@@ -155,13 +157,19 @@ class PublishBuffer:
         self.pending: deque[PendingBatch] = deque()
         #: set by the owner when publishing must fail (the connection is gone for good)
         self.failed: BaseException | None = None
-        self._sets: list[tuple[tuple[str, ...], list[bytes]]] = []
+        self._sets: list[tuple[tuple[str, ...], list[bytes], bytes]] = []
         self._tickets: list[AckTicket] = []
         self._topic_cache: dict[tuple[str, ...], bytes] = {}
         # The hot path compares the caller's topics object by identity (str and tuple only: immutable).
         self._last_key: object = None
         self._topics: tuple[str, ...] = ()
         self._parts: list[bytes] = []
+        #: the current set's headers block (``b""``: none)
+        self._headers = b""
+        #: the last headers mapping encoded (a copy) and its block: a publisher repeating its
+        #: headers pays one dict comparison per message, not an encoding
+        self._last_headers: dict[str, Any] = {}
+        self._last_block = b""
         self.buffered = 0
         self._budget = self.max_body - _PUBLISH_HEAD_BYTES
 
@@ -169,9 +177,16 @@ class PublishBuffer:
         self.max_body = max_body
         self._budget = max_body - _PUBLISH_HEAD_BYTES
 
-    def add(self, topics: Any, data: Any, key: Any = None) -> bool:
-        """Buffer one message; true when the buffer should be flushed now."""
-        if topics is not self._last_key:
+    def add(self, topics: Any, data: Any, key: Any = None, headers: Any = None) -> bool:
+        """Buffer one message; true when the buffer should be flushed now.
+
+        ``headers``: a mapping of names to ``str`` or ``bytes`` values, carried by the message's set.
+        """
+        if headers:
+            block = self._block_for(headers)
+            if topics is not self._last_key or block is not self._headers:
+                self._select(topics, block)
+        elif topics is not self._last_key or self._headers:
             self._select(topics)
         if type(data) is not bytes:
             data = as_bytes(data, "data")
@@ -190,17 +205,17 @@ class PublishBuffer:
         self.buffered = total
         return total >= self.flush_bytes
 
-    def add_acked(self, topics: Any, data: Any, key: Any = None) -> AckTicket:
-        self.add(topics, data, key)
+    def add_acked(self, topics: Any, data: Any, key: Any = None, headers: Any = None) -> AckTicket:
+        self.add(topics, data, key, headers)
         ticket = AckTicket(len(self._sets) - 1, len(self._parts) - 1, self._topics)
         self._tickets.append(ticket)
         return ticket
 
-    def _select(self, topics: Any) -> None:
+    def _select(self, topics: Any, headers: bytes = b"") -> None:
         if self.failed is not None:
             raise self.failed
         normal = normalize_topics(topics)
-        if normal != self._topics or not self._sets:
+        if normal != self._topics or not self._sets or headers != self._headers:
             header = self._topic_cache.get(normal)
             if header is None:
                 header = check_publish_topics(normal)
@@ -209,20 +224,33 @@ class PublishBuffer:
             if len(self._sets) >= _MAX_SETS:
                 self.emit()
             self._parts = []
-            self._sets.append((normal, self._parts))
+            self._sets.append((normal, self._parts, headers))
             self._topics = normal
-            self.buffered += len(header) + _SET_FIXED_BYTES
+            self._headers = headers
+            self.buffered += len(header) + _SET_FIXED_BYTES + len(headers)
         self._last_key = topics if type(topics) is str or type(topics) is tuple else None
+
+    def _block_for(self, headers: Any) -> bytes:
+        """The headers block of ``headers``; the same object as last time when they are equal."""
+        if headers == self._last_headers:
+            return self._last_block
+        try:
+            block = wire.encode_headers(headers)
+        except wire.ProtocolError as exc:
+            raise ValueError(f"invalid headers: {exc.reason}") from None
+        self._last_headers, self._last_block = dict(headers), block
+        return block
 
     def _make_room(self, topics: Any, size: int) -> int:
         """Emit the full frame and start a new one for this message; the new buffered total."""
         header = len(self._topic_cache.get(self._topics) or check_publish_topics(self._topics)) + _SET_FIXED_BYTES
-        if size + header > self._budget:
+        headers = self._headers
+        if size + header + len(headers) > self._budget:
             raise ValueError(
                 f"message of {size - 6} bytes does not fit in one frame (the hub accepts {self.max_body} bytes)"
             )
         self.emit()
-        self._select(topics)
+        self._select(topics, headers)
         return self.buffered + size
 
     @property
@@ -231,31 +259,35 @@ class PublishBuffer:
 
     def take_frame(self) -> tuple[bytes, PendingBatch | None]:
         """The buffered messages as one PUBLISH frame, and its pending entry if it wants an ack."""
-        sets = [(topics, parts) for topics, parts in self._sets if parts]
+        sets = [(topics, parts, headers) for topics, parts, headers in self._sets if parts]
         tickets = self._tickets
         self._sets = []
         self._tickets = []
         self._parts = []
         self._topics = ()
+        self._headers = b""
         self._last_key = None
         self.buffered = 0
         if not sets:
             return b"", None
         self.sequence += 1
         flags = wire.PublishFlags.ACK if tickets else wire.PublishFlags.NONE
+        if any(headers for _, _, headers in sets):
+            flags |= wire.PublishFlags.HEADERS
         frame = wire.Publish(
             producer_id=self.producer_id,
             sequence=self.sequence,
             flags=flags,
             sets=tuple(
-                wire.MessageSet(topics=topics, count=len(parts), records=b"".join(parts)) for topics, parts in sets
+                wire.MessageSet(topics=topics, count=len(parts), records=b"".join(parts), headers=headers)
+                for topics, parts, headers in sets
             ),
         ).encode()
         if not tickets:
             return frame, None
         for ticket in tickets:
             ticket.sequence = self.sequence
-        batch = PendingBatch(self.sequence, frame, [(t, len(p)) for t, p in sets], tickets)
+        batch = PendingBatch(self.sequence, frame, [(t, len(p)) for t, p, _ in sets], tickets)
         self.pending.append(batch)
         return frame, batch
 
@@ -284,6 +316,7 @@ class PublishBuffer:
         self._sets = []
         self._parts = []
         self._topics = ()
+        self._headers = b""
         self.buffered = 0
 
 

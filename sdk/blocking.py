@@ -24,11 +24,11 @@ import select
 import socket
 import ssl
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .address import parse_address
-from .batching import DEFAULT_FLUSH_BYTES, Ticket
+from .batching import DEFAULT_FLUSH_BYTES, AckTicket, Ticket
 from .blocking_subscription import BlockingSubscription
 from .errors import ConnectionLostError, HubError, Pub0subError, PublishTimeoutError
 from .handshake import DEFAULT_HANDSHAKE_TIMEOUT, HandshakeWatch
@@ -284,9 +284,19 @@ class BlockingClient:
 
     # -- publishing -------------------------------------------------------------------
 
-    def publish(self, topics: str | Sequence[str], data: bytes, *, key: bytes | None = None) -> None:
-        """Buffer a message; sent when the batch passes ``flush_bytes`` or on :meth:`flush`."""
-        if self._proto.publish(topics, data, key):
+    def publish(
+        self,
+        topics: str | Sequence[str],
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, str | bytes] | None = None,
+    ) -> None:
+        """Buffer a message; sent when the batch passes ``flush_bytes`` or on :meth:`flush`.
+
+        ``headers`` as for :meth:`sdk.Client.publish`.
+        """
+        if self._proto.publish(topics, data, key, headers):
             self.flush()
 
     def flush(self) -> None:
@@ -297,17 +307,35 @@ class BlockingClient:
         self._service(0.0)
 
     def publish_acked(
-        self, topics: str | Sequence[str], data: bytes, *, key: bytes | None = None, timeout: float | None = None
+        self,
+        topics: str | Sequence[str],
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, str | bytes] | None = None,
+        timeout: float | None = None,
     ) -> PublishAck:
         """Publish and wait for the hub to store it; returns the offsets (see :meth:`sdk.Client.publish_acked`)."""
-        return self.publish_acked_many([(topics, data, key)], timeout=timeout)[0]
+        self._ensure()
+        ticket = self._proto.publish_acked(topics, data, key, headers)
+        return self._await_acks([ticket], timeout)[0]
 
     def publish_acked_many(
-        self, messages: Iterable[tuple[str | Sequence[str], bytes, bytes | None]], *, timeout: float | None = None
+        self,
+        messages: Iterable[
+            tuple[str | Sequence[str], bytes, bytes | None]
+            | tuple[str | Sequence[str], bytes, bytes | None, Mapping[str, str | bytes] | None]
+        ],
+        *,
+        timeout: float | None = None,
     ) -> list[PublishAck]:
-        """Publish ``(topics, data, key)`` triples in as few frames as fit; wait for every ack."""
+        """Publish ``(topics, data, key)`` triples (or ``(topics, data, key, headers)``) in as few frames
+        as fit; wait for every ack."""
         self._ensure()
-        tickets = [self._proto.publish_acked(topics, data, key) for topics, data, key in messages]
+        tickets = [self._proto.publish_acked(*message) for message in messages]
+        return self._await_acks(tickets, timeout)
+
+    def _await_acks(self, tickets: list[AckTicket], timeout: float | None) -> list[PublishAck]:
         self._proto.flush()
         self._send()
         if not self._wait(lambda: all(t.done for t in tickets), timeout):
@@ -328,6 +356,9 @@ class BlockingClient:
         durable: str = "",
         group: str = "",
         ack_wait: float | None = None,
+        keys: Iterable[bytes | str] | None = None,
+        key_prefixes: Iterable[bytes | str] | None = None,
+        query: str | None = None,
         timeout: float | None = 30.0,
     ) -> BlockingSubscription:
         """Open a subscription (waits for SUB_OK); options as for :meth:`sdk.Client.subscribe`."""
@@ -342,6 +373,9 @@ class BlockingClient:
             durable=durable,
             group=group,
             ack_wait=ack_wait,
+            keys=keys,
+            key_prefixes=key_prefixes,
+            query=query,
             owner=sub,
         )
         sub._state = state

@@ -15,7 +15,7 @@ from .batching import Ticket
 from .errors import Pub0subError
 from .messages import Gap, Message
 from .protocol import ClientProtocol, State
-from .subscriptions import SubscriptionView, SubState, checked_names
+from .subscriptions import SubscriptionView, SubState, checked_names, key_filter_of
 
 
 class BlockingDriver(Protocol):
@@ -167,6 +167,28 @@ class BlockingSubscription(SubscriptionView):
     def remove(self, topics: str | Iterable[str], *, timeout: float | None = 30.0) -> None:
         """Remove topics/patterns."""
         ticket = self._client._proto.update(self._s, wire.UpdateOp.REMOVE, topics)
+        self._client._send()
+        self._client._await_ticket(ticket, timeout, "SUB_OK")
+
+    @property
+    def query(self) -> str | None:
+        """As :attr:`sdk.Subscription.query`."""
+        return self._s.query
+
+    def add_keys(self, *keys: bytes | str, prefixes: Iterable[bytes | str] = (), every: bool = False) -> None:
+        """As :meth:`sdk.Subscription.add_keys`."""
+        self._keys(wire.KeyOp.ADD, key_filter_of(keys, prefixes, every=every))
+
+    def remove_keys(self, *keys: bytes | str, prefixes: Iterable[bytes | str] = (), every: bool = False) -> None:
+        """As :meth:`sdk.Subscription.remove_keys`."""
+        self._keys(wire.KeyOp.REMOVE, key_filter_of(keys, prefixes, every=every))
+
+    def set_keys(self, *keys: bytes | str, prefixes: Iterable[bytes | str] = (), every: bool = False) -> None:
+        """As :meth:`sdk.Subscription.set_keys`."""
+        self._keys(wire.KeyOp.SET, key_filter_of(keys, prefixes, every=every))
+
+    def _keys(self, op: wire.KeyOp, change: wire.KeyFilter, timeout: float | None = 30.0) -> None:
+        ticket = self._client._proto.update_keys(self._s, op, change)
         self._client._send()
         self._client._await_ticket(ticket, timeout, "SUB_OK")
 

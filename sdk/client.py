@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -378,18 +378,28 @@ class Client:
 
     # -- publishing -----------------------------------------------------------
 
-    async def publish(self, topics: str | Sequence[str], data: bytes, *, key: bytes | None = None) -> None:
+    async def publish(
+        self,
+        topics: str | Sequence[str],
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, str | bytes] | None = None,
+    ) -> None:
         """Publish ``data`` to one topic or several (once each), without waiting for the hub.
 
         Messages are buffered and sent in batches: consecutive publishes to the
         same topics share one message set, and a batch goes out when it passes
         ``flush_bytes`` or when this task next yields.  Order is kept per topic.
         Unacknowledged publishes in flight when a connection drops are lost
-        (at-most-once); use :meth:`publish_acked` for at-least-once.
+        (at-most-once); use :meth:`publish_acked` for at-least-once.  ``headers``
+        (names to ``str`` or ``bytes``) arrive as ``msg.headers``; they travel once per
+        message set, so publishes with the same topics and headers still share one.
 
         >>> await client.publish(["orders", "audit"], b'{"id": 1}', key=b"cust-9")  # doctest: +SKIP
+        >>> await client.publish("orders", b"paid", headers={"trace": "4bf9"})  # doctest: +SKIP
         """
-        if self._proto.publish(topics, data, key):
+        if self._proto.publish(topics, data, key, headers):
             await self._flush_now()
         elif not self._flush_armed:
             self._flush_armed = True
@@ -413,7 +423,13 @@ class Client:
 
     async def publish_acked(
         # timeout= as in nats.py: the PublishTimeoutError it ends in carries the batch sequence.
-        self, topics: str | Sequence[str], data: bytes, *, key: bytes | None = None, timeout: float | None = None  # noqa: ASYNC109
+        self,
+        topics: str | Sequence[str],
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, str | bytes] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
     ) -> PublishAck:
         """Publish and wait until the hub has stored the message; returns its offsets.
 
@@ -426,7 +442,7 @@ class Client:
         >>> ack.offsets["orders"]                                 # doctest: +SKIP
         41
         """
-        ticket = self._proto.publish_acked(topics, data, key)
+        ticket = self._proto.publish_acked(topics, data, key, headers)
         result: PublishAck = await self._wait(ticket, timeout, self._flush_now)
         return result
 
@@ -458,6 +474,9 @@ class Client:
         durable: str = "",
         group: str = "",
         ack_wait: float | None = None,
+        keys: Iterable[bytes | str] | None = None,
+        key_prefixes: Iterable[bytes | str] | None = None,
+        query: str | None = None,
     ) -> Subscription:
         """A subscription to topics and/or patterns; use it as ``async with``.
 
@@ -477,6 +496,15 @@ class Client:
         (``await msg.ack()``); the default is ``"auto"`` for durable subscriptions
         and groups and ``"none"`` otherwise.  Groups cannot use ``"none"``.
 
+        ``keys`` / ``key_prefixes``: deliver only records with one of these keys (or a key
+        starting with one of the prefixes; ``b""`` is "no key"); the hub filters, and
+        :meth:`Subscription.add_keys` and friends change it live.  A group's members share
+        the group's filter.  ``query``: a tag query over the publishers' headers
+        (docs/queries.md), e.g. ``"tm.event = 'Tx' AND tx.height > 5"``: only messages whose
+        headers it accepts are delivered, and ``msg.subscription.query`` says which query a
+        message matched.  A query that does not parse raises ``sdk.QuerySyntaxError`` (naming
+        the position) before anything is sent.
+
         >>> async with client.subscribe(["orders.*", "audit"], start="earliest") as sub:  # doctest: +SKIP
         ...     async for msg in sub:
         ...         handle(msg)
@@ -491,6 +519,9 @@ class Client:
             durable=durable,
             group=group,
             ack_wait=ack_wait,
+            keys=keys,
+            key_prefixes=key_prefixes,
+            query=query,
         )
 
     # timeout= as in nats.py, ending in a TimeoutError that says what went unanswered.

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+#: ``Message.headers`` of a message published without headers (shared: it is read-only).
+NO_HEADERS: Mapping[str, str | bytes] = MappingProxyType({})
 
 
 class Message:
@@ -17,7 +20,10 @@ class Message:
     ``timestamp`` is the hub's append time in µs since the epoch (the same for
     every message of one publish batch); ``key`` is ``None`` when the publisher
     gave none; ``origin`` is the id of the hub the message was first published
-    on; ``subscription`` is the subscription object it was delivered to.
+    on; ``subscription`` is the subscription object it was delivered to;
+    ``headers`` is a read-only mapping of header names to ``str`` or ``bytes``
+    values (empty when the publisher gave none, or the hub could not keep them:
+    docs/protocol.md §11).
 
     >>> m = Message("orders", 7, 1_700_000_000_000_000, None, b"hi", 1, None)
     >>> m.topic, m.offset, m.data, m.datetime.year
@@ -25,7 +31,7 @@ class Message:
     """
 
     # __slots__ and a plain __init__: creating the object is most of the per-message cost.
-    __slots__ = ("data", "key", "offset", "origin", "subscription", "timestamp", "topic")
+    __slots__ = ("data", "headers", "key", "offset", "origin", "subscription", "timestamp", "topic")
 
     def __init__(
         self,
@@ -36,6 +42,7 @@ class Message:
         data: bytes,
         origin: int,
         subscription: Any,
+        headers: Mapping[str, str | bytes] = NO_HEADERS,
     ) -> None:
         self.topic = topic
         self.offset = offset
@@ -44,6 +51,7 @@ class Message:
         self.data = data
         self.origin = origin
         self.subscription = subscription
+        self.headers = headers
 
     def ack(self) -> Any:
         """Acknowledge this message on its subscription (``ack="manual"``).
@@ -69,13 +77,14 @@ class Message:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
             return NotImplemented
-        return (self.topic, self.offset, self.timestamp, self.key, self.data, self.origin) == (
+        return (self.topic, self.offset, self.timestamp, self.key, self.data, self.origin, self.headers) == (
             other.topic,
             other.offset,
             other.timestamp,
             other.key,
             other.data,
             other.origin,
+            other.headers,
         )
 
     __hash__ = None  # type: ignore[assignment]

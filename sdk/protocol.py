@@ -22,17 +22,30 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import wire
 from wire import ErrorCode, Opcode
 from wire.limits import DEFAULT_MAX_PEER_BODY
+from wire.query import parse as parse_query
 
 from .batching import DEFAULT_FLUSH_BYTES, AckTicket, PendingBatch, PublishBuffer, Ticket
 from .commits import PendingCommits
 from .errors import ConnectionLostError, HubError, ProtocolError, SlowConsumerError, SubscriptionClosedError
 from .messages import Gap, Message
-from .subscriptions import MAX_SENT_RANGES, POLICIES, SubState, _Op, add_range, parse_start, resolve_ack
+from .subscriptions import (
+    MAX_SENT_RANGES,
+    POLICIES,
+    SubState,
+    _Op,
+    add_range,
+    key_filter_of,
+    parse_start,
+    resolve_ack,
+)
+
+#: A subscription without a key filter: every key (what KEY_FILTER's ADD and REMOVE start from).
+_EVERY_KEY = wire.KeyFilter(all=True)
 
 _PING = wire.PING.encode()
 _PONG = wire.PONG.encode()
@@ -219,6 +232,9 @@ class ClientProtocol:
         durable: str = "",
         group: str = "",
         ack_wait: float | None = None,
+        keys: Iterable[bytes | str] | None = None,
+        key_prefixes: Iterable[bytes | str] | None = None,
+        query: str | None = None,
         owner: Any = None,
     ) -> tuple[SubState, Ticket]:
         """Open a subscription; the ticket completes with the SUB_OK offsets or fails with the SUB_END."""
@@ -248,7 +264,11 @@ class ClientProtocol:
             group=group,
             ack_wait=ack_wait,
             max_pending_bytes=self.max_pending_bytes,
+            key_filter=None if keys is None and key_prefixes is None else key_filter_of(keys or (), key_prefixes or ()),
+            query=query,
         )
+        if query is not None:
+            parse_query(query)  # a QuerySyntaxError naming the position, before anything is sent
         frame = state.sub_frame(resume=False)  # validates the patterns before anything is recorded
         self._next_sub_id += 1
         state.owner = owner
@@ -263,19 +283,31 @@ class ClientProtocol:
         """Add or remove topics/patterns (SUB_UPDATE); the ticket completes with the SUB_OK offsets."""
         names = [patterns] if isinstance(patterns, str) else list(patterns)
         frame = wire.SubUpdate(sub_id=state.sub_id, op=op, patterns=tuple(names))
-        if state.closed or state.sub_id not in self.subs:
-            raise state.error or SubscriptionClosedError(
-                state.sub_id, ErrorCode.UNSUBSCRIBED, "subscription is closed", topics=state.topics
-            )
+        self._check_open(state)
         if op == wire.UpdateOp.ADD:
             state.patterns += [n for n in names if n not in state.patterns]
         else:
             state.patterns = [p for p in state.patterns if p not in names]
+        return self._send_update(state, frame)
+
+    def update_keys(self, state: SubState, op: wire.KeyOp, change: wire.KeyFilter) -> Ticket:
+        """Change the keys a subscription delivers (KEY_FILTER); the ticket completes with its SUB_OK."""
+        self._check_open(state)
+        state.key_filter = (state.key_filter or _EVERY_KEY).apply(op, change)
+        return self._send_update(state, wire.KeyFilterUpdate(sub_id=state.sub_id, op=op, filter=change))
+
+    def _check_open(self, state: SubState) -> None:
+        if state.closed or state.sub_id not in self.subs:
+            raise state.error or SubscriptionClosedError(
+                state.sub_id, ErrorCode.UNSUBSCRIBED, "subscription is closed", topics=state.topics
+            )
+
+    def _send_update(self, state: SubState, frame: wire.Frame) -> Ticket:
         ticket = Ticket()
         state.ops.append(_Op("update", [ticket]))
         if self.state == State.READY:
             self._control(frame)
-        # Otherwise the (re)subscription carries the new pattern list and its SUB_OK completes the ticket.
+        # Otherwise the (re)subscription carries the new patterns and keys, and its SUB_OK completes the ticket.
         return ticket
 
     def unsubscribe(self, state: SubState) -> None:
@@ -389,7 +421,9 @@ class ClientProtocol:
         try:
             decoder.feed(data)
             while (frame := decoder.next_frame()) is not None:
-                if type(frame) is wire.Deliver:
+                kind = type(frame)
+                if kind is wire.Deliver or kind is wire.DeliverHeaders:
+                    frame = cast("wire.Deliver", frame)  # both carry sub_id and batch (its headers inside)
                     state = self.subs.get(frame.sub_id)
                     if state is not None and not state.closed:
                         self.received_batches += 1

@@ -12,7 +12,7 @@ import wire
 from .batching import Ticket
 from .messages import Gap, Message
 from .protocol import ClientProtocol
-from .subscriptions import SubscriptionView, SubState, checked_names
+from .subscriptions import SubscriptionView, SubState, checked_names, key_filter_of
 
 
 class AsyncDriver(Protocol):
@@ -234,6 +234,33 @@ class Subscription(SubscriptionView):
         await client._write()
         result: dict[str, int] = await client._wait(ticket, None)
         return result
+
+    @property
+    def query(self) -> str | None:
+        """The tag query this subscription was opened with (None: every message of its topics)."""
+        return self._s.query
+
+    async def add_keys(self, *keys: bytes | str, prefixes: Iterable[bytes | str] = (), every: bool = False) -> None:
+        """Deliver these keys (and keys starting with ``prefixes``) too; ``every=True``: every key.
+
+        The hub filters (a record of another key never reaches this client); each key, prefix
+        and ``every`` stays as the last add or remove about it left it.
+        """
+        await self._keys(wire.KeyOp.ADD, key_filter_of(keys, prefixes, every=every))
+
+    async def remove_keys(self, *keys: bytes | str, prefixes: Iterable[bytes | str] = (), every: bool = False) -> None:
+        """Stop delivering these keys (prefixes; ``every=True``: drop "every key", keep the rest)."""
+        await self._keys(wire.KeyOp.REMOVE, key_filter_of(keys, prefixes, every=every))
+
+    async def set_keys(self, *keys: bytes | str, prefixes: Iterable[bytes | str] = (), every: bool = False) -> None:
+        """Deliver exactly these keys and prefixes from now on (``every=True``: every key again)."""
+        await self._keys(wire.KeyOp.SET, key_filter_of(keys, prefixes, every=every))
+
+    async def _keys(self, op: wire.KeyOp, change: wire.KeyFilter) -> None:
+        client = self._client
+        ticket = client._proto.update_keys(self._s, op, change)
+        await client._write()
+        await client._wait(ticket, None)
 
     async def commit(self, *, timeout: float | None = 30.0) -> dict[str, int]:  # noqa: ASYNC109
         """Send the acknowledgements made so far and wait until the hub has the position on disk.

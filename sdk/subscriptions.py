@@ -13,6 +13,7 @@ import logging
 import struct
 from collections import deque
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import Any
 
 import wire
@@ -20,7 +21,7 @@ from wire import SlowConsumerPolicy, StartPosition
 
 from .batching import Ticket
 from .errors import InvalidTopicError
-from .messages import Gap, Message
+from .messages import NO_HEADERS, Gap, Message
 
 log = logging.getLogger("pub0sub.sdk")
 
@@ -154,8 +155,14 @@ class SubState:
         group: str,
         ack_wait: float | None,
         max_pending_bytes: int,
+        key_filter: wire.KeyFilter | None = None,
+        query: str | None = None,
     ) -> None:
         self.sub_id = sub_id
+        #: the tag query the hub applies (wire.query), as given
+        self.query = query
+        #: the keys the hub delivers (None: every key); a resubscription carries it as it is now
+        self.key_filter = key_filter
         self.patterns = patterns
         self.start = start
         self.start_value = start_value
@@ -254,6 +261,8 @@ class SubState:
             durable=self.durable,
             group=self.group,
             offsets=tuple(wire.TopicOffset(topic=t, offset=o) for t, o in offsets.items()),
+            key_filter=self.key_filter,
+            query=self.query,
         )
 
     def wake(self) -> None:
@@ -350,6 +359,8 @@ class SubState:
         owner = self.owner
         records = batch.records
         offset = batch.base_offset
+        # One read-only map per batch, shared by its messages: headers belong to the set.
+        headers = MappingProxyType(wire.decode_headers(batch.headers)) if batch.headers else NO_HEADERS
         out: list[Message] = []
         append = out.append
         pos = 0
@@ -359,9 +370,23 @@ class SubState:
             k = pos + 6
             d = k + key_len
             pos = d + data_len
-            append(Message(topic, offset, timestamp, records[k:d] if key_len else None, records[d:pos], origin, owner))
+            append(Message(topic, offset, timestamp, records[k:d] if key_len else None, records[d:pos], origin, owner,
+                           headers))  # fmt: skip
             offset += 1
         return out
+
+
+def key_filter_of(
+    keys: Iterable[bytes | str] = (), prefixes: Iterable[bytes | str] = (), *, every: bool = False
+) -> wire.KeyFilter:
+    """A :class:`wire.KeyFilter` from what the application gives (``str`` as UTF-8)."""
+
+    def raw(values: Iterable[bytes | str], what: str) -> tuple[bytes, ...]:
+        if isinstance(values, bytes | str):
+            raise TypeError(f"{what} must be a list of keys, not one {type(values).__name__}")
+        return tuple(dict.fromkeys(v.encode() if isinstance(v, str) else bytes(v) for v in values))
+
+    return wire.KeyFilter(all=every, keys=raw(keys, "keys"), prefixes=raw(prefixes, "prefixes"))
 
 
 def _drop_head(batch: wire.RecordBatch, n: int) -> wire.RecordBatch:
@@ -379,6 +404,7 @@ def _drop_head(batch: wire.RecordBatch, n: int) -> wire.RecordBatch:
         origin_seq=batch.origin_seq,
         count=batch.count - n,
         records=records[pos:],
+        headers=batch.headers,
     )
 
 

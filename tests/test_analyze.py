@@ -86,6 +86,24 @@ def test_decode_gives_exact_rows(cluster: tuple[Path, Expected]) -> None:
     assert set(rows[(rows.hub_id == HUB_A_HEX) & (rows.topic == "orders")]["producer_id"]) == {77}
 
 
+def test_decode_gives_the_headers_of_each_batch(tmp_path: Path) -> None:
+    import wire
+    from tests.support.corehub import CoreHub
+
+    hub = CoreHub(tmp_path)
+    block = wire.encode_headers({"trace": "4bf9", "raw": b"\x00"})
+    sets = (
+        wire.MessageSet.build(("t",), [(b"", b"a"), (b"", b"b")], headers=block),
+        wire.MessageSet.build(("t",), [(b"", b"c")]),
+    )
+    hub.connect().send(wire.Publish(flags=wire.PublishFlags.HEADERS, sets=sets))
+    hub.close()
+    (path,) = tmp_path.glob("topics/*/*.log")
+    rows = messages_of(pa.Table.from_batches(list(decode_segment(path.read_bytes(), path=str(path), hub_id="h")),
+                                             schema=SCHEMA))  # fmt: skip
+    assert rows["headers"].to_pylist() == [[("trace", b"4bf9"), ("raw", b"\x00")]] * 2 + [None]
+
+
 def test_corrupted_batch_is_reported_and_never_decoded(cluster: tuple[Path, Expected]) -> None:
     root, expected = cluster
     table = decode_dir(root)

@@ -192,3 +192,13 @@ def test_zenoh_measured_on_one_router(scenario: str, capsys: pytest.CaptureFixtu
     if scenario == "T1":
         drop = systems["zenoh:drop"]["details"][0]
         assert drop["lost"] == drop["expected"] - drop["received"] >= 0, drop
+
+
+def test_k1_filtered_subscribers_get_exactly_their_key(capsys: pytest.CaptureFixture[str]) -> None:
+    from sdk.tools.bench import keyfilter
+
+    assert keyfilter.main(["--messages", "30000", "--rounds", "1", "--subscribers", "2", "--json"]) == 0
+    rounds = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["config"] for r in rounds] == ["none", "filtered"]
+    filtered = rounds[1]
+    assert filtered["received"] == [3, 3] and filtered["wrong_keys"] == 0 and filtered["msgs_per_s"] > 0

@@ -98,6 +98,27 @@ def test_pub_ack_prints_offsets(hub_address: str) -> None:
     assert result.stdout.splitlines() == ["acked@0 copy@0", "acked@1 copy@1"]
 
 
+def test_pub_headers_to_sub_json(hub_address: str) -> None:
+    proc = start_sub("--hub", hub_address, "--topic", "hd", "--count", "2", "--json")
+    try:
+        wait_for_subscriptions(hub_address, 1)
+        result = cli("pub", "--hub", hub_address, "--topic", "hd", "--ack", "-H", "trace=4bf9", "--header", "env=a=b",
+                     "with")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert cli("pub", "--hub", hub_address, "--topic", "hd", "without").returncode == 0
+        code, out, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, err
+    docs = [json.loads(line) for line in out.splitlines()]
+    expected = [("with", {"trace": "4bf9", "env": "a=b"}), ("without", None)]
+    assert [(d["data"], d.get("headers")) for d in docs] == expected
+    bad = cli("pub", "--hub", hub_address, "--topic", "hd", "-H", "novalue", "x")
+    assert bad.returncode == 2 and "--header takes NAME=VALUE, got 'novalue'" in bad.stderr
+
+
 def test_status_text_and_json(hub_address: str) -> None:
     cli("pub", "--hub", hub_address, "--topic", "st", "x")
     text = cli("status", "--hub", hub_address)

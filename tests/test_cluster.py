@@ -61,7 +61,7 @@ def test_three_hubs_converge_and_a_late_joiner_is_linked_by_all(cluster3: Cluste
     for hub in (a, b, c):
         assert hub.connected_peers() == {h.peer_id for h in (a, b, c) if h is not hub}
         for entry in hub.mesh()["peers"]:
-            assert entry["protocol"] == "/pub0sub/mesh/2.0.0"
+            assert entry["protocol"] == "/pub0sub/mesh/2.1.0"
     started = time.monotonic()
     d = cluster3.add(bootstrap=b)  # any one hub: b, not the first
     cluster3.wait_converged([a, b, c, d], timeout=JOIN_BOUND)

@@ -145,12 +145,12 @@ def test_ten_hubs_at_max_peers_3_deliver_through_a_relay_crash_a_pause_and_a_pub
 
 
 def test_an_overlay_hub_links_with_a_v2_hub(tmp_path: Path) -> None:
-    """A hub started with --mesh-overlay and one without: they speak v2, and deliver both ways."""
+    """A hub started with --mesh-overlay and one without: they speak v2.1, and deliver both ways."""
     with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES) as cl:
         [a] = cl.start(1, args=[*OVERLAY])
         b = cl.add(a, args=["--no-discovery"])
         cl.wait_converged()
-        assert {p["protocol"] for p in a.mesh()["peers"] if p["connected"]} == {"/pub0sub/mesh/2.0.0"}
+        assert {p["protocol"] for p in a.mesh()["peers"] if p["connected"]} == {"/pub0sub/mesh/2.1.0"}
         with (
             sdk.connect_blocking(a.address) as ca,
             sdk.connect_blocking(b.address) as cb,

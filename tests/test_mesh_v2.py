@@ -26,7 +26,7 @@ async def test_announce_is_acked_and_forward_reaches_only_interested_peers() -> 
         a, b = await _pair(nursery)
         c = await start_mesh(nursery)
         await c.connect(a.listen_addrs[0])
-        assert status_of(a, b)["protocol"] == "/pub0sub/mesh/2.0.0"
+        assert status_of(a, b)["protocol"] == "/pub0sub/mesh/2.1.0"
         b.announce(["orders.*"])
         c.announce(["audit"])
         await await_until(

@@ -54,7 +54,7 @@ def test_reserved_publish_flag_bits_are_refused() -> None:
     client = core.connect()
     frame = bytearray(wire.Publish(sequence=4, flags=wire.PublishFlags.ACK,
                                    sets=(wire.MessageSet.build(("t",), [(b"", b"x")]),)).encode())  # fmt: skip
-    frame[5 + 16] = 0x03  # ACK and reserved bit 1
+    frame[5 + 16] = 0x05  # ACK and reserved bit 2
     core.core.receive_data(client.session, bytes(frame))
     error = client.expect(wire.Error)
     hello = len(wire.Hello(client_name="test").encode())  # the stream's offsets count the HELLO before it

@@ -197,6 +197,23 @@ def test_batch_read_equals_published(spark: Any, hubs: Callable[..., HubProcess]
     assert reader(spark, hub.address, subscribe="nothing.here").count() == 0
 
 
+def test_batch_read_has_the_headers_column(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    with sdk.connect_blocking(hub.address) as client:
+        client.publish("h", b"none")
+        client.publish("h", b"one", headers={"trace": "4bf9", "raw": b"\x00\xff"})
+        client.publish("h", b"two", headers={"trace": "4bf9", "raw": b"\x00\xff"})
+        client.publish("h", b"other", headers={"tenant": "eu"})
+        client.publish_acked("h", b"none again")
+    df = reader(spark, hub.address, subscribe="h")
+    assert dict(df.dtypes)["headers"] == "map<string,binary>"
+    rows = df.selectExpr("offset", "headers", "CAST(headers['trace'] AS STRING) AS trace").orderBy("offset").collect()
+    assert [None if r.headers is None else {k: bytes(v) for k, v in r.headers.items()} for r in rows] == [
+        None, {"trace": b"4bf9", "raw": b"\x00\xff"}, {"trace": b"4bf9", "raw": b"\x00\xff"}, {"tenant": b"eu"}, None,
+    ]  # fmt: skip
+    assert [r.trace for r in rows] == [None, "4bf9", "4bf9", None, None]
+
+
 def test_batch_read_data_loss_is_clear(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
     hub = hubs("--data-dir", str(tmp_path / "hub"), "--segment-bytes", "4096", "--retention-bytes", "8192",
                "--retention-check-seconds", "0.1")  # fmt: skip

@@ -9,6 +9,7 @@ where the fast path is documented to be stricter (see :func:`spec_accepts`).
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from enum import IntEnum
 from typing import Any
@@ -34,6 +35,7 @@ EXPECTED_HOT = {
     Opcode.UNSUBSCRIBE_ACK,
     Opcode.FORWARD,
     Opcode.FORWARD_BATCH,
+    Opcode.FORWARD_BATCH_HEADERS,
     Opcode.FORWARD_ACK,
     Opcode.LINK_STATE,
     Opcode.ROUTED_SETS,
@@ -41,9 +43,11 @@ EXPECTED_HOT = {
     Opcode.PUBLISH,
     Opcode.PUBLISH_ACK,
     Opcode.DELIVER,
+    Opcode.DELIVER_HEADERS,
     Opcode.ACK,
     Opcode.CREDIT,
     Opcode.LOG_BATCH,
+    Opcode.LOG_BATCH_HEADERS,
 }
 HOT = sorted(HOT_OPCODES, key=int)
 
@@ -128,7 +132,7 @@ def spec_accepts(op: Opcode, body: bytes) -> tuple[bool, Any]:
     except (ConstructError, UnicodeError):
         return False, None
     fields = normalize(parsed)
-    if op is Opcode.LOG_BATCH and fields["crc"] != zlib.crc32(body[4:]):
+    if op in (Opcode.LOG_BATCH, Opcode.LOG_BATCH_HEADERS) and fields["crc"] != zlib.crc32(body[4:]):
         return False, None
     if op in (Opcode.SUBSCRIBE, Opcode.UNSUBSCRIBE) and len(fields["topics"]) > MAX_TOPICS_PER_MESSAGE:
         return False, None
@@ -172,7 +176,7 @@ def mutated_bodies(draw: st.DrawFn, op: Opcode) -> bytes:
             del body[at : at + draw(st.integers(1, 3))]
         else:
             del body[draw(st.integers(0, len(body) - 1)) :]
-    if op is Opcode.LOG_BATCH and len(body) >= 4 and draw(st.booleans()):
+    if op in (Opcode.LOG_BATCH, Opcode.LOG_BATCH_HEADERS) and len(body) >= 4 and draw(st.booleans()):
         # Re-seal the CRC so the mutation reaches the record-batch parser
         # instead of always stopping at the checksum.
         body[:4] = zlib.crc32(body[4:]).to_bytes(4, "big")
@@ -226,6 +230,8 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
         count=2,
         records=wire.encode_record(b"k", b"v") + wire.encode_record(b"", b"w"),
     )
+    headers = wire.encode_headers({"tr": "x1", "b": b"\x00"})
+    headered_sets = (wire.MessageSet.build(["a"], [(b"k", b"ab")], headers=headers), two_sets[1])
     uniform_batch = wire.RecordBatch(
         topic="t",
         base_offset=5,
@@ -245,6 +251,12 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
         Opcode.FORWARD_BATCH: wire.ForwardBatch(
             origin=1,
             sets=tuple(wire.ForwardSet(origin_seq=1 + 10 * i, timestamp=9, messages=m) for i, m in enumerate(two_sets)),
+        ),
+        Opcode.FORWARD_BATCH_HEADERS: wire.ForwardBatchHeaders(
+            origin=1,
+            sets=tuple(
+                wire.ForwardSet(origin_seq=1 + 10 * i, timestamp=9, messages=m) for i, m in enumerate(headered_sets)
+            ),
         ),
         Opcode.FORWARD_ACK: wire.ForwardAck(origin=1, seq=2),
         Opcode.LINK_STATE: wire.LinkState(
@@ -279,6 +291,7 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
             ),
         ),
         Opcode.DELIVER: wire.Deliver(sub_id=3, batch=batch),
+        Opcode.DELIVER_HEADERS: wire.DeliverHeaders(sub_id=3, batch=dataclasses.replace(batch, headers=headers)),
         Opcode.ACK: wire.Ack(
             sub_id=3,
             ranges=(
@@ -290,6 +303,9 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
         Opcode.LOG_BATCH: wire.LogBatch.create(
             append_ts=1, producer_id=2, producer_seq=3, batch=uniform_batch, topics=("x", "t")
         ),
+        Opcode.LOG_BATCH_HEADERS: wire.LogBatchHeaders.create(
+            append_ts=1, producer_id=2, producer_seq=3, batch=uniform_batch, topics=("x", "t"), headers=headers
+        ),
     }
 
 
@@ -300,7 +316,7 @@ def test_exhaustive_single_byte_edits_same_verdict(op: Opcode) -> None:
     for frame in (minimal_frame(op), _rich_examples()[op]):
         for body in single_byte_edits(frame.encode_body()):
             assert_same_verdict(op, body)
-            if op is Opcode.LOG_BATCH and len(body) >= 4:
+            if op in (Opcode.LOG_BATCH, Opcode.LOG_BATCH_HEADERS) and len(body) >= 4:
                 # Re-sealed, so the edit reaches the batch parser past the checksum.
                 assert_same_verdict(op, zlib.crc32(body[4:]).to_bytes(4, "big") + body[4:])
 

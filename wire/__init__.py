@@ -12,14 +12,26 @@ from .frames import FRAME_TYPES
 from .frames.base import HEADER, HEADER_SIZE, Frame, plain
 from .frames.client_commit import Commit, Committed
 from .frames.client_publish import AckStatus, OffsetRange, Publish, PublishAck, PublishFlags
-from .frames.client_session import CLIENT_PROTOCOL_VERSION, Error, Hello, Status, StatusReply, Welcome
+from .frames.client_session import (
+    CLIENT_PROTOCOL_VERSION,
+    HEADERS_CLIENT_VERSION,
+    Error,
+    Hello,
+    Status,
+    StatusReply,
+    Welcome,
+)
 from .frames.client_subscribe import (
     Ack,
     AckMode,
     AckRange,
     Credit,
     Deliver,
+    DeliverHeaders,
     Gap,
+    KeyFilter,
+    KeyFilterUpdate,
+    KeyOp,
     SlowConsumerPolicy,
     StartPosition,
     Sub,
@@ -31,9 +43,9 @@ from .frames.client_subscribe import (
     UpdateOp,
     deliver_prefix,
 )
-from .frames.log_segment import LogBatch, SegmentHeader
+from .frames.log_segment import SEGMENT_VERSIONS, LogBatch, LogBatchHeaders, SegmentHeader
 from .frames.mesh_v1 import PING, PONG, Forward, Heartbeat, Subscribe, SubscribeAck, Unsubscribe, UnsubscribeAck
-from .frames.mesh_v2 import ForwardAck, ForwardBatch, ForwardSet, MeshHello, ResumePosition
+from .frames.mesh_v2 import ForwardAck, ForwardBatch, ForwardBatchHeaders, ForwardSet, MeshHello, ResumePosition
 from .frames.mesh_v3 import (
     Head,
     Heads,
@@ -50,6 +62,7 @@ from .frames.mesh_v3 import (
     Sync,
     Watch,
 )
+from .headers import decode_headers, encode_headers
 from .limits import Limits
 from .opcodes import (
     ALL_OPCODES,
@@ -57,6 +70,7 @@ from .opcodes import (
     HUB_TO_CLIENT_OPCODES,
     LOG_OPCODES,
     MESH_V1_OPCODES,
+    MESH_V2_1_OPCODES,
     MESH_V2_OPCODES,
     MESH_V3_OPCODES,
     ROUTED_CONTROL_OPCODES,
@@ -77,18 +91,23 @@ __all__ = [
     "check_header",
     "check_topic",
     "CLIENT_PROTOCOL_VERSION",
+    "HEADERS_CLIENT_VERSION",
     "CLIENT_TO_HUB_OPCODES",
     "Credit",
     "Deliver",
+    "decode_headers",
+    "DeliverHeaders",
     "deliver_prefix",
     "encode_record",
     "encode_records",
     "encode_topic",
+    "encode_headers",
     "Error",
     "ErrorCode",
     "Forward",
     "ForwardAck",
     "ForwardBatch",
+    "ForwardBatchHeaders",
     "ForwardSet",
     "Frame",
     "FRAME_TYPES",
@@ -108,13 +127,18 @@ __all__ = [
     "is_pattern",
     "iter_records",
     "Joined",
+    "KeyFilter",
+    "KeyFilterUpdate",
+    "KeyOp",
     "Limits",
     "LinkState",
     "LocalProtocolError",
     "LOG_OPCODES",
     "LogBatch",
+    "LogBatchHeaders",
     "MESH_V1_OPCODES",
     "MESH_V2_OPCODES",
+    "MESH_V2_1_OPCODES",
     "MESH_V3_OPCODES",
     "MeshHello",
     "MessageSet",
@@ -137,6 +161,7 @@ __all__ = [
     "RoutedSet",
     "RoutedSets",
     "SegmentHeader",
+    "SEGMENT_VERSIONS",
     "SlowConsumerPolicy",
     "StartPosition",
     "Status",

@@ -26,6 +26,7 @@ BODY_BOUNDS: dict[Opcode, tuple[int, int | None]] = {
     Opcode.UNSUBSCRIBE: (2, None),
     Opcode.UNSUBSCRIBE_ACK: (1, 1),
     Opcode.FORWARD: (7, None),
+    Opcode.FORWARD_BATCH_HEADERS: (45, None),
     Opcode.MESH_HELLO: (10, None),
     Opcode.FORWARD_BATCH: (43, None),
     Opcode.FORWARD_ACK: (16, 16),
@@ -58,8 +59,11 @@ BODY_BOUNDS: dict[Opcode, tuple[int, int | None]] = {
     Opcode.STATUS_REPLY: (4, None),
     Opcode.COMMIT: (8, 8),
     Opcode.COMMITTED: (10, None),
+    Opcode.DELIVER_HEADERS: (54, None),
+    Opcode.KEY_FILTER: (10, None),
     Opcode.SEGMENT_HEADER: (24, 24 + 254),
     Opcode.LOG_BATCH: (79, None),
+    Opcode.LOG_BATCH_HEADERS: (81, None),
 }
 assert set(BODY_BOUNDS) == set(Opcode)
 

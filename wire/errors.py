@@ -53,6 +53,8 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_VERSION = 19
     #: An ACK names offsets that were not delivered to that subscription (or it takes no acks).
     INVALID_ACK = 20
+    #: A SUB's tag query does not parse (client protocol 3; the reason names the position).
+    INVALID_QUERY = 21
 
 
 class ProtocolError(Exception):

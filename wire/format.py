@@ -39,6 +39,7 @@ from enum import IntEnum, IntFlag
 from typing import Any, Literal
 
 from .frames import Frame
+from .headers import decode_headers
 from .records import MessageSet, RecordBatch, iter_records
 
 BytesStyle = Literal["text", "hex", "base64"]
@@ -102,8 +103,32 @@ def _enum_name(value: IntEnum | IntFlag) -> str:
 
 
 def _fields(obj: Any) -> Iterator[tuple[str, Any]]:
-    for field in dataclasses.fields(obj):
-        yield field.name, getattr(obj, field.name)
+    fields = dataclasses.fields(obj)
+    own_headers = any(f.name == "headers" for f in fields)
+    for field in fields:
+        value = getattr(obj, field.name)
+        if field.name in ("key_filter", "query") and value is None:
+            continue  # a SUB without a key filter or query reads as it did before either existed
+        if field.name == "headers":
+            if isinstance(obj, RecordBatch) or (not value and isinstance(obj, MessageSet)):
+                continue  # a batch's headers show where the frame has them; a set without reads as before
+            value = Headers(decode_headers(value))
+        elif field.name == "batch" and not own_headers and isinstance(value, RecordBatch) and value.headers:
+            yield "headers", Headers(decode_headers(value.headers))  # DELIVER_HEADERS: the block precedes the batch
+        yield field.name, value
+
+
+class Headers(dict[str, str | bytes]):
+    """A headers block decoded for display (a distinct type so each format can spot it)."""
+
+
+def _headers_summary(headers: Headers, style: BytesStyle) -> str:
+    return "{" + ", ".join(f"{_quote_str(k)}: {_header_value(v, style)}" for k, v in headers.items()) + "}"
+
+
+def _header_value(value: str | bytes, style: BytesStyle) -> str:
+    # Text values as JSON strings; bytes as everywhere else, marked so the two never look alike.
+    return _quote_str(value) if isinstance(value, str) else f"bytes {_quote_bytes(value, style)}"
 
 
 def frame_header(frame: Frame, *, offset: int, length: int) -> str:
@@ -121,6 +146,8 @@ def frame_line(frame: Frame, *, offset: int, length: int, style: BytesStyle = "t
 
 
 def _summary(name: str, value: Any, style: BytesStyle) -> str:
+    if isinstance(value, Headers):
+        return _headers_summary(value, style)
     if isinstance(value, MessageSet):
         return _message_set_summary(value, style)
     if isinstance(value, RecordBatch):
@@ -171,7 +198,12 @@ def _first_record(records: bytes, style: BytesStyle) -> str:
 
 def _message_set_summary(s: MessageSet, style: BytesStyle) -> str:
     topics = _list_summary("topics", s.topics, style)
-    return f"{{topics={topics} count={s.count} {_first_record(s.records, style)}}}"
+    return f"{{topics={topics} count={s.count}{_headers_part(s.headers, style)} {_first_record(s.records, style)}}}"
+
+
+def _headers_part(block: bytes, style: BytesStyle) -> str:
+    """`` headers={...}`` for a set or batch that has headers, nothing for one without."""
+    return f" headers={_headers_summary(Headers(decode_headers(block)), style)}" if block else ""
 
 
 def _record_batch_summary(b: RecordBatch, style: BytesStyle) -> str:
@@ -195,7 +227,9 @@ def frame_verbose(frame: Frame, *, offset: int, length: int, style: BytesStyle =
 
 def _verbose_field(name: str, value: Any, style: BytesStyle, depth: int) -> Iterator[str]:
     pad = INDENT * depth
-    if isinstance(value, MessageSet | RecordBatch) or _is_nested(value):
+    if isinstance(value, Headers):
+        yield f"{pad}{name}: {_headers_summary(value, style)}"
+    elif isinstance(value, MessageSet | RecordBatch) or _is_nested(value):
         yield f"{pad}{name}:"
         yield from _verbose_struct(value, style, depth + 1)
     elif isinstance(value, tuple) and value and not all(isinstance(v, str) for v in value):
@@ -281,6 +315,9 @@ def _json_struct(obj: Any, style: BytesStyle) -> dict[str, Any]:
 
 
 def _json_value(value: Any, style: BytesStyle) -> Any:
+    if isinstance(value, Headers):
+        # A text value is a JSON string; a bytes value {"bytes": ...} in the chosen style.
+        return {k: v if isinstance(v, str) else {"bytes": render_bytes(v, style)} for k, v in value.items()}
     if isinstance(value, bool | str):
         return value
     if isinstance(value, IntEnum | IntFlag):

@@ -5,6 +5,7 @@ capture or log segment without being told which protocol it holds:
 
 * 1-6      mesh v1, exactly as in the seed design (``/pub0sub/mesh/1.0.0``);
            opcode 1 (heartbeat) is also used on client connections.
+* 0x0F     mesh v2.1's addition (``/pub0sub/mesh/2.1.0``): FORWARD_BATCH_HEADERS.
 * 0x10-12  mesh v2 additions (``/pub0sub/mesh/2.0.0``).
 * 0x13-1D  mesh v3 additions (``/pub0sub/mesh/3.0.0``, the overlay).
 * 0x1E-1F  the hubs' mesh admission handshake (ADMIT_NONCE, ADMIT_PROOF), before any mesh
@@ -31,6 +32,9 @@ class Opcode(IntEnum):
     UNSUBSCRIBE_ACK = 5
     #: Mesh v1 forward of one message to one or more topics.
     FORWARD = 6
+
+    #: Mesh v2.1 batched forward whose sets each carry a headers block.
+    FORWARD_BATCH_HEADERS = 0x0F
 
     #: Mesh v2 greeting: who I am and, per origin, the last sequence I stored.
     MESH_HELLO = 0x10
@@ -98,11 +102,17 @@ class Opcode(IntEnum):
     COMMIT = 0x30
     #: Hub answer to COMMIT: the position is durable.
     COMMITTED = 0x31
+    #: Hub push of a batch whose set carried headers (client protocol 3).
+    DELIVER_HEADERS = 0x32
+    #: Add, remove or set the keys a live subscription delivers (client protocol 3).
+    KEY_FILTER = 0x33
 
     #: First frame of a log segment file: format, topic, base offset.
     SEGMENT_HEADER = 0x40
     #: One checksummed record batch in a log segment.
     LOG_BATCH = 0x41
+    #: LOG_BATCH of a set that carried headers (segment version 2).
+    LOG_BATCH_HEADERS = 0x42
 
 
 MESH_V1_OPCODES = frozenset(
@@ -120,6 +130,8 @@ MESH_V2_OPCODES = MESH_V1_OPCODES | {
     Opcode.FORWARD_BATCH,
     Opcode.FORWARD_ACK,
 }
+#: Mesh v2.1: v2 plus forwards whose sets carry headers.
+MESH_V2_1_OPCODES = MESH_V2_OPCODES | {Opcode.FORWARD_BATCH_HEADERS}
 #: Control frames that travel inside a ROUTED envelope (never bare on a link).
 ROUTED_CONTROL_OPCODES = frozenset(
     {
@@ -151,6 +163,7 @@ CLIENT_TO_HUB_OPCODES = frozenset(
         Opcode.ERROR,
         Opcode.STATUS,
         Opcode.COMMIT,
+        Opcode.KEY_FILTER,
     }
 )
 #: Frames a hub may send to a client.
@@ -166,7 +179,8 @@ HUB_TO_CLIENT_OPCODES = frozenset(
         Opcode.ERROR,
         Opcode.STATUS_REPLY,
         Opcode.COMMITTED,
+        Opcode.DELIVER_HEADERS,
     }
 )
-LOG_OPCODES = frozenset({Opcode.SEGMENT_HEADER, Opcode.LOG_BATCH})
+LOG_OPCODES = frozenset({Opcode.SEGMENT_HEADER, Opcode.LOG_BATCH, Opcode.LOG_BATCH_HEADERS})
 ALL_OPCODES = frozenset(Opcode)

@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from .headers import EMPTY_BLOCK, headers_plain, read_headers
 from .limits import MAX_KEY_BYTES, MAX_TOPIC_BYTES, MAX_TOPICS_PER_MESSAGE, MAX_U32
 
 RECORD_HEADER = struct.Struct(">HI")
@@ -128,6 +129,11 @@ def _uniform_size(buf: bytes, pos: int, end: int) -> int:
             if column != bytes((buf[pos + i],)) * count:
                 return 0
     return size
+
+
+def uniform_record_size(records: bytes) -> int:
+    """The size of every record of a validated region whose records all share one header, else 0."""
+    return _uniform_size(records, 0, len(records))
 
 
 def scan_records(buf: bytes, pos: int, end: int) -> int:
@@ -242,12 +248,16 @@ class MessageSet:
     """Messages that all go to the same topics.
 
     Build one with :meth:`build`; ``records`` must hold exactly ``count``
-    records (decoding proves it; :meth:`build` guarantees it).
+    records (decoding proves it; :meth:`build` guarantees it).  ``headers`` is
+    the set's headers block (:mod:`wire.headers`), ``b""`` for none: every message
+    of the set carries it.  :meth:`encode` never writes it (the layout of PUBLISH
+    without flag HEADERS and of FORWARD_BATCH); :meth:`encode_headered` does.
     """
 
     topics: tuple[str, ...]
     count: int
     records: bytes
+    headers: bytes = b""
 
     def __post_init__(self) -> None:
         check_topics(self.topics)
@@ -257,9 +267,11 @@ class MessageSet:
             raise LocalProtocolError("record region exceeds 4 GiB")
 
     @classmethod
-    def build(cls, topics: Iterable[str], messages: Iterable[tuple[bytes, bytes]]) -> MessageSet:
+    def build(
+        cls, topics: Iterable[str], messages: Iterable[tuple[bytes, bytes]], *, headers: bytes = b""
+    ) -> MessageSet:
         count, records = encode_records(messages)
-        return cls(topics=tuple(topics), count=count, records=records)
+        return cls(topics=tuple(topics), count=count, records=records, headers=headers)
 
     def encode(self) -> bytes:
         return b"".join(
@@ -270,6 +282,19 @@ class MessageSet:
                 self.records,
             )
         )
+
+    def encode_headered(self) -> bytes:
+        """``[headers block][MessageSet]``: a set in a frame whose sets all carry a block."""
+        return (self.headers or EMPTY_BLOCK) + self.encode()
+
+    @classmethod
+    def read_headered(cls, buf: bytes, pos: int, end: int) -> tuple[MessageSet, int]:
+        """Decode what :meth:`encode_headered` writes."""
+        headers, pos = read_headers(buf, pos, end)
+        mset, pos = cls.read(buf, pos, end)
+        if headers:
+            mset = cls(topics=mset.topics, count=mset.count, records=mset.records, headers=headers)
+        return mset, pos
 
     @classmethod
     def read(cls, buf: bytes, pos: int, end: int) -> tuple[MessageSet, int]:
@@ -293,10 +318,18 @@ class MessageSet:
     def _plain(self) -> dict[str, Any]:
         return {"topics": list(self.topics), "records": _records_plain(self.records)}
 
+    def plain_headered(self) -> dict[str, Any]:
+        """:meth:`_plain` with the headers entries, as a set of a headered frame reads."""
+        return {"headers": headers_plain(self.headers), **self._plain()}
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RecordBatch:
-    """Consecutive stored messages of one topic, as delivered and logged."""
+    """Consecutive stored messages of one topic, as delivered and logged.
+
+    ``headers`` is the headers block of the set the messages came from (``b""``: none).
+    :meth:`encode` never writes it: DELIVER_HEADERS and LOG_BATCH_HEADERS carry it before the batch.
+    """
 
     topic: str
     base_offset: int
@@ -305,6 +338,7 @@ class RecordBatch:
     origin_seq: int
     count: int
     records: bytes
+    headers: bytes = b""
 
     def __post_init__(self) -> None:
         encode_topic(self.topic)
@@ -318,7 +352,8 @@ class RecordBatch:
         return header + self.records
 
     @classmethod
-    def read(cls, buf: bytes, pos: int, end: int) -> tuple[RecordBatch, int]:
+    def read(cls, buf: bytes, pos: int, end: int, *, headers: bytes = b"") -> tuple[RecordBatch, int]:
+        """Decode a batch at ``pos``; ``headers``: the block read before it (DELIVER_HEADERS)."""
         topic, pos = read_topic(buf, pos, end)
         if end - pos < 32:
             raise RemoteProtocolError("record batch header needs 32 more bytes", offset=pos)
@@ -333,6 +368,7 @@ class RecordBatch:
                 origin_seq=origin_seq,
                 count=count,
                 records=records,
+                headers=headers,
             ),
             pos,
         )

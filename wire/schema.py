@@ -27,11 +27,14 @@ from construct import (
     FocusedSeq,
     GreedyBytes,
     GreedyRange,
+    If,
+    IfThenElse,
     Int8ub,
     Int16ub,
     Int32ub,
     Int64ub,
     OneOf,
+    Optional,
     PaddedString,
     PascalString,
     Prefixed,
@@ -155,6 +158,80 @@ RecordBatch = Struct(
     *_record_region(),
 )
 
+
+def _header_names_distinct(entries: Any, ctx: Any) -> bool:
+    names = [e["name"] for e in entries]
+    return len(set(names)) == len(names)
+
+
+def _text_is_utf8(value: Any, ctx: Any) -> bool:
+    if ctx.kind != 0:
+        return True
+    try:
+        bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+#: One header: a name (1..255 bytes of UTF-8), the value's kind (0 text, 1 bytes), the value.
+HeaderEntry = Struct(
+    "name" / Topic,
+    "kind" / OneOf(Int8ub, [0, 1]),
+    "value" / ExprValidator(Prefixed(Int16ub, GreedyBytes), _text_is_utf8),
+)
+#: A set's headers: ``[u16 block_len]`` then the entries, names distinct (wire/headers.py).
+HeaderBlock = ExprValidator(
+    Prefixed(Int16ub, FocusedSeq("items", "items" / GreedyRange(HeaderEntry), Terminated)), _header_names_distinct
+)
+
+#: A MessageSet preceded by its headers block (PUBLISH with flag HEADERS, FORWARD_BATCH_HEADERS).
+HeaderedMessageSet = Struct("headers" / HeaderBlock, *MessageSet.subcons)
+
+#: The keys a subscription delivers (SUB's optional tail, KEY_FILTER): wire.KeyFilter.
+KeyFilter = Struct(
+    "all" / OneOf(Int8ub, [0, 1]),
+    "key_count" / Rebuild(Int16ub, len_(this.keys)),
+    "keys" / Array(this.key_count, Prefixed(Int16ub, GreedyBytes)),
+    "prefix_count" / Rebuild(Int16ub, len_(this.prefixes)),
+    "prefixes" / Array(this.prefix_count, Prefixed(Int16ub, GreedyBytes)),
+)
+
+def _log_batch(*before_batch: Construct) -> Construct:
+    """LOG_BATCH's body, with ``before_batch`` between the topic list and the batch."""
+    return Struct(
+        "crc" / Int32ub,
+        "append_ts" / Int64ub,
+        "producer_id" / Int64ub,
+        "producer_seq" / Int64ub,
+        "topic_count" / Rebuild(Int8ub, len_(this.topics)),
+        Check(this.topic_count >= 1),
+        "topics" / Array(this.topic_count, Topic),
+        *before_batch,
+        "batch" / RecordBatch,
+        # The stored batch's topic is one of the message's topics (LogBatch enforces it too).
+        Check(lambda ctx: ctx.batch.topic in ctx.topics),
+        Terminated,
+    )
+
+
+def _forward_batch(messages: Construct) -> Construct:
+    """FORWARD_BATCH's body, its sets' messages laid out as ``messages``."""
+    return Struct(
+        "origin" / Int64ub,
+        Check(this.origin >= 1),
+        "set_count" / Rebuild(Int16ub, len_(this.sets)),
+        Check(this.set_count >= 1),
+        "sets"
+        / Array(
+            this.set_count,
+            Struct("origin_seq" / Int64ub, "timestamp" / Int64ub, "messages" / messages, Check(_set_fits)),
+        ),
+        Check(_sets_ascend),
+        Terminated,
+    )
+
+
 TopicList = Struct(
     "topic_count" / Rebuild(Int16ub, len_(this.topics)),
     "topics" / Array(this.topic_count, Topic),
@@ -184,19 +261,9 @@ BODIES: dict[Opcode, Construct] = {
         Check(_positions_distinct),
         Terminated,
     ),
-    Opcode.FORWARD_BATCH: Struct(
-        "origin" / Int64ub,
-        Check(this.origin >= 1),
-        "set_count" / Rebuild(Int16ub, len_(this.sets)),
-        Check(this.set_count >= 1),
-        "sets"
-        / Array(
-            this.set_count,
-            Struct("origin_seq" / Int64ub, "timestamp" / Int64ub, "messages" / MessageSet, Check(_set_fits)),
-        ),
-        Check(_sets_ascend),
-        Terminated,
-    ),
+    Opcode.FORWARD_BATCH: _forward_batch(MessageSet),
+    # mesh v2.1: the same, every set's MessageSet preceded by its headers block
+    Opcode.FORWARD_BATCH_HEADERS: _forward_batch(HeaderedMessageSet),
     Opcode.FORWARD_ACK: Struct("origin" / Int64ub, Check(this.origin >= 1), "seq" / Int64ub, Terminated),
     # -- mesh v3 ---------------------------------------------------------------
     Opcode.LINK_STATE: Struct(
@@ -277,10 +344,10 @@ BODIES: dict[Opcode, Construct] = {
         "producer_id" / Int64ub,
         "sequence" / Int64ub,
         "flags" / Int8ub,
-        Check(this.flags <= 1),  # bit 0 ACK; bits 1-7 reserved, must be 0
+        Check(this.flags <= 3),  # bit 0 ACK, bit 1 HEADERS; bits 2-7 reserved, must be 0
         "set_count" / Rebuild(Int16ub, len_(this.sets)),
         Check(this.set_count >= 1),
-        "sets" / Array(this.set_count, MessageSet),
+        "sets" / Array(this.set_count, IfThenElse(this.flags & 2, HeaderedMessageSet, MessageSet)),
         Terminated,
     ),
     Opcode.PUBLISH_ACK: Struct(
@@ -311,8 +378,15 @@ BODIES: dict[Opcode, Construct] = {
         "patterns" / Array(this.pattern_count, Topic),
         "offset_count" / Rebuild(Int16ub, len_(this.offsets)),
         "offsets" / Array(this.offset_count, TopicOffset),
+        # Client protocol 3: a SUB may end here, or say what follows: ``parts`` bit 0 a key
+        # filter, bit 1 a tag query (wire.query); then 1..3.
+        "parts" / Optional(Int8ub),
+        Check(lambda ctx: ctx.parts is None or 1 <= ctx.parts <= 3),
+        "key_filter" / If(lambda ctx: (ctx.parts or 0) & 1, KeyFilter),
+        "query" / If(lambda ctx: (ctx.parts or 0) & 2, Str16),
         Terminated,
     ),
+    Opcode.KEY_FILTER: Struct("sub_id" / Int32ub, "op" / OneOf(Int8ub, [1, 2, 3]), "filter" / KeyFilter, Terminated),
     Opcode.SUB_OK: Struct(
         "sub_id" / Int32ub,
         "offset_count" / Rebuild(Int16ub, len_(this.offsets)),
@@ -329,6 +403,7 @@ BODIES: dict[Opcode, Construct] = {
         Terminated,
     ),
     Opcode.DELIVER: Struct("sub_id" / Int32ub, "batch" / RecordBatch, Terminated),
+    Opcode.DELIVER_HEADERS: Struct("sub_id" / Int32ub, "headers" / HeaderBlock, "batch" / RecordBatch, Terminated),
     Opcode.ACK: Struct(
         "sub_id" / Int32ub,
         "range_count" / Rebuild(Int16ub, len_(this.ranges)),
@@ -369,19 +444,9 @@ BODIES: dict[Opcode, Construct] = {
         "topic" / Topic,
         Terminated,
     ),
-    Opcode.LOG_BATCH: Struct(
-        "crc" / Int32ub,
-        "append_ts" / Int64ub,
-        "producer_id" / Int64ub,
-        "producer_seq" / Int64ub,
-        "topic_count" / Rebuild(Int8ub, len_(this.topics)),
-        Check(this.topic_count >= 1),
-        "topics" / Array(this.topic_count, Topic),
-        "batch" / RecordBatch,
-        # The stored batch's topic is one of the message's topics (LogBatch enforces it too).
-        Check(lambda ctx: ctx.batch.topic in ctx.topics),
-        Terminated,
-    ),
+    Opcode.LOG_BATCH: _log_batch(),
+    # segment version 2: the same, with the set's headers block before the batch
+    Opcode.LOG_BATCH_HEADERS: _log_batch("headers" / HeaderBlock),
 }
 
 #: ROUTED carries one whole control frame (its 5-byte header, then the body), so it is

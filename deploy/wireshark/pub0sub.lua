@@ -1,5 +1,5 @@
--- Wireshark dissector for pub0sub: the client protocol (opcodes 0x20-0x31), the mesh v1 frames
--- (the seed's opcodes 1-6) and the mesh v2 frames (0x10-0x12) when they are seen in clear.
+-- Wireshark dissector for pub0sub: the client protocol (opcodes 0x20-0x33), the mesh v1 frames
+-- (the seed's opcodes 1-6) and the mesh v2 frames (0x0F-0x12) when they are seen in clear.
 -- Mesh v3 frames (0x13-0x1D) are named, their bodies shown as bytes (not dissected yet).
 --
 -- Install: copy this file to ~/.local/lib/wireshark/plugins/ (or run
@@ -18,7 +18,7 @@ local MAX_BODY = 64 * 1024 * 1024
 
 local OPCODES = {
   [0x01] = "HEARTBEAT", [0x02] = "SUBSCRIBE", [0x03] = "SUBSCRIBE_ACK", [0x04] = "UNSUBSCRIBE",
-  [0x05] = "UNSUBSCRIBE_ACK", [0x06] = "FORWARD",
+  [0x05] = "UNSUBSCRIBE_ACK", [0x06] = "FORWARD", [0x0F] = "FORWARD_BATCH_HEADERS",
   [0x10] = "MESH_HELLO", [0x11] = "FORWARD_BATCH", [0x12] = "FORWARD_ACK",
   [0x13] = "LINK_STATE", [0x14] = "ROUTED_SETS", [0x15] = "ROUTED", [0x16] = "INTEREST", [0x17] = "WATCH",
   [0x18] = "INTEREST_SET", [0x19] = "JOINED", [0x1A] = "HEADS", [0x1B] = "SYNC", [0x1C] = "REPAIR",
@@ -26,11 +26,12 @@ local OPCODES = {
   [0x20] = "HELLO", [0x21] = "WELCOME", [0x22] = "PUBLISH", [0x23] = "PUBLISH_ACK", [0x24] = "SUB",
   [0x25] = "SUB_OK", [0x26] = "UNSUB", [0x27] = "SUB_UPDATE", [0x28] = "DELIVER", [0x29] = "ACK",
   [0x2A] = "CREDIT", [0x2B] = "GAP", [0x2C] = "SUB_END", [0x2D] = "ERROR", [0x2E] = "STATUS",
-  [0x2F] = "STATUS_REPLY", [0x30] = "COMMIT", [0x31] = "COMMITTED",
+  [0x2F] = "STATUS_REPLY", [0x30] = "COMMIT", [0x31] = "COMMITTED", [0x32] = "DELIVER_HEADERS",
+  [0x33] = "KEY_FILTER",
 }
 
 -- Enum names, as wire/ defines them (tests/test_wireshark.py checks they agree).
-local PUBLISH_FLAGS = { [0] = "NONE", [1] = "ACK" }
+local PUBLISH_FLAGS = { [0] = "NONE", [1] = "ACK", [2] = "HEADERS", [3] = "ACK|HEADERS" }
 local ACK_STATUS = { [0] = "STORED", [1] = "DUPLICATE" }
 local START_POSITION = { [0] = "LATEST", [1] = "EARLIEST", [2] = "OFFSET", [3] = "TIMESTAMP" }
 local ACK_MODE = { [0] = "NONE", [1] = "EXPLICIT" }
@@ -42,6 +43,7 @@ local ERROR_CODE = {
   [9] = "OUT_OF_CAPACITY", [10] = "UNSUBSCRIBED", [11] = "HEARTBEAT_TIMEOUT", [12] = "SHUTTING_DOWN",
   [13] = "CHECKSUM_MISMATCH", [14] = "TRUNCATED", [15] = "DUPLICATE_SUBSCRIPTION", [16] = "POSITION_UNAVAILABLE",
   [17] = "STORAGE_ERROR", [18] = "INTERNAL", [19] = "UNSUPPORTED_VERSION", [20] = "INVALID_ACK",
+  [21] = "INVALID_QUERY",
 }
 
 local F = {}
@@ -53,11 +55,17 @@ field("uint8", "opcode", "Opcode", base.HEX, OPCODES)
 field("string", "name", "Frame")
 field("uint32", "length", "Body length", base.DEC)
 -- names, topics, text
-for _, n in ipairs({ "topic", "pattern", "client_name", "hub_name", "durable", "group", "reason", "word" }) do
+for _, n in ipairs({ "topic", "pattern", "client_name", "hub_name", "durable", "group", "reason", "word", "query" }) do
   field("string", n, n)
 end
 -- binary values
 for _, n in ipairs({ "key", "data", "token", "document" }) do field("bytes", n, n) end
+field("string", "header_name", "Header")
+field("bytes", "key_prefix", "Key prefix")
+field("uint8", "key_all", "Every key", base.DEC, { [0] = "false", [1] = "true" })
+field("uint8", "key_op", "Key filter op", base.DEC, { [1] = "ADD", [2] = "REMOVE", [3] = "SET" })
+field("uint8", "parts", "SUB parts (1 key filter, 2 query)", base.DEC)
+field("bytes", "header_value", "Header value")
 field("bytes", "v3_body", "Mesh v3 body (not dissected)")
 -- hub ids, shown as 16 hex digits like everywhere else
 field("uint64", "hub_id", "Hub id", base.HEX)
@@ -153,6 +161,27 @@ function Body:records(tree, base)
   if self.pos ~= stop then error("records length says " .. size .. " bytes") end
 end
 
+-- A headers block: [u16 length] then entries [u8 name len][name][u8 kind][u16 value len][value].
+function Body:headers(tree)
+  local size = self:count(tree, 2, "headers length")
+  local stop = self.pos + size
+  while self.pos < stop do
+    local entry = tree:add(self.tvb(self.pos, 0), "Header")
+    self:text(entry, "header_name", 1)
+    entry:add(self:take(1), "kind: " .. (self.tvb(self.pos - 1, 1):uint() == 0 and "text" or "bytes"))
+    self:blob(entry, "header_value", 2)
+  end
+  if self.pos ~= stop then error("headers length says " .. size .. " bytes") end
+end
+
+-- A key filter: [u8 all] then [u16 count] keys and [u16 count] prefixes, each [u16 len][bytes].
+function Body:key_filter(tree)
+  local f = tree:add(self.tvb(self.pos, 0), "Key filter")
+  self:int(f, "key_all", 1)
+  for _ = 1, self:count(f, 2, "key count") do self:blob(f, "key", 2) end
+  for _ = 1, self:count(f, 2, "prefix count") do self:blob(f, "key_prefix", 2) end
+end
+
 function Body:message_set(tree)
   local set = tree:add(self.tvb(self.pos, 0), "Message set")
   self:topics(set, "topic", 1)
@@ -191,14 +220,24 @@ local BODIES = {
     b:each(t, 2, "set", function(s) b:int(s, "origin_seq", 8); b:int(s, "timestamp", 8); b:message_set(s) end)
   end,
   [0x12] = function(b, t) b:int(t, "origin", 8); b:int(t, "seq", 8) end,
+  [0x0F] = function(b, t)
+    b:int(t, "origin", 8)
+    b:each(t, 2, "set", function(s)
+      b:int(s, "origin_seq", 8); b:int(s, "timestamp", 8); b:headers(s); b:message_set(s)
+    end)
+  end,
   [0x20] = function(b, t) b:int(t, "version", 2); b:text(t, "client_name", 1); b:blob(t, "token", 2) end,
   [0x21] = function(b, t)
     b:int(t, "version", 2); b:int(t, "hub_id", 8); b:int(t, "max_body", 4); b:int(t, "heartbeat_ms", 4)
     b:text(t, "hub_name", 1)
   end,
   [0x22] = function(b, t)
-    b:int(t, "producer_id", 8); b:int(t, "sequence", 8); b:int(t, "flags", 1)
-    b:each(t, 2, "set", function(s) b:message_set(s) end)
+    b:int(t, "producer_id", 8); b:int(t, "sequence", 8)
+    local headered = b:int(t, "flags", 1) >= 2  -- flag HEADERS: a headers block before every set
+    b:each(t, 2, "set", function(s)
+      if headered then b:headers(s) end
+      b:message_set(s)
+    end)
   end,
   [0x23] = function(b, t)
     b:int(t, "producer_id", 8); b:int(t, "sequence", 8); b:int(t, "status", 1); b:int(t, "timestamp", 8)
@@ -209,6 +248,11 @@ local BODIES = {
     b:int(t, "policy", 1); b:int(t, "credit", 4); b:int(t, "ack_wait_ms", 4); b:text(t, "durable", 1)
     b:text(t, "group", 1); b:topics(t, "pattern", 2)
     b:each(t, 2, "offset", function(o) b:text(o, "topic", 1); b:int(o, "offset", 8) end)
+    if b.pos < b.stop then  -- client protocol 3: what follows (bit 0 a key filter, bit 1 a tag query)
+      local parts = b:int(t, "parts", 1)
+      if parts % 2 == 1 then b:key_filter(t) end
+      if parts >= 2 then b:text(t, "query", 2) end
+    end
   end,
   [0x25] = function(b, t)
     b:int(t, "sub_id", 4)
@@ -217,6 +261,8 @@ local BODIES = {
   [0x26] = function(b, t) b:int(t, "sub_id", 4) end,
   [0x27] = function(b, t) b:int(t, "sub_id", 4); b:int(t, "op", 1); b:topics(t, "pattern", 2) end,
   [0x28] = function(b, t) b:int(t, "sub_id", 4); b:record_batch(t) end,
+  [0x32] = function(b, t) b:int(t, "sub_id", 4); b:headers(t); b:record_batch(t) end,
+  [0x33] = function(b, t) b:int(t, "sub_id", 4); b:int(t, "key_op", 1); b:key_filter(t) end,
   [0x29] = function(b, t)
     b:int(t, "sub_id", 4)
     b:each(t, 2, "range", function(r)
@@ -305,7 +351,7 @@ local function plausible_header(tvb, offset)
   end
   if (opcode == 0x20 or opcode == 0x21) and tvb:len() >= offset + 7 then
     local version = tvb(offset + 5, 2):uint()
-    if version < 1 or version > 2 then return nil end  -- HELLO and WELCOME start with protocol version 1 or 2
+    if version < 1 or version > 3 then return nil end  -- HELLO and WELCOME start with protocol version 1..3
   end
   return length
 end

@@ -50,6 +50,19 @@ def region(records, what="records"):
     body = b"".join(encode_record(k, d) for k, d in records)
     return [S([b32(len(records)), b32(len(body))], f"record region: record_count {len(records)}, records_len {len(body)}")] + \
         [record(i, k, d) for i, (k, d) in enumerate(records)]
+def headers_block(entries, what="headers"):
+    """A headers block from (name, value) pairs: str values are text (kind 0), bytes values bytes (kind 1)."""
+    segs = []
+    for name, value in entries:
+        raw = value.encode() if isinstance(value, str) else value
+        kind = 0 if isinstance(value, str) else 1
+        shown = f'"{value}"' if kind == 0 else repr(value)
+        n = name.encode()
+        segs.append(S([b8(len(n)), n, b8(kind), b16(len(raw)), raw],
+                      f'header "{name}": name_len {len(n)}, kind {kind} = {"text" if kind == 0 else "bytes"}, '
+                      f"value_len {len(raw)}, value {shown}"))
+    size = sum(len(x.raw) for x in segs)
+    return [u16(size, f"{what}: block_len {size}" + (" (no headers)" if not size else ""))] + segs
 def message_set(topics, records):
     return [u8(len(topics), f"MessageSet: topic_count {len(topics)}")] + [topic(t) for t in topics] + region(records)
 def record_batch(rb_topic, base, ts, origin, oseq, records):
@@ -144,6 +157,19 @@ ex_frame("fwd_batch", fb,
          + message_set(["orders.eu"], [(b"k1", b"a"), (b"", b"b")])
          + [u64(44, "set 1: origin_seq 44"), u64(TS + 250, f"set 1: timestamp {TS + 250} µs")]
          + message_set(["orders.eu", "audit"], [(b"", b"c")]))
+TRACE_HEADERS = (("trace", "4bf92f35"), ("sig", b"\x01\x02"))
+TRACE_BLOCK = encode_headers(dict(TRACE_HEADERS))
+fbh = ForwardBatchHeaders(origin=3, sets=(
+    ForwardSet(origin_seq=45, timestamp=TS + 500,
+               messages=MessageSet.build(["orders.eu"], [(b"", b"d")], headers=TRACE_BLOCK)),
+    ForwardSet(origin_seq=46, timestamp=TS + 600, messages=MessageSet.build(["orders.eu"], [(b"", b"e")])),
+))
+ex_frame("fwd_batch_headers", fbh,
+         [u64(3, "origin hub id 3"), u16(2, "set_count 2"),
+          u64(45, "set 0: origin_seq 45"), u64(TS + 500, f"set 0: timestamp {TS + 500} µs")]
+         + headers_block(TRACE_HEADERS, "set 0 headers") + message_set(["orders.eu"], [(b"", b"d")])
+         + [u64(46, "set 1: origin_seq 46"), u64(TS + 600, f"set 1: timestamp {TS + 600} µs")]
+         + headers_block((), "set 1 headers") + message_set(["orders.eu"], [(b"", b"e")]))
 ex_frame("fwd_ack", ForwardAck(origin=3, seq=44), [u64(3, "origin 3"), u64(44, "seq 44: everything from origin 3 up to 44 is stored")])
 
 # ---------------- mesh v3 ----------------
@@ -203,7 +229,7 @@ ex_frame("repaired", Repaired(topic="orders.eu", upto=43, missing=2),
 ex_frame("hello", Hello(version=1, client_name="demo", token=b"alice:s3cret"),
          [u16(1, "version 1"), str8("demo", "client_name"),
           S([b16(12), b"alice:s3cret"], 'token (u16 length 12) b"alice:s3cret": user alice, secret s3cret')])
-ex_frame("hello_anon", Hello(), [u16(2, "version 2"), str8("", "client_name"), S([b16(0)], "token: length 0 (none)")])
+ex_frame("hello_anon", Hello(), [u16(3, "version 3"), str8("", "client_name"), S([b16(0)], "token: length 0 (none)")])
 ex_frame("welcome", Welcome(version=1, hub_id=7, max_body=1 << 20, heartbeat_ms=5000, hub_name="hub-a"),
          [u16(1, "version 1"), u64(7, "hub_id 7"), u32(1 << 20, "max_body 1048576 (1 MiB)"),
           u32(5000, "heartbeat_ms 5000"), str8("hub-a", "hub_name")])
@@ -219,6 +245,15 @@ pub_min = Publish(sets=(MessageSet.build(["t"], [(b"", b"")]),))
 ex_frame("publish_min", pub_min,
          [u64(0, "producer_id 0 (anonymous)"), u64(0, "sequence 0"), u8(0, "flags: none"), u16(1, "set_count 1")]
          + message_set(["t"], [(b"", b"")]))
+pub_h = Publish(producer_id=77, sequence=2, flags=PublishFlags.ACK | PublishFlags.HEADERS, sets=(
+    MessageSet.build(["orders.eu"], [(b"o-2", b"paid")], headers=TRACE_BLOCK),
+    MessageSet.build(["audit"], [(b"", b"y")]),
+))
+ex_frame("publish_headers", pub_h,
+         [u64(77, "producer_id 77"), u64(2, "sequence 2"), u8(3, "flags: ACK (bit 0) | HEADERS (bit 1)"),
+          u16(2, "set_count 2")]
+         + headers_block(TRACE_HEADERS, "set 0 headers") + message_set(["orders.eu"], [(b"o-2", b"paid")])
+         + headers_block((), "set 1 headers") + message_set(["audit"], [(b"", b"y")]))
 ex_frame("publish_ack", PublishAck(producer_id=77, sequence=1, status=AckStatus.STORED, timestamp=TS,
                                    ranges=(OffsetRange(topic="orders.eu", first_offset=100, num=3),
                                            OffsetRange(topic="audit", first_offset=7, num=1))),
@@ -248,6 +283,31 @@ ex_frame("sub_ts", Sub(sub_id=3, patterns=("metrics.>",), start=StartPosition.TI
           u8(1, "policy 1 = DROP_OLDEST"), u32(0, "credit 0"), u32(0, "ack_wait_ms 0"),
           str8("", "durable: none"), str8("dash", "group"),
           u16(1, "pattern_count 1"), topic("metrics.>", "pattern"), u16(0, "offset_count 0")])
+def key_filter_segs(f, what="key filter"):
+    segs = [u8(int(f.all), f"{what}: all {int(f.all)}" + (" (every key)" if f.all else "")), u16(len(f.keys), f"key_count {len(f.keys)}")]
+    segs += [S([b16(len(k)), k], f"key {k!r} (length {len(k)})" + (": records without a key" if not k else "")) for k in f.keys]
+    segs += [u16(len(f.prefixes), f"prefix_count {len(f.prefixes)}")]
+    segs += [S([b16(len(p)), p], f"prefix {p!r} (length {len(p)})") for p in f.prefixes]
+    return segs
+ray = KeyFilter(keys=(b"actor-7", b"actor-9"), prefixes=(b"job-",))
+ex_frame("sub_keys", Sub(sub_id=4, patterns=("ray.actors",), key_filter=ray),
+         [u32(4, "sub_id 4"), u8(0, "start 0 = LATEST"), u64(0, "start_value 0 (unused)"), u8(0, "ack_mode 0 = NONE"),
+          u8(0, "policy 0 = CANCEL"), u32(0, "credit 0 = no credit limit"), u32(0, "ack_wait_ms 0 = hub default"),
+          str8("", "durable: empty = not durable"), str8("", "group: empty = no group"),
+          u16(1, "pattern_count 1"), topic("ray.actors", "pattern"), u16(0, "offset_count 0"),
+          u8(1, "parts 1 (version 3): a key filter follows")]
+         + key_filter_segs(ray, "key filter"))
+TM_QUERY = "tm.event = 'Tx' AND tx.height > 5"
+ex_frame("sub_query", Sub(sub_id=5, patterns=("chain.events",), query=TM_QUERY),
+         [u32(5, "sub_id 5"), u8(0, "start 0 = LATEST"), u64(0, "start_value 0 (unused)"), u8(0, "ack_mode 0 = NONE"),
+          u8(0, "policy 0 = CANCEL"), u32(0, "credit 0 = no credit limit"), u32(0, "ack_wait_ms 0 = hub default"),
+          str8("", "durable: empty = not durable"), str8("", "group: empty = no group"),
+          u16(1, "pattern_count 1"), topic("chain.events", "pattern"), u16(0, "offset_count 0"),
+          u8(2, "parts 2 (version 3): a tag query follows"), str16(TM_QUERY, "query")])
+ex_frame("key_filter_add", KeyFilterUpdate(sub_id=4, op=KeyOp.ADD, filter=KeyFilter(keys=(b"actor-12",))),
+         [u32(4, "sub_id 4"), u8(1, "op 1 = ADD")] + key_filter_segs(KeyFilter(keys=(b"actor-12",)), "change"))
+ex_frame("key_filter_all", KeyFilterUpdate(sub_id=4, op=KeyOp.ADD, filter=KeyFilter(all=True)),
+         [u32(4, "sub_id 4"), u8(1, "op 1 = ADD")] + key_filter_segs(KeyFilter(all=True), "change"))
 ex_frame("sub_ok", SubOk(sub_id=2, offsets=(TopicOffset(topic="orders.eu", offset=100), TopicOffset(topic="orders.us", offset=0))),
          [u32(2, "sub_id 2"), u16(2, "offset_count 2"),
           topic("orders.eu", "offset 0: topic"), u64(100, "offset 0: next offset 100"),
@@ -262,6 +322,12 @@ deliver_bytes = ex_frame("deliver", Deliver(sub_id=1, batch=rb),
 enc_batch = rb.encode()
 assert deliver_prefix(1, len(enc_batch)) + enc_batch == deliver_bytes
 assert deliver_prefix(9, len(enc_batch)) + enc_batch == Deliver(sub_id=9, batch=rb).encode()
+rb_h = RecordBatch(topic="orders.eu", base_offset=102, timestamp=TS + 10, origin=7, origin_seq=44, count=1,
+                   records=encode_record(b"o-2", b"paid"), headers=TRACE_BLOCK)
+deliver_h_bytes = ex_frame("deliver_headers", DeliverHeaders(sub_id=1, batch=rb_h),
+         [u32(1, "sub_id 1")] + headers_block(TRACE_HEADERS)
+         + record_batch("orders.eu", 102, TS + 10, 7, 44, [(b"o-2", b"paid")]))
+assert deliver_prefix(1, len(TRACE_BLOCK) + len(rb_h.encode()), headers=True) + TRACE_BLOCK + rb_h.encode() == deliver_h_bytes
 ex_frame("ack", Ack(sub_id=2, ranges=(AckRange(topic="orders.eu", first_offset=100, last_offset=101),)),
          [u32(2, "sub_id 2"), u16(1, "range_count 1"), topic("orders.eu", "range 0: topic"),
           u64(100, "range 0: first_offset 100"), u64(101, "range 0: last_offset 101 (inclusive)")])
@@ -284,7 +350,7 @@ ex_frame("status_reply", StatusReply(document=doc), [S([b32(len(doc))], f"docume
 
 # ---------------- log ----------------
 ex_frame("segment_header", SegmentHeader(topic="orders.eu", base_offset=100, created=TS),
-         [S([SEGMENT_MAGIC], 'magic "P0SL"'), u16(1, "version 1"), u64(100, "base_offset 100"),
+         [S([SEGMENT_MAGIC], 'magic "P0SL"'), u16(2, "version 2: may hold LOG_BATCH_HEADERS"), u64(100, "base_offset 100"),
           u64(TS, f"created {TS} µs"), topic("orders.eu")])
 lb = LogBatch.create(append_ts=TS + 1, producer_id=77, producer_seq=1, batch=rb, topics=("orders.eu", "audit"))
 lb_bytes = ex_frame("log_batch", lb,
@@ -295,6 +361,14 @@ lb_bytes = ex_frame("log_batch", lb,
 import zlib
 
 assert lb.crc == zlib.crc32(lb_bytes[9:])
+lbh = LogBatchHeaders.create(append_ts=TS + 11, producer_id=77, producer_seq=2, batch=rb_h, topics=("orders.eu",),
+                             headers=TRACE_BLOCK)
+lbh_bytes = ex_frame("log_batch_headers", lbh,
+         [u32(lbh.crc, f"crc 0x{lbh.crc:08x} = zlib.crc32(body[4:])"), u64(TS + 11, f"append_ts {TS + 11} µs"),
+          u64(77, "producer_id 77"), u64(2, "producer_seq 2"), u8(1, "topic_count 1"), topic("orders.eu")]
+         + headers_block(TRACE_HEADERS)
+         + record_batch("orders.eu", 102, TS + 10, 7, 44, [(b"o-2", b"paid")]))
+assert lbh.crc == zlib.crc32(lbh_bytes[9:])
 
 # ---------------- invalid inputs ----------------
 def align(rows):
@@ -335,16 +409,26 @@ invalid("routed_sets_prev", _rs_bad,
                (_rs_bad[42:-8].hex(), 'set 0: MessageSet, topic "t", one record "a"'),
                ("000000000000002a", "set 0: prevs[t] 42: not before the set's own origin_seq 42")]))
 _reserved = bytearray(Publish(sequence=2, sets=(MessageSet.build(["t"], [(b"", b"")]),)).encode())
-_reserved[21] = 0x02
+_reserved[21] = 0x04
 invalid("publish_reserved_flag", bytes(_reserved), align([
     ("22 " + _reserved[1:5].hex(), "header: PUBLISH, body length 36"),
     (_reserved[5:13].hex(), "producer_id 0"), (_reserved[13:21].hex(), "sequence 2"),
-    ("02", "flags: bit 1 is reserved: refused here"),
+    ("04", "flags: bit 2 is reserved: refused here"),
     (_reserved[22:].hex(), "(the rest of the smallest PUBLISH, never read)")]))
 invalid("too_large", bytes.fromhex("02ffffffff"), align([("02 ffffffff", "SUBSCRIBE, body length 4294967295: refused at the header")]))
 invalid("unknown", bytes.fromhex("0700000000"), align([("07 00000000", "opcode 7 is not assigned")]))
 invalid("zero_topic", bytes.fromhex("02000000020000"), align([("02 00000002", "SUBSCRIBE, body length 2"), ("00 00", "a topic of length 0 (twice)")]))
 invalid("hb_bounds", bytes.fromhex("0100000005") + b"pingx", align([("01 00000005", "HEARTBEAT with a 5-byte body: refused at the header"), ("70696e6778", "(never buffered)")]))
+_dup = bytearray(DeliverHeaders(sub_id=1, batch=RecordBatch(
+    topic="t", base_offset=0, timestamp=0, origin=7, origin_seq=1, count=1, records=encode_record(b"", b"x"),
+    headers=encode_headers({"a": "1", "b": "2"}))).encode())
+_dup[18] = ord("a")  # the second name made equal to the first
+invalid("headers_duplicate", bytes(_dup), align([
+    ("32 " + _dup[1:5].hex(), f"header: DELIVER_HEADERS, body length {len(_dup) - 5}"),
+    (_dup[5:9].hex(), "sub_id 1"), (_dup[9:11].hex(), "headers: block_len 12"),
+    (_dup[11:17].hex(), 'header "a" = "1"'),
+    (_dup[17:23].hex(), 'header "a" again: refused at its first byte'),
+    (_dup[23:47].hex(), "(the record batch, never read) ..."), (_dup[47:].hex(), "...")]))
 invalid("trailing", bytes.fromhex("060000000f0107746f7069635f3100000001") + b"hi",
         align([("06 0000000f", "FORWARD, body length 15"), ("01", "topic count 1"), ("07 746f7069635f31", 'topic "topic_1"'),
                ("00000001", "data length 1 ..."), ("6869", "... but 2 bytes follow")]))

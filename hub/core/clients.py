@@ -34,10 +34,13 @@ from .outbound import OutboundQueue
 from .stats import HubStats, bump
 
 if TYPE_CHECKING:
+    from wire import KeyFilter
+
     from ..storage.batches import SharedBatch
     from .auth import Identity, Verification
     from .clock import Clock
     from .consumers import ConsumerState
+    from .key_filters import KeyMatcher
     from .work import Job, WorkQueue
 
 log = logging.getLogger("pub0sub.hub.connection")
@@ -127,6 +130,13 @@ class Subscription:
     queued_messages: int = 0
     #: Batches waiting for credit, oldest first.
     held_batches: list[SharedBatch] = field(default_factory=list)
+    #: The record keys it delivers (``hub.core.key_filters``): the entries KEY_FILTER commands
+    #: left, and what delivery checks -- None when every key goes (most subscriptions).
+    keys: KeyFilter | None = None
+    key_filter: KeyMatcher | None = None
+    #: Its tag query (``wire.query``) over a batch's headers block, and the text it was given as.
+    query: Callable[[bytes], bool] | None = None
+    query_text: str | None = None
 
     def wake(self) -> None:
         """New data in a followed topic (or new credit): let the follower look."""
@@ -148,6 +158,9 @@ class Subscription:
             "start": self.start.name.lower(),
             "policy": self.policy.name.lower().replace("_", "-"),
             "credit": self.credit,
+            "query": self.query_text,
+            "keys": None if self.keys is None else {"all": self.keys.all, "keys": len(self.keys.keys),
+                                                    "prefixes": len(self.keys.prefixes)},
             "delivered_messages": self.delivered_messages,
             "dropped_messages": self.dropped_messages,
             "gap_notices": self.gap_notices,
@@ -293,7 +306,7 @@ class ClientSession:
                 self._hold(sub, rest)
             sub.credit -= batch.count
         out = self.out
-        nbytes = 9 + len(batch.header) + len(batch.records)
+        nbytes = 9 + len(batch.headers) + len(batch.header) + len(batch.records)
         if not out.fits(nbytes) and not self._policies.make_room(self, sub, batch, nbytes):
             return
         out.push_deliver(sub, batch)

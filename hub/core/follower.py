@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING
 from wire import AckMode, StartPosition
 from wire.topics import pattern_matches
 
-from ..storage.batches import Hole, StoredBatch
+from ..storage.batches import Hole, SharedBatch, StoredBatch
 from ..storage.topic_log import TopicLog
 from .acks import AckTracker, ack_refusal
+from .key_filters import segments
 
 if TYPE_CHECKING:
     from ..storage.store import LogStore
@@ -206,16 +207,32 @@ class LogFollower:
             # This message reaches the subscription through an earlier topic's log.
             self._advance(topic, end, acked=True)
             return True
+        query = self.sub.query
+        if query is not None and not query(batch.headers):  # not for this subscription: counts as done
+            self._advance(topic, end, acked=True)
+            return True
+        key_filter = self.sub.key_filter
+        if key_filter is None:
+            return self._push(topic, batch)
+        # A filtered subscription: the runs the filter selects, the rest skipped (and settled).
+        for run, end in segments(key_filter, batch):
+            if run is None:
+                self._advance(topic, end, acked=True)
+            elif not self._push(topic, run):
+                return False
+        return True
+
+    def _push(self, topic: str, batch: SharedBatch) -> bool:
+        """Deliver ``batch`` as far as credit allows; False when credit ran out."""
         credit = self.sub.credit
         if credit is not None:
             if credit <= 0:
                 return False
             if batch.count > credit:
                 batch, _ = batch.split(credit)
-                end = batch.base_offset + batch.count
             self.sub.credit = credit - batch.count
         self.session.push_batch(self.sub, batch)
-        self._advance(topic, end, acked=self.sub.ack_mode is AckMode.NONE)
+        self._advance(topic, batch.base_offset + batch.count, acked=self.sub.ack_mode is AckMode.NONE)
         return self.sub.credit is None or self.sub.credit > 0
 
     def _advance(self, topic: str, end: int, *, acked: bool) -> None:

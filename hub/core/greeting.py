@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from wire import CLIENT_PROTOCOL_VERSION, ErrorCode, Hello, Limits
+from wire import CLIENT_PROTOCOL_VERSION, HEADERS_CLIENT_VERSION, ErrorCode, Hello, Limits
 
 from .auth import ClientAuth, Identity
 from .auth_file import AuthConfig
@@ -23,8 +23,10 @@ from .stats import HubStats
 #: many times over, and an unauthenticated peer cannot make the hub buffer more.
 GREETING_LIMITS = Limits(max_body=4096)
 
-#: Version 2 added COMMIT and COMMITTED (docs/protocol.md §10); a version 1 client is served as before.
-SUPPORTED_CLIENT_VERSIONS = frozenset({1, CLIENT_PROTOCOL_VERSION})
+#: Version 2 added COMMIT and COMMITTED, version 3 headers (PUBLISH flag HEADERS, DELIVER_HEADERS);
+#: docs/protocol.md §11.  Older clients are served as before (a version 1 or 2 subscriber gets
+#: batches that carried headers as plain DELIVERs, without them).
+SUPPORTED_CLIENT_VERSIONS = frozenset(range(1, CLIENT_PROTOCOL_VERSION + 1))
 
 
 class Greeting:
@@ -59,6 +61,7 @@ class Greeting:
             )
             return
         session.version = frame.version
+        session.out.headers = frame.version >= HEADERS_CLIENT_VERSION
         session.client_name = frame.client_name
         outcome = self.auth.hello(frame.token)
         if outcome is None or isinstance(outcome, Identity | str):

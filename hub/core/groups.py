@@ -22,12 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from wire import StartPosition
+from wire import KeyFilter, StartPosition
 
 from ..storage.batches import Hole, SharedBatch
 from .acks import AckTracker, ack_refusal
 from .events import ev
 from .follower import READ_BYTES, TopicSelection, first_matching
+from .key_filters import KeyMatcher, first_selected
 
 if TYPE_CHECKING:
     from ..storage.store import LogStore
@@ -84,6 +85,11 @@ class ConsumerGroup:
         self._selection = TopicSelection(store, state.patterns)
         self._latest_at = {t: lg.next_offset for t, lg in store.logs.items()}
         self._closed = False
+        #: The keys the group delivers, given by the member that created it (hub.core.key_commands).
+        self.keys: KeyFilter | None = None
+        self.key_filter: KeyMatcher | None = None
+        self.query: Callable[[bytes], bool] | None = None
+        self.query_text: str | None = None
 
     @property
     def name(self) -> str:
@@ -103,6 +109,10 @@ class ConsumerGroup:
     def due(self, now: float) -> bool:
         """An ack deadline passed (the hub's tick wakes the group then)."""
         return any(p.deadline <= now for p in self.pending)
+
+    def select_as(self, sub: Subscription) -> None:
+        """The group delivers what ``sub`` (the member that created it) selects: keys and query."""
+        self.keys, self.key_filter, self.query, self.query_text = sub.keys, sub.key_filter, sub.query, sub.query_text
 
     # -- membership --------------------------------------------------------------------
 
@@ -284,6 +294,17 @@ class ConsumerGroup:
                     tracker.ack(batch.base_offset, end - 1)
                     self.cursor[topic] = end
                     continue
+                if self.query is not None and not self.query(batch.headers):  # skipped: counts as done
+                    tracker.ack(batch.base_offset, end - 1)
+                    self.cursor[topic] = end
+                    continue
+                if self.key_filter is not None:
+                    selected = first_selected(self.key_filter, batch, tracker.ack)  # skipped records count as done
+                    if selected is None:
+                        self.cursor[topic] = end
+                        continue
+                    batch = selected
+                    end = batch.base_offset + batch.count
                 credit = member.credit
                 if credit is not None and batch.count > credit:
                     batch, _ = batch.split(credit)

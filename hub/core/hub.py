@@ -33,6 +33,7 @@ from wire import (
     Frame,
     Heartbeat,
     Hello,
+    KeyFilterUpdate,
     ProtocolError,
     Publish,
     Status,
@@ -55,6 +56,7 @@ from .events import ev
 from .flushing import OutputBatch
 from .greeting import Greeting
 from .groups import POLL_SECONDS
+from .key_commands import KeyCommands
 from .mesh_link import MeshLink
 from .origin import OriginSequence
 from .publishing import Publisher
@@ -172,6 +174,7 @@ class HubCore:
             Heartbeat: self._on_heartbeat,
             Sub: subs.on_sub,
             SubUpdate: subs.on_update,
+            KeyFilterUpdate: KeyCommands(refuse=subs.refuse_subscription, end=subs.end).on_key_filter,
             Unsub: subs.on_unsub,
             Credit: subs.on_credit,
             Ack: subs.on_ack,

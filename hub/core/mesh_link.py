@@ -57,7 +57,8 @@ class SetStore(Protocol):
     """Where forwarded sets are stored and routed: the publish path (``hub.core.publishing``)."""
 
     def store_set(
-        self, topics: tuple[str, ...], count: int, records: bytes, *, timestamp: int, origin: int, origin_seq: int
+        self, topics: tuple[str, ...], count: int, records: bytes, *, timestamp: int, origin: int, origin_seq: int,
+        headers: bytes = b"",
     ) -> bool: ...
 
 
@@ -134,7 +135,7 @@ class MeshLink:
                 try:
                     publisher.store_set(
                         topics, mset.count, mset.records, timestamp=fset.timestamp, origin=origin,
-                        origin_seq=fset.origin_seq,
+                        origin_seq=fset.origin_seq, headers=mset.headers,
                     )
                 except OSError as exc:
                     log.critical("cannot store forwarded messages: %s", exc,
@@ -172,7 +173,8 @@ class MeshLink:
             topics = first.topics if len(found) == len(first.topics) else tuple(t for t in first.topics if t in found)
             b = first.batch
             encoded = encode_stored_set(seq, b.timestamp, topics, b.count, b.records)
-            yield WindowEntry(first_seq=seq, last_seq=seq + b.count - 1, count=b.count, encoded=encoded)
+            yield WindowEntry(first_seq=seq, last_seq=seq + b.count - 1, count=b.count, encoded=encoded,
+                              headers=b.headers)  # fmt: skip
 
 
 def _origin_seq(stored: StoredBatch) -> int:

@@ -63,7 +63,7 @@ _NOTHING = cast("deque[Outgoing]", ())
 class OutboundQueue:
     """FIFO of encoded frames with a byte cap enforced per subscription policy."""
 
-    __slots__ = ("cap", "control_bytes", "dropped_messages", "items", "pending_bytes")
+    __slots__ = ("cap", "control_bytes", "dropped_messages", "headers", "items", "pending_bytes")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
@@ -72,6 +72,8 @@ class OutboundQueue:
         #: the part of ``pending_bytes`` that is control frames
         self.control_bytes = 0
         self.dropped_messages = 0
+        #: the client reads DELIVER_HEADERS (protocol 3); older ones get headered batches without them
+        self.headers = False
 
     def _append(self, item: Outgoing) -> None:
         if self.items is _NOTHING:
@@ -105,8 +107,15 @@ class OutboundQueue:
     def push_deliver(self, sub: Subscriber, batch: SharedBatch) -> None:
         header = batch.header
         body_len = len(header) + len(batch.records)
+        headers = batch.headers
+        if headers and self.headers:
+            body_len += len(headers)
+            pieces: tuple[bytes, ...] = (deliver_prefix(sub.sub_id, body_len, headers=True), headers, header,
+                                         batch.records)  # fmt: skip
+        else:
+            pieces = (deliver_prefix(sub.sub_id, body_len), header, batch.records)
         nbytes = 9 + body_len
-        self._append(Outgoing((deliver_prefix(sub.sub_id, body_len), header, batch.records), nbytes, sub, batch))
+        self._append(Outgoing(pieces, nbytes, sub, batch))
         self.pending_bytes += nbytes
         sub.queued_messages += batch.count
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from wire import AckStatus, ErrorCode, OffsetRange, Publish, PublishAck
+from wire import HEADERS_CLIENT_VERSION, AckStatus, ErrorCode, OffsetRange, Publish, PublishAck
 from wire.topics import InvalidTopicError, check_topic
 
 from ..storage.batches import SharedBatch
 from .clients import CloseReason
 from .events import ev
+from .key_filters import segments
 from .memory_topics import MemoryTopic
 from .topic_budget import TopicLimits, new_topics, topic_refusal
 
@@ -90,6 +91,11 @@ class Publisher:
     def publish(self, session: ClientSession, frame: Publish) -> None:
         stats = self.stats
         stats.publish_frames += 1
+        if frame.has_headers and session.version < HEADERS_CLIENT_VERSION:
+            # To a version 1 or 2 connection the flag is a reserved bit, as it was before version 3.
+            session.fail(ErrorCode.MALFORMED_FRAME,
+                         f"PUBLISH flag HEADERS needs client protocol {HEADERS_CLIENT_VERSION}", ref=frame.sequence)
+            return
         for mset in frame.sets:
             problem = self._invalid_topic(mset.topics)
             if problem is not None:
@@ -132,6 +138,7 @@ class Publisher:
                 stored = self.store_set(
                     mset.topics, mset.count, mset.records, timestamp=timestamp, origin=origin.hub_id,
                     origin_seq=origin_seq, producer=producer, producer_seq=seq, ranges=ranges, skip=already,
+                    headers=mset.headers,
                 )
                 if stored:
                     stored_any = True
@@ -195,6 +202,7 @@ class Publisher:
         producer_seq: int = 0,
         ranges: dict[str, list[int]] | None = None,
         skip: set[str] | frozenset[str] = frozenset(),
+        headers: bytes = b"",
     ) -> bool:
         """Append one message set to its topics and route it; False if every topic had it.
 
@@ -210,7 +218,7 @@ class Publisher:
             if name in skip:
                 continue
             topic = self.topic(name, timestamp)
-            batch = SharedBatch(name, topic.next_offset, timestamp, origin, origin_seq, count, records)
+            batch = SharedBatch(name, topic.next_offset, timestamp, origin, origin_seq, count, records, headers)
             segment = topic.append(batch, topics=topics, producer_id=producer, producer_seq=producer_seq,
                                    append_ts=self.clock.wall_us() if origin != self.origin.hub_id else timestamp)
             if segment is not None and store is not None:
@@ -234,6 +242,13 @@ class Publisher:
                     if sub in seen:
                         continue
                     seen.add(sub)
+                if sub.query is not None and not sub.query(batch.headers):
+                    continue  # headers its tag query refuses (wire.query)
+                if sub.key_filter is not None:  # only the records of the keys it asked for (key_filters)
+                    for run, _ in segments(sub.key_filter, batch):
+                        if run is not None:
+                            sub.session.deliver(sub, run)
+                    continue
                 sub.session.deliver(sub, batch)
         return stored
 

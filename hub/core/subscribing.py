@@ -37,12 +37,14 @@ from wire import (
 )
 from wire.topics import InvalidTopicError, check_topic, is_pattern
 
+from .ack_checks import frame_ack_refusal
 from .clients import ClientSession, Subscription
 from .consumers import ConsumerRegistry, ConsumerState
 from .events import ev
 from .follower import LogFollower
 from .grants import judge
 from .groups import ConsumerGroup
+from .key_commands import filter_refusal, set_selection
 from .routing import RoutingTable
 
 if TYPE_CHECKING:
@@ -100,7 +102,7 @@ class Subscriptions:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _refuse(self, session: ClientSession, sub_id: int, code: ErrorCode, reason: str) -> None:
+    def refuse_subscription(self, session: ClientSession, sub_id: int, code: ErrorCode, reason: str) -> None:
         session.send_control(SubEnd(sub_id=sub_id, code=code, reason=reason[:1000]).encode())
 
     def _pattern_problem(self, session: ClientSession, patterns: tuple[str, ...]) -> tuple[ErrorCode, str] | None:
@@ -138,13 +140,16 @@ class Subscriptions:
         if sub_id in session.subs:
             session.fail(ErrorCode.DUPLICATE_SUBSCRIPTION, f"subscription id {sub_id} is already open", ref=sub_id)
             return
+        if (refusal := filter_refusal(session, frame)) is not None:
+            session.fail(ErrorCode.MALFORMED_FRAME, refusal, ref=sub_id)  # to a v1/v2 client: trailing bytes
+            return
         if len(session.subs) >= self.limits.max_subscriptions:
-            limit = self.limits.max_subscriptions
-            self._refuse(session, sub_id, ErrorCode.LIMIT_EXCEEDED, f"limit max_subscriptions={limit} per connection")
+            reason = f"limit max_subscriptions={self.limits.max_subscriptions} per connection"
+            self.refuse_subscription(session, sub_id, ErrorCode.LIMIT_EXCEEDED, reason)
             return
         needs_log = frame.start is not StartPosition.LATEST or frame.durable or frame.group
         if needs_log and self.store is None:
-            self._refuse(
+            self.refuse_subscription(
                 session, sub_id, ErrorCode.POSITION_UNAVAILABLE,
                 "replay, durable subscriptions and groups need a hub started with --data-dir",
             )
@@ -152,11 +157,11 @@ class Subscriptions:
         patterns = tuple(dict.fromkeys(frame.patterns))
         problem = self._pattern_problem(session, patterns)
         if problem is not None:
-            self._refuse(session, sub_id, *problem)
+            self.refuse_subscription(session, sub_id, *problem)
             return
         judged = judge(session, patterns, durable=frame.durable, group=frame.group)
         if judged.refusal is not None:
-            self._refuse(session, sub_id, ErrorCode.NOT_AUTHORIZED, judged.refusal)
+            self.refuse_subscription(session, sub_id, ErrorCode.NOT_AUTHORIZED, judged.refusal)
             return
         sub = Subscription(
             session=session,
@@ -168,6 +173,9 @@ class Subscriptions:
             credit=frame.credit or None,
             denied=judged.denied,
         )
+        if (bad_query := set_selection(sub, frame)) is not None:
+            self.refuse_subscription(session, sub_id, ErrorCode.INVALID_QUERY, bad_query)
+            return
         if frame.group:
             if not self._join_group(session, sub, frame):
                 return
@@ -246,7 +254,7 @@ class Subscriptions:
             consumers.add(state)
         elif sorted(state.patterns) != sorted(sub.patterns):
             if state.attached:
-                self._refuse(
+                self.refuse_subscription(
                     session, sub.sub_id, ErrorCode.INVALID_TOPIC,
                     f"group {name!r} subscribes to {state.patterns}; members must use the same topics",
                 )
@@ -263,6 +271,11 @@ class Subscriptions:
             )
             for pattern in state.patterns:
                 self.router.add(pattern, group)
+        if group.members and (group.keys, group.query_text) != (sub.keys, sub.query_text):  # as its topics
+            self.refuse_subscription(session, sub.sub_id, ErrorCode.UNEXPECTED_FRAME,
+                         f"group {name!r} selects other keys; members must use the same key filter and query")
+            return False
+        group.select_as(sub)
         sub.live = False
         sub.group = group
         sub.ack_mode = AckMode.EXPLICIT
@@ -274,7 +287,7 @@ class Subscriptions:
     def on_update(self, session: ClientSession, frame: SubUpdate) -> None:
         sub = session.subs.get(frame.sub_id)
         if sub is None:
-            self._refuse(session, frame.sub_id, ErrorCode.UNKNOWN_SUBSCRIPTION, "no such subscription")
+            self.refuse_subscription(session, frame.sub_id, ErrorCode.UNKNOWN_SUBSCRIPTION, "no such subscription")
             return
         if sub.group is not None:  # refused: ends it, as every refused update does (protocol.md, SUB_UPDATE)
             self.end(session, sub, ErrorCode.UNEXPECTED_FRAME, "a group member cannot change its topics")
@@ -322,7 +335,7 @@ class Subscriptions:
     def on_unsub(self, session: ClientSession, frame: Unsub) -> None:
         sub = session.subs.get(frame.sub_id)
         if sub is None:
-            self._refuse(session, frame.sub_id, ErrorCode.UNKNOWN_SUBSCRIPTION, "no such subscription")
+            self.refuse_subscription(session, frame.sub_id, ErrorCode.UNKNOWN_SUBSCRIPTION, "no such subscription")
             return
         self.end(session, sub, ErrorCode.UNSUBSCRIBED, "unsubscribed")
 
@@ -374,7 +387,7 @@ class Subscriptions:
         if sub is None:
             return  # a race with the subscription's end: nothing left to acknowledge
         # The whole frame is checked before any of it is applied: a refused ACK changes nothing.
-        refusal = self._ack_refusal(sub, frame)
+        refusal = frame_ack_refusal(sub, frame)
         if refusal is not None:
             self.stats.acks_refused += 1
             session.fail(ErrorCode.INVALID_ACK, f"subscription {sub.sub_id}: {refusal}", ref=sub.sub_id)
@@ -389,21 +402,6 @@ class Subscriptions:
                     tracker.ack(r.first_offset, r.last_offset)
             if self.consumers is not None:
                 self.consumers.touch()
-
-    @staticmethod
-    def _ack_refusal(sub: Subscription, frame: Ack) -> str | None:
-        """Why ``frame`` must be refused: an ACK settles only offsets delivered to ``sub`` and pending."""
-        if sub.group is not None:
-            check = sub.group.ack_refusal
-        elif sub.consumer is not None and sub.follower is not None and sub.ack_mode is AckMode.EXPLICIT:
-            check = sub.follower.ack_refusal
-        else:
-            return "it takes no acks (only durable subscriptions and groups with ack_mode EXPLICIT do)"
-        for r in frame.ranges:
-            refusal = check(r.topic, r.first_offset, r.last_offset)
-            if refusal is not None:
-                return refusal
-        return None
 
     def on_credit(self, session: ClientSession, frame: Credit) -> None:
         sub = session.subs.get(frame.sub_id)

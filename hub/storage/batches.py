@@ -25,6 +25,8 @@ class SharedBatch:
     origin_seq: int
     count: int
     records: bytes
+    #: the set's headers block (wire.headers), ``b""`` for none: shared by every split of the batch
+    headers: bytes = b""
     _header: bytes | None = None
 
     @property
@@ -41,9 +43,9 @@ class SharedBatch:
         """The first ``first`` records and the rest, as two batches."""
         head_records, tail_records = split_records(self.records, first)
         head = SharedBatch(self.topic, self.base_offset, self.timestamp, self.origin, self.origin_seq, first,
-                           head_records)
+                           head_records, self.headers)
         tail = SharedBatch(self.topic, self.base_offset + first, self.timestamp, self.origin,
-                           self.origin_seq + first, self.count - first, tail_records)
+                           self.origin_seq + first, self.count - first, tail_records, self.headers)
         return head, tail
 
 

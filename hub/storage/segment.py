@@ -15,7 +15,16 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wire import FRAME_TYPES, Limits, LogBatch, ProtocolError, SegmentHeader, check_header
+from wire import (
+    FRAME_TYPES,
+    SEGMENT_VERSIONS,
+    Limits,
+    LogBatch,
+    LogBatchHeaders,
+    ProtocolError,
+    SegmentHeader,
+    check_header,
+)
 from wire.frames import HEADER, HEADER_SIZE
 from wire.opcodes import LOG_OPCODES
 
@@ -158,8 +167,12 @@ class Segment:
             if segment is None:
                 if not isinstance(frame, SegmentHeader):
                     raise OSError(f"{path}: does not start with a SEGMENT_HEADER")
+                if frame.version not in SEGMENT_VERSIONS:
+                    # A newer hub's format: refused whole, never half read (docs/protocol.md §11).
+                    raise OSError(f"{path}: segment format version {frame.version}; this hub reads "
+                                  f"{', '.join(map(str, sorted(SEGMENT_VERSIONS)))}")
                 segment = cls(path, frame.topic, frame.base_offset, files, 0)
-            elif isinstance(frame, LogBatch):
+            elif isinstance(frame, LogBatch | LogBatchHeaders):
                 segment._note_batch(frame, pos)
                 report.batches += 1
             pos = end
@@ -192,7 +205,7 @@ class Segment:
             path, pos, reason, size - pos, copy, extra={"event": "segment_corrupted", "reason": "unparsable_tail"},
         )
 
-    def _note_batch(self, frame: LogBatch, position: int) -> None:
+    def _note_batch(self, frame: LogBatch | LogBatchHeaders, position: int) -> None:
         batch = frame.batch
         if position - self._last_indexed >= INDEX_INTERVAL or not self.index:
             self.index.append((batch.base_offset, position, frame.append_ts))

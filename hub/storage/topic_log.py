@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wire import FRAME_TYPES, Limits, LogBatch, Opcode, ProtocolError, check_header
+from wire import FRAME_TYPES, Limits, LogBatch, LogBatchHeaders, Opcode, ProtocolError, check_header
 from wire.frames import HEADER, HEADER_SIZE, log_batch_head
 from wire.opcodes import LOG_OPCODES
 
@@ -148,11 +148,15 @@ class TopicLog:
         """Write ``batch`` (its base offset must be ``next_offset``) as one LOG_BATCH."""
         assert batch.base_offset == self.next_offset, (batch.base_offset, self.next_offset)
         head = log_batch_head(append_ts, producer_id, producer_seq, topics)
+        opcode = Opcode.LOG_BATCH
+        if batch.headers:  # the set's headers block goes between the topics and the batch
+            head += batch.headers
+            opcode = Opcode.LOG_BATCH_HEADERS
         header = batch.header
         records = batch.records
         crc = zlib.crc32(records, zlib.crc32(header, zlib.crc32(head)))
         body_len = 4 + len(head) + len(header) + len(records)
-        pieces = [HEADER.pack(Opcode.LOG_BATCH, body_len) + _u32.pack(crc) + head, header, records]
+        pieces = [HEADER.pack(opcode, body_len) + _u32.pack(crc) + head, header, records]
         segment = self._writable_segment(append_ts)
         segment.append(pieces, HEADER_SIZE + body_len, batch.base_offset, batch.count, append_ts)
         self.next_offset = batch.base_offset + batch.count
@@ -224,7 +228,8 @@ class TopicLog:
                 continue
             b = frame.batch
             stored = StoredBatch(
-                SharedBatch(b.topic, b.base_offset, b.timestamp, b.origin, b.origin_seq, b.count, b.records),
+                SharedBatch(b.topic, b.base_offset, b.timestamp, b.origin, b.origin_seq, b.count, b.records,
+                            frame.headers),
                 frame.topics,
                 frame.append_ts,
             )
@@ -303,7 +308,7 @@ class _ScanIterator:
     segments: list[Segment] | None = None
     _limits: Limits = field(default_factory=lambda: Limits(max_body=MAX_STORED_BODY))
 
-    def __iter__(self) -> Iterator[tuple[LogBatch, int] | Hole]:
+    def __iter__(self) -> Iterator[tuple[LogBatch | LogBatchHeaders, int] | Hole]:
         segments = self.segments if self.segments is not None else self.topic_log.segments
         bases = [s.base_offset for s in segments]
         start = max(bisect.bisect_right(bases, self.offset) - 1, 0)
@@ -329,7 +334,7 @@ class _ScanIterator:
                 pos = end
                 try:
                     opcode = check_header(value, length, limits=self._limits, accept=LOG_OPCODES)
-                    if opcode is not Opcode.LOG_BATCH:
+                    if opcode is Opcode.SEGMENT_HEADER:
                         continue
                     frame = FRAME_TYPES[opcode].decode_body(body)
                 except ProtocolError as exc:
@@ -337,7 +342,7 @@ class _ScanIterator:
                               extra={"event": "batch_unreadable", "topic": segment.topic})
                     pending_hole = True
                     continue
-                assert isinstance(frame, LogBatch)
+                assert isinstance(frame, LogBatch | LogBatchHeaders)
                 base = frame.batch.base_offset
                 if pending_hole:
                     first = expected if expected is not None else min(self.offset, base)

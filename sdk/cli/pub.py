@@ -26,6 +26,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     add_hub_option(p)
     p.add_argument("--topic", "-t", action="append", required=True, help="topic to publish to (repeatable)")
     p.add_argument("--key", "-k", help="message key (UTF-8)")
+    p.add_argument("--header", "-H", action="append", default=[], metavar="NAME=VALUE",
+                   help="a header of every message (text; repeatable)")
     p.add_argument("--ack", action="store_true", help="wait for the hub to store each message; print its offsets")
     p.add_argument("--name", default="pub0sub-pub", help="client name shown in the hub's status")
     p.add_argument("message", nargs="*", help="messages to publish (default: lines of stdin)")
@@ -51,16 +53,23 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub pub") -> int
     if status := topic_usage_error(prog, topics):
         return status
     key = args.key.encode("utf-8") if args.key is not None else None
+    headers: dict[str, str | bytes] = {}
+    for item in args.header:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            print(f"{prog}: error: --header takes NAME=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        headers[name] = value
 
     def publish(client: BlockingClient, batch: list[bytes]) -> None:
         if args.ack:
-            acks = client.publish_acked_many([(topics, data, key) for data in batch], timeout=30.0)
+            acks = client.publish_acked_many([(topics, data, key, headers) for data in batch], timeout=30.0)
             for ack in acks:
                 offsets = " ".join(f"{t}@{o}" for t, o in ack.offsets.items())
                 print(f"{offsets}{' (duplicate)' if ack.duplicate else ''}", flush=True)
         else:
             for data in batch:
-                client.publish(topics, data, key=key)
+                client.publish(topics, data, key=key, headers=headers)
             client.flush()
 
     def body() -> int:

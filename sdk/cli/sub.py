@@ -81,6 +81,11 @@ def message_json(msg: Message) -> dict[str, Any]:
         except UnicodeDecodeError:
             doc[f"{name}_base64"] = base64.b64encode(raw).decode("ascii")
     doc["origin"] = f"{msg.origin:016x}"
+    if msg.headers:  # text values as strings, bytes values as {"base64": ...}
+        doc["headers"] = {
+            name: value if isinstance(value, str) else {"base64": base64.b64encode(value).decode("ascii")}
+            for name, value in msg.headers.items()
+        }
     return doc
 
 

@@ -36,6 +36,39 @@ def strings(values: list[str], indices: np.ndarray) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(indices), pa.array(values, pa.string())).cast(pa.string())
 
 
+#: A set's headers as a column: names to values (a text value as its UTF-8 bytes), null for none.
+HEADERS_TYPE = pa.map_(pa.string(), pa.binary())
+
+
+class HeaderColumn:
+    """One headers value per batch, remembered by its block; expanded per record on :meth:`take`.
+
+    A publish's headers repeat across its batches: each distinct block becomes one map value,
+    and the column is a ``take`` of those, not a Python object per record.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[bytes, int] = {}
+        self.per_batch: list[int] = []
+
+    def add(self, block: bytes) -> None:
+        self.per_batch.append(self._blocks.setdefault(block, len(self._blocks)) if block else -1)
+
+    def take(self, counts: np.ndarray, total: int) -> pa.Array:
+        """The column for batches of ``counts`` records (then start afresh)."""
+        per_batch, self.per_batch = self.per_batch, []
+        if not self._blocks:
+            return pa.nulls(total, HEADERS_TYPE)
+        maps = pa.array(
+            [[(k, v.encode() if isinstance(v, str) else v) for k, v in wire.decode_headers(b).items()]
+             for b in self._blocks],
+            HEADERS_TYPE,
+        )  # fmt: skip
+        self._blocks = {}
+        index = np.repeat(np.array(per_batch, dtype=np.int64), counts)
+        return maps.take(pa.array(index, mask=index < 0))
+
+
 def record_lengths(records: bytes, count: int) -> tuple[int, int] | tuple[np.ndarray, np.ndarray]:
     """``(key_len, data_len)`` when every record has the same lengths, else one array of each.
 

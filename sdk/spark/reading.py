@@ -15,7 +15,7 @@ import pyarrow as pa
 from wire.records import split_records
 
 from ..messages import Gap
-from .columns import key_value_arrays, strings, u64_as_i64
+from .columns import HEADERS_TYPE, HeaderColumn, key_value_arrays, strings, u64_as_i64
 from .hubs import connect_first
 from .options import NO_ACCESS, DataLossError, HubAccess
 
@@ -28,9 +28,13 @@ ARROW_SCHEMA = pa.schema(
         ("key", pa.binary()),
         ("value", pa.binary()),
         ("origin", pa.string()),
+        ("headers", HEADERS_TYPE),
     ]
 )
-SPARK_DDL = "topic STRING, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY, origin STRING"
+SPARK_DDL = (
+    "topic STRING, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY, origin STRING, "
+    "headers MAP<STRING, BINARY>"
+)
 
 #: Rows per Arrow batch handed to Spark: big enough to amortise the per-batch cost, small enough for memory.
 ROWS_PER_BATCH = 65_536
@@ -65,8 +69,10 @@ class _Columns:
         self.origin: list[int] = []
         self.keys: list[pa.Array] = []
         self.values: list[pa.Array] = []
+        self.headers = HeaderColumn()
 
-    def add(self, base_offset: int, timestamp: int, origin: int, records: bytes, count: int) -> None:
+    def add(self, base_offset: int, timestamp: int, origin: int, records: bytes, count: int,
+            headers: bytes = b"") -> None:  # fmt: skip
         keys, values = key_value_arrays(records, count)
         self.counts.append(count)
         self.base.append(base_offset)
@@ -74,6 +80,7 @@ class _Columns:
         self.origin.append(self._origins.setdefault(origin, len(self._origins)))
         self.keys.append(keys)
         self.values.append(values)
+        self.headers.add(headers)
         self.rows += count
         self.bytes += len(records)
 
@@ -91,6 +98,7 @@ class _Columns:
                 pa.concat_arrays(self.keys),
                 pa.concat_arrays(self.values),
                 strings(origins, np.repeat(np.array(self.origin, dtype=np.int32), counts)),
+                self.headers.take(counts, total),
             ],
             schema=ARROW_SCHEMA,
         )
@@ -165,7 +173,7 @@ def read_range(
                 count = end - first
             if count <= 0:
                 continue
-            cols.add(first, item.timestamp, item.origin, records, count)
+            cols.add(first, item.timestamp, item.origin, records, count, item.headers)
             expected = first + count
             if cols.rows >= ROWS_PER_BATCH or cols.bytes >= BYTES_PER_BATCH:
                 yield cols.take()

@@ -32,7 +32,15 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from .hubs import topic_bounds
 from .options import (
@@ -65,6 +73,7 @@ SCHEMA = StructType(
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
         StructField("origin", StringType()),
+        StructField("headers", MapType(StringType(), BinaryType())),
     ]
 )
 

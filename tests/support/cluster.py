@@ -209,6 +209,16 @@ async def next_data(sub: Any) -> bytes:
         return bytes((await sub.__anext__()).data)
 
 
+async def publish_until_linked(pub: Any, sub: Any, topic: str, *, seconds: float = 30.0, **publish: Any) -> Any:
+    """Publish probes on ``pub`` until ``sub`` (on another hub) gets one: its interest has reached
+    ``pub``'s hub.  ``publish`` are ``publish_acked``'s options (a key, headers); the message."""
+    with trio.fail_after(seconds):
+        while True:
+            await pub.publish_acked(topic, b"probe", **publish)
+            with trio.move_on_after(0.5):
+                return await sub.__anext__()
+
+
 # What arrived by the deadline is the result: the test compares it and says what is missing.
 async def collect(sub: Any, count: int, timeout: float) -> list[bytes]:  # noqa: ASYNC109
     """Message payloads from an SDK subscription until ``count`` arrived or ``timeout`` passed."""

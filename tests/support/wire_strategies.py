@@ -148,13 +148,42 @@ def _uniform_records(draw: st.DrawFn) -> list[tuple[bytes, bytes]]:
 records = st.one_of(st.lists(record, min_size=1, max_size=4), _uniform_records())
 
 
+def _small_tuple_early(elements: st.SearchStrategy[bytes]) -> st.SearchStrategy[tuple[bytes, ...]]:
+    return st.lists(elements, max_size=3).map(tuple)
+
+
+#: A header name: short, sometimes not ASCII.
+_header_name = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=6).filter(
+    lambda n: len(n.encode()) <= 255
+)
+#: A set's headers block: none, or a few text and bytes values (wire.headers).
+header_blocks = st.dictionaries(
+    _header_name, st.one_of(st.text(max_size=8), st.binary(max_size=8)), max_size=3
+).map(wire.encode_headers)
+
+
 def message_sets() -> st.SearchStrategy[MessageSet]:
     return st.builds(MessageSet.build, topics(), records)
 
 
+#: A subscription's key filter: every key, or some keys and prefixes (the empty key included).
+key_filters = st.builds(
+    wire.KeyFilter,
+    all=st.booleans(),
+    keys=_small_tuple_early(st.binary(max_size=6)),
+    prefixes=_small_tuple_early(st.binary(max_size=4)),
+)
+
+
+def headered_message_sets() -> st.SearchStrategy[MessageSet]:
+    """Message sets with or without headers (what PUBLISH with flag HEADERS carries)."""
+    return st.builds(MessageSet.build, topics(), records, headers=header_blocks)
+
+
 @st.composite
-def record_batches(draw: st.DrawFn) -> RecordBatch:
+def record_batches(draw: st.DrawFn, *, headered: bool = False) -> RecordBatch:
     count, region = encode_records(draw(records))
+    headers = draw(header_blocks) if headered else b""
     return RecordBatch(
         topic=draw(topic),
         base_offset=draw(u64),
@@ -163,6 +192,7 @@ def record_batches(draw: st.DrawFn) -> RecordBatch:
         origin_seq=draw(u64),
         count=count,
         records=region,
+        headers=headers,
     )
 
 
@@ -174,12 +204,17 @@ def _small_tuple(elements: st.SearchStrategy[object], min_size: int = 0, max_siz
 
 
 @st.composite
-def _log_batch(draw: st.DrawFn) -> LogBatch:
+def _log_batch(draw: st.DrawFn, *, headered: bool = False) -> LogBatch | wire.LogBatchHeaders:
     # LogBatch.create computes the CRC; a random crc would (rightly) not decode.
     batch = draw(record_batches())
     # The message's full topic list, the batch's own topic somewhere in it.
     others = draw(topics(min_size=0, max_size=3).map(lambda ts: tuple(t for t in ts if t != batch.topic)))
     at = draw(st.integers(0, len(others)))
+    if headered:
+        return wire.LogBatchHeaders.create(
+            append_ts=draw(u64), producer_id=draw(u64), producer_seq=draw(u64), batch=batch,
+            topics=(*others[:at], batch.topic, *others[at:]), headers=draw(header_blocks),
+        )
     return LogBatch.create(
         append_ts=draw(u64),
         producer_id=draw(u64),
@@ -194,9 +229,9 @@ hub_ids = st.one_of(st.sampled_from([1, 2, MAX_U64 - 1, MAX_U64]), st.integers(1
 
 
 @st.composite
-def forward_sets(draw: st.DrawFn) -> tuple[ForwardSet, ...]:
+def forward_sets(draw: st.DrawFn, *, headered: bool = False) -> tuple[ForwardSet, ...]:
     """1..3 sets in origin-sequence order, not overlapping, never wrapping past 2^64-1."""
-    messages = draw(st.lists(message_sets(), min_size=1, max_size=3))
+    messages = draw(st.lists(headered_message_sets() if headered else message_sets(), min_size=1, max_size=3))
     total = sum(m.count for m in messages)
     seq = draw(st.one_of(st.just(1), st.just(MAX_U64 - total + 1), st.integers(1, MAX_U64 - total + 1)))
     out = []
@@ -273,6 +308,7 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
         .map(tuple),
     ),
     Opcode.FORWARD_BATCH: st.builds(ForwardBatch, origin=hub_ids, sets=forward_sets()),
+    Opcode.FORWARD_BATCH_HEADERS: st.builds(wire.ForwardBatchHeaders, origin=hub_ids, sets=forward_sets(headered=True)),
     Opcode.FORWARD_ACK: st.builds(ForwardAck, origin=hub_ids, seq=u64),
     Opcode.LINK_STATE: _link_state(),
     Opcode.ROUTED_SETS: st.builds(wire.RoutedSets, ttl=u8, dests=dest_lists, origin=hub_ids, sets=routed_sets()),
@@ -286,8 +322,15 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
         Publish,
         producer_id=u64,
         sequence=u64,
-        flags=st.sampled_from([PublishFlags.NONE, PublishFlags.ACK]),  # bits 1-7 are reserved: refused
+        flags=st.sampled_from([PublishFlags.NONE, PublishFlags.ACK]),  # bits 2-7 are reserved: refused
         sets=_small_tuple(message_sets(), min_size=1),
+    )
+    | st.builds(
+        Publish,
+        producer_id=u64,
+        sequence=u64,
+        flags=st.sampled_from([PublishFlags.HEADERS, PublishFlags.ACK | PublishFlags.HEADERS]),
+        sets=_small_tuple(headered_message_sets(), min_size=1),
     ),
     Opcode.PUBLISH_ACK: st.builds(
         PublishAck,
@@ -310,11 +353,15 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
         durable=short_str(),
         group=short_str(),
         offsets=_small_tuple(st.builds(TopicOffset, topic=topic, offset=u64)),
+        key_filter=st.none() | key_filters,
+        query=st.none() | st.sampled_from(["a = 'x'", "n > 5 AND (t EXISTS OR s CONTAINS 'é')"]),
     ),
+    Opcode.KEY_FILTER: st.builds(wire.KeyFilterUpdate, sub_id=u32, op=st.sampled_from(wire.KeyOp), filter=key_filters),
     Opcode.SUB_OK: st.builds(SubOk, sub_id=u32, offsets=_small_tuple(st.builds(TopicOffset, topic=topic, offset=u64))),
     Opcode.UNSUB: st.builds(Unsub, sub_id=u32),
     Opcode.SUB_UPDATE: st.builds(SubUpdate, sub_id=u32, op=st.sampled_from(UpdateOp), patterns=topics()),
     Opcode.DELIVER: st.builds(Deliver, sub_id=u32, batch=record_batches()),
+    Opcode.DELIVER_HEADERS: st.builds(wire.DeliverHeaders, sub_id=u32, batch=record_batches(headered=True)),
     Opcode.ACK: st.builds(
         Ack,
         sub_id=u32,
@@ -332,6 +379,7 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
     ),
     Opcode.SEGMENT_HEADER: st.builds(SegmentHeader, topic=topic, base_offset=u64, created=u64, version=u16),
     Opcode.LOG_BATCH: _log_batch(),
+    Opcode.LOG_BATCH_HEADERS: _log_batch(headered=True),
 }
 
 # Fail at import, not silently, when a frame type is added without a strategy.
@@ -370,6 +418,9 @@ def minimal_frame(op: Opcode) -> Frame:
         Opcode.FORWARD_BATCH: lambda: wire.ForwardBatch(
             origin=1, sets=(wire.ForwardSet(origin_seq=1, timestamp=0, messages=one_record),)
         ),
+        Opcode.FORWARD_BATCH_HEADERS: lambda: wire.ForwardBatchHeaders(
+            origin=1, sets=(wire.ForwardSet(origin_seq=1, timestamp=0, messages=one_record),)
+        ),
         Opcode.FORWARD_ACK: lambda: wire.ForwardAck(origin=1, seq=0),
         Opcode.LINK_STATE: lambda: wire.LinkState(hub_id=1, boot=0, seq=0, peer_key="k"),
         Opcode.ROUTED_SETS: lambda: wire.RoutedSets(
@@ -396,8 +447,10 @@ def minimal_frame(op: Opcode) -> Frame:
         Opcode.UNSUB: lambda: wire.Unsub(sub_id=0),
         Opcode.SUB_UPDATE: lambda: wire.SubUpdate(sub_id=0, op=wire.UpdateOp.ADD, patterns=("a",)),
         Opcode.DELIVER: lambda: wire.Deliver(sub_id=0, batch=batch),
+        Opcode.DELIVER_HEADERS: lambda: wire.DeliverHeaders(sub_id=0, batch=batch),
         Opcode.ACK: lambda: wire.Ack(sub_id=0, ranges=(wire.AckRange(topic="a", first_offset=0, last_offset=0),)),
         Opcode.CREDIT: lambda: wire.Credit(sub_id=0, credit=0),
+        Opcode.KEY_FILTER: lambda: wire.KeyFilterUpdate(sub_id=0, op=wire.KeyOp.SET, filter=wire.KeyFilter()),
         Opcode.GAP: lambda: wire.Gap(sub_id=0, topic="a", first_offset=0, dropped=0),
         Opcode.SUB_END: lambda: wire.SubEnd(sub_id=0, code=wire.ErrorCode.UNSUBSCRIBED),
         Opcode.ERROR: lambda: wire.Error(code=wire.ErrorCode.INTERNAL),
@@ -407,6 +460,9 @@ def minimal_frame(op: Opcode) -> Frame:
         Opcode.COMMITTED: lambda: wire.Committed(sub_id=0, ref=0),
         Opcode.SEGMENT_HEADER: lambda: wire.SegmentHeader(topic="a", base_offset=0, created=0),
         Opcode.LOG_BATCH: lambda: wire.LogBatch.create(append_ts=0, producer_id=0, producer_seq=0, batch=batch),
+        Opcode.LOG_BATCH_HEADERS: lambda: wire.LogBatchHeaders.create(
+            append_ts=0, producer_id=0, producer_seq=0, batch=batch, topics=("a",), headers=b""
+        ),
     }
     return frames[op]()
 

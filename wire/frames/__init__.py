@@ -4,7 +4,7 @@ One module per protocol, so each reads on its own:
 
 * :mod:`.base` -- the 5-byte header, :class:`Frame` and the construct-driven codec;
 * :mod:`.mesh_v1` -- the seed's opcodes 1-6 (HEARTBEAT serves client links too);
-* :mod:`.mesh_v2` -- MESH_HELLO, FORWARD_BATCH, FORWARD_ACK;
+* :mod:`.mesh_v2` -- MESH_HELLO, FORWARD_BATCH, FORWARD_ACK (and v2.1's FORWARD_BATCH_HEADERS);
 * :mod:`.mesh_v3` -- the overlay: LINK_STATE, ROUTED_SETS, the ROUTED envelope and
   the control frames it carries;
 * :mod:`.client_session`, :mod:`.client_publish`, :mod:`.client_subscribe`,
@@ -23,10 +23,22 @@ from .base import HEADER, HEADER_SIZE, Frame
 from .client_commit import Commit, Committed
 from .client_publish import Publish, PublishAck
 from .client_session import Error, Hello, Status, StatusReply, Welcome
-from .client_subscribe import Ack, Credit, Deliver, Gap, Sub, SubEnd, SubOk, SubUpdate, Unsub
-from .log_segment import SEGMENT_MAGIC, LogBatch, SegmentHeader, log_batch_head
+from .client_subscribe import (
+    Ack,
+    Credit,
+    Deliver,
+    DeliverHeaders,
+    Gap,
+    KeyFilterUpdate,
+    Sub,
+    SubEnd,
+    SubOk,
+    SubUpdate,
+    Unsub,
+)
+from .log_segment import SEGMENT_MAGIC, LogBatch, LogBatchHeaders, SegmentHeader, log_batch_head
 from .mesh_v1 import Forward, Heartbeat, Subscribe, SubscribeAck, Unsubscribe, UnsubscribeAck
-from .mesh_v2 import ForwardAck, ForwardBatch, MeshHello
+from .mesh_v2 import ForwardAck, ForwardBatch, ForwardBatchHeaders, MeshHello
 from .mesh_v3 import ROUTED_CONTROL_TYPES, LinkState, Routed, RoutedSets
 
 _FRAME_CLASSES: tuple[type[Frame], ...] = (
@@ -38,6 +50,7 @@ _FRAME_CLASSES: tuple[type[Frame], ...] = (
     Forward,
     MeshHello,
     ForwardBatch,
+    ForwardBatchHeaders,
     ForwardAck,
     LinkState,
     RoutedSets,
@@ -61,8 +74,11 @@ _FRAME_CLASSES: tuple[type[Frame], ...] = (
     StatusReply,
     Commit,
     Committed,
+    DeliverHeaders,
+    KeyFilterUpdate,
     SegmentHeader,
     LogBatch,
+    LogBatchHeaders,
 )
 FRAME_TYPES: dict[Opcode, type[Frame]] = {cls.OPCODE: cls for cls in _FRAME_CLASSES}
 assert set(FRAME_TYPES) == set(Opcode), "every opcode needs a frame type"

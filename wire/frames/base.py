@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import types
 import typing
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
@@ -125,6 +126,11 @@ def _from_container(cls: type, container: Any) -> Any:
 
 def _convert(hint: Any, value: Any) -> Any:
     origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:  # ``X | None``: an optional part of a body
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(inner, value)
     if origin is tuple:
         (item,) = typing.get_args(hint)[:1]
         return tuple(_convert(item, v) for v in value)

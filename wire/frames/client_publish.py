@@ -8,24 +8,26 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..errors import LocalProtocolError, RemoteProtocolError
 from ..limits import MAX_U64
 from ..opcodes import Opcode
 from ..records import MessageSet, encode_topic, read_topic
-from .base import Frame, check_uint
+from .base import Frame, check_uint, plain
 
 
 class PublishFlags(IntFlag):
     NONE = 0
     #: The hub must answer with PUBLISH_ACK once the batch is stored.
     ACK = 1
+    #: Every set is preceded by a headers block (client protocol 3, wire.headers).
+    HEADERS = 2
 
 
 #: Every defined flags byte's PublishFlags, made once: calling the enum per decoded PUBLISH is slow.
-#: Bits 1-7 are reserved: a PUBLISH with any of them set is refused (a new flag is a new version).
-_PUBLISH_FLAGS = tuple(PublishFlags(i) for i in range(int(PublishFlags.ACK) + 1))
+#: Bits 2-7 are reserved: a PUBLISH with any of them set is refused (a new flag is a new version).
+_PUBLISH_FLAGS = tuple(PublishFlags(i) for i in range(int(PublishFlags.ACK | PublishFlags.HEADERS) + 1))
 
 
 class AckStatus(IntEnum):
@@ -57,12 +59,18 @@ class Publish(Frame):
         check_uint("producer_id", self.producer_id, MAX_U64)
         check_uint("sequence", self.sequence, MAX_U64)
         if not 0 <= int(self.flags) < len(_PUBLISH_FLAGS):
-            raise LocalProtocolError(f"PUBLISH flags 0x{int(self.flags):02x}: only bit 0 (ACK) is defined")
+            raise LocalProtocolError(
+                f"PUBLISH flags 0x{int(self.flags):02x}: only bits 0 (ACK) and 1 (HEADERS) are defined"
+            )
         if not 1 <= len(self.sets) <= 0xFFFF:
             raise LocalProtocolError(f"a publish holds 1..65535 message sets, got {len(self.sets)}")
+        if not self.has_headers and any(s.headers for s in self.sets):
+            raise LocalProtocolError("a message set with headers needs PUBLISH flag HEADERS")
 
     def encode_body(self) -> bytes:
         head = _PUBLISH_HEAD.pack(self.producer_id, self.sequence, self.flags, len(self.sets))
+        if self.has_headers:
+            return head + b"".join(s.encode_headered() for s in self.sets)
         return head + b"".join(s.encode() for s in self.sets)
 
     @classmethod
@@ -72,13 +80,14 @@ class Publish(Frame):
             raise RemoteProtocolError("publish header needs 19 bytes", offset=0)
         producer_id, sequence, flags, n = _PUBLISH_HEAD.unpack_from(body, 0)
         if flags >= len(_PUBLISH_FLAGS):
-            raise RemoteProtocolError(f"PUBLISH flags 0x{flags:02x}: bits 1-7 are reserved and must be 0", offset=16)
+            raise RemoteProtocolError(f"PUBLISH flags 0x{flags:02x}: bits 2-7 are reserved and must be 0", offset=16)
         if n == 0:
             raise RemoteProtocolError("publish with 0 message sets", offset=17)
         pos = 19
         sets = []
+        read = MessageSet.read_headered if flags & PublishFlags.HEADERS else MessageSet.read
         for _ in range(n):
-            s, pos = MessageSet.read(body, pos, end)
+            s, pos = read(body, pos, end)
             sets.append(s)
         if pos != end:
             raise RemoteProtocolError(f"{end - pos} trailing bytes after the last set", offset=pos)
@@ -90,8 +99,18 @@ class Publish(Frame):
         return bool(int.__and__(self.flags, PublishFlags.ACK))
 
     @property
+    def has_headers(self) -> bool:
+        """Flag HEADERS: every set is preceded by its headers block."""
+        return bool(int.__and__(self.flags, PublishFlags.HEADERS))
+
+    @property
     def message_count(self) -> int:
         return sum(s.count for s in self.sets)
+
+
+    def _plain(self) -> dict[str, Any]:
+        sets = [s.plain_headered() if self.has_headers else plain(s) for s in self.sets]
+        return {"producer_id": self.producer_id, "sequence": self.sequence, "flags": int(self.flags), "sets": sets}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

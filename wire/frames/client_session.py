@@ -12,7 +12,9 @@ from ..errors import ErrorCode
 from ..opcodes import Opcode
 from .base import SchemaFrame
 
-CLIENT_PROTOCOL_VERSION = 2
+CLIENT_PROTOCOL_VERSION = 3
+#: The client protocol version that added headers (PUBLISH flag HEADERS, DELIVER_HEADERS).
+HEADERS_CLIENT_VERSION = 3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

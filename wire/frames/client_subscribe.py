@@ -1,20 +1,22 @@
 """Client protocol, subscriptions: open, update and close them; deliveries, acks, credit, notices.
 
-DELIVER, ACK and CREDIT are hot frames with ``struct`` code (proven equal to
+DELIVER, DELIVER_HEADERS, ACK and CREDIT are hot frames with ``struct`` code (proven equal to
 :mod:`wire.schema`); the others are encoded by the schema directly.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from ..headers import EMPTY_BLOCK, headers_plain, read_headers
 from ..opcodes import Opcode
 from ..records import RecordBatch, encode_topic, read_topic
-from .base import U32, U64X2, Frame, SchemaFrame
+from .base import U32, U64X2, Frame, SchemaFrame, plain
 
 
 class StartPosition(IntEnum):
@@ -47,6 +49,46 @@ class UpdateOp(IntEnum):
     REMOVE = 2
 
 
+class KeyOp(IntEnum):
+    """What a KEY_FILTER does to a subscription's key filter (each entry: the last command wins)."""
+
+    #: These keys, prefixes (and with ``all``, every key) are delivered too.
+    ADD = 1
+    #: These are no longer delivered.
+    REMOVE = 2
+    #: The filter becomes exactly this one.
+    SET = 3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeyFilter:
+    """The record keys a subscription delivers: ``all``, or a key in ``keys``, or one starting with
+    a ``prefixes`` entry.  The empty key ``b""`` selects the records published without a key."""
+
+    all: bool = False
+    keys: tuple[bytes, ...] = ()
+    prefixes: tuple[bytes, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.keys) > 0xFFFF or len(self.prefixes) > 0xFFFF:
+            raise LocalProtocolError("a key filter holds 0..65535 keys and 0..65535 prefixes")
+        for value in (*self.keys, *self.prefixes):
+            if not isinstance(value, bytes) or len(value) > 0xFFFF:
+                raise LocalProtocolError("keys and prefixes are bytes of 0..65535 bytes")
+
+    def apply(self, op: KeyOp, change: KeyFilter) -> KeyFilter:
+        """This filter after a KEY_FILTER ``op`` with ``change``: each entry as the last command says."""
+        if op is KeyOp.SET:
+            return change
+        if op is KeyOp.ADD:
+            keys = tuple(dict.fromkeys((*self.keys, *change.keys)))
+            prefixes = tuple(dict.fromkeys((*self.prefixes, *change.prefixes)))
+            return KeyFilter(all=self.all or change.all, keys=keys, prefixes=prefixes)
+        keys = tuple(k for k in self.keys if k not in change.keys)
+        prefixes = tuple(p for p in self.prefixes if p not in change.prefixes)
+        return KeyFilter(all=self.all and not change.all, keys=keys, prefixes=prefixes)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TopicOffset:
     topic: str
@@ -69,12 +111,32 @@ class Sub(SchemaFrame):
     durable: str = ""
     group: str = ""
     offsets: tuple[TopicOffset, ...] = ()
+    #: Client protocol 3: only records whose key this filter selects are delivered (None: every key).
+    key_filter: KeyFilter | None = None
+    #: Client protocol 3: only batches whose headers this tag query accepts (wire.query; None: all).
+    query: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.patterns) <= 0xFFFF:
             raise LocalProtocolError("a subscription needs 1..65535 topics or patterns")
         for p in self.patterns:
             encode_topic(p)
+
+    def _plain(self) -> dict[str, Any]:
+        fields = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        # The optional tail's ``parts`` byte: absent (a SUB as before version 3), or what follows.
+        parts = (self.key_filter is not None) | (self.query is not None) << 1
+        return {**fields, "parts": parts or None}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeyFilterUpdate(SchemaFrame):
+    """KEY_FILTER: change the keys subscription ``sub_id`` delivers; the hub answers SUB_OK."""
+
+    OPCODE: ClassVar[Opcode] = Opcode.KEY_FILTER
+    sub_id: int
+    op: KeyOp
+    filter: KeyFilter
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -133,12 +195,47 @@ class Deliver(Frame):
         return cls(sub_id=sub_id, batch=batch)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeliverHeaders(Frame):
+    """DELIVER for a batch whose set carried headers (client protocol 3): the block, then the batch.
+
+    The hub sends it only on a version 3 connection; an older client gets the same batch as a
+    plain DELIVER, without its headers (docs/protocol.md §11).
+    """
+
+    OPCODE: ClassVar[Opcode] = Opcode.DELIVER_HEADERS
+    sub_id: int
+    #: its ``headers`` are the frame's headers block
+    batch: RecordBatch
+
+    def encode_body(self) -> bytes:
+        return U32.pack(self.sub_id) + (self.batch.headers or EMPTY_BLOCK) + self.batch.encode()
+
+    @classmethod
+    def decode_body(cls, body: bytes) -> Frame:
+        end = len(body)
+        if end < 4:
+            raise RemoteProtocolError("subscription id missing", offset=0)
+        (sub_id,) = U32.unpack_from(body, 0)
+        headers, pos = read_headers(body, 4, end)
+        batch, pos = RecordBatch.read(body, pos, end, headers=headers)
+        if pos != end:
+            raise RemoteProtocolError(f"{end - pos} trailing bytes after the record batch", offset=pos)
+        return cls(sub_id=sub_id, batch=batch)
+
+    def _plain(self) -> dict[str, Any]:
+        return {"sub_id": self.sub_id, "headers": headers_plain(self.batch.headers), "batch": plain(self.batch)}
+
+
 _DELIVER_PREFIX = struct.Struct(">BII")
 
 
-def deliver_prefix(sub_id: int, encoded_batch_len: int) -> bytes:
-    """Header + subscription id of a DELIVER whose batch is already encoded."""
-    return _DELIVER_PREFIX.pack(Opcode.DELIVER, 4 + encoded_batch_len, sub_id)
+def deliver_prefix(sub_id: int, encoded_batch_len: int, *, headers: bool = False) -> bytes:
+    """Header + subscription id of a DELIVER whose batch is already encoded.
+
+    ``headers``: a DELIVER_HEADERS, whose ``encoded_batch_len`` counts the headers block too.
+    """
+    return _DELIVER_PREFIX.pack(Opcode.DELIVER_HEADERS if headers else Opcode.DELIVER, 4 + encoded_batch_len, sub_id)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

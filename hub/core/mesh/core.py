@@ -25,7 +25,7 @@ from .inbound import ForwardHandler, InboundForwards
 from .interest import InterestTable, LocalInterest, valid_pattern
 from .known_peers import KnownPeers
 from .link import LinkSession, PeerLink
-from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
+from .protocols import encode_forward_set, encode_v1_forwards
 from .replay import Replay, ReplaySource
 from .status import CloseReason
 from .window import WindowEntry
@@ -104,7 +104,7 @@ class MeshCore:
         """
         targets = self.interest.peers_for(message_set.topics)
         count = message_set.count
-        encoded_v2: bytes | None = None
+        entry: WindowEntry | None = None  # encoded once, shared by every v2 peer's window
         encoded_v1: bytes | None = None
         queued = 0
         for key, link in self.links.items():
@@ -112,11 +112,12 @@ class MeshCore:
                 link.counters.messages_skipped_no_interest += count
                 continue
             protocol = link.protocol
-            if link.version is MeshVersion.V2:
-                if encoded_v2 is None:
-                    encoded_v2 = encode_forward_set(origin_seq, timestamp, message_set)
-                last = origin_seq + count - 1
-                link.window.push(WindowEntry(first_seq=origin_seq, last_seq=last, count=count, encoded=encoded_v2))
+            if link.version is not None and link.version.sequenced:
+                if entry is None:
+                    encoded = encode_forward_set(origin_seq, timestamp, message_set)
+                    entry = WindowEntry(first_seq=origin_seq, last_seq=origin_seq + count - 1, count=count,
+                                        encoded=encoded, headers=message_set.headers)  # fmt: skip
+                link.window.push(entry)
                 if protocol is not None:
                     protocol.forwards_queued()
                 queued += 1
@@ -183,7 +184,7 @@ class MeshCore:
         link.down_since = self.clock.monotonic()
         # v1 has no resume: its interest goes at once.  v2 keeps it while the link heals so
         # forwards published meanwhile wait in the window (bounded) and go out after MESH_HELLO.
-        if link.version is not MeshVersion.V2 or self.config.resume_linger <= 0:
+        if link.version is None or not link.version.sequenced or self.config.resume_linger <= 0:
             self.interest.drop_peer(link.key)
         return bool(link.addrs) and not link.dialing
 

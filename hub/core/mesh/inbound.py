@@ -46,7 +46,7 @@ def _trim(s: wire.ForwardSet, position: int) -> wire.ForwardSet:
     return wire.ForwardSet(
         origin_seq=position + 1,
         timestamp=s.timestamp,
-        messages=wire.MessageSet.build(s.messages.topics, rest),
+        messages=wire.MessageSet.build(s.messages.topics, rest, headers=s.messages.headers),
     )
 
 

@@ -24,7 +24,7 @@ from ..events import ev
 from .config import MeshConfig
 from .inbound import V1_ORIGIN, InboundForwards, InboundResult
 from .interest import LocalInterest, valid_pattern
-from .protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, encode_forward_batch
+from .protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, forward_frame
 from .replay import Replay, ReplaySource
 from .status import CloseReason
 
@@ -128,7 +128,7 @@ class PeerProtocol:
     def start(self) -> None:
         """The stream is up: MESH_HELLO first (v2), then this hub's interest."""
         self.counters.sessions += 1
-        if self.version is MeshVersion.V2:
+        if self.version.sequenced:
             self._queue_control(self._hello_frame())
         self.announce(list(self.owner.local.patterns))
 
@@ -196,7 +196,7 @@ class PeerProtocol:
         size = sum(map(len, parts))
         self._control = []
         limit = self.config.write_chunk
-        if self.version is MeshVersion.V2:
+        if self.version.sequenced:
             window = self.link.window
             # Forwards wait while a replay is due but its interest is not known yet; a replay
             # goes out before anything in the window (origin-sequence order, see replay.py).
@@ -216,7 +216,7 @@ class PeerProtocol:
                     entries = window.take_unsent(room, MAX_SETS_PER_BATCH)
                 else:
                     break
-                frame = encode_forward_batch(self.owner.hub_id, [e.encoded for e in entries])
+                frame = forward_frame(self.owner.hub_id, entries, headers=self.version.headers)
                 parts.append(frame)
                 size += len(frame)
                 self.counters.frames_sent += 1
@@ -249,7 +249,7 @@ class PeerProtocol:
         inbound = self.owner.inbound
         for frame in frames:
             self.counters.frames_received += 1
-            if self._first_frame and self.version is MeshVersion.V2 and type(frame) is not wire.MeshHello:
+            if self._first_frame and self.version.sequenced and type(frame) is not wire.MeshHello:
                 self.link.misbehaved(CloseReason.PROTOCOL_ERROR, "sent %s first, not MESH_HELLO", frame.name)
                 self.close(CloseReason.PROTOCOL_ERROR)
                 return
@@ -263,7 +263,7 @@ class PeerProtocol:
             if v1_forwards:
                 self._account(inbound.receive_v1(v1_forwards, self.link.peer_id))
                 v1_forwards = []
-            if kind is wire.ForwardBatch:
+            if kind is wire.ForwardBatch or kind is wire.ForwardBatchHeaders:
                 batch: wire.ForwardBatch = frame  # type: ignore[assignment]
                 if batch.origin != self.remote_hub_id:
                     # In the direct mesh every hub hears from the origin itself: a peer forwards

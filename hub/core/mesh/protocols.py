@@ -2,8 +2,10 @@
 
 ``/pub0sub/mesh/1.0.0`` is exactly the seed design (opcodes 1-6);
 ``/pub0sub/mesh/2.0.0`` adds MESH_HELLO, FORWARD_BATCH and FORWARD_ACK;
+``/pub0sub/mesh/2.1.0`` is v2 plus FORWARD_BATCH_HEADERS, for sets that carry headers (a v2
+peer gets headered sets as plain FORWARD_BATCH sets, without their headers);
 ``/pub0sub/mesh/3.0.0`` is the overlay (``hub/core/overlay/``), spoken only by hubs
-started with ``--mesh-overlay``.  The dialer offers ``[v3,] v2, v1`` and
+started with ``--mesh-overlay``.  The dialer offers ``[v3,] v2.1, v2, v1`` and
 multistream-select picks the newest both speak.
 
 The encoders here build the same bytes as ``wire.ForwardBatch`` /
@@ -19,8 +21,11 @@ from enum import Enum
 from functools import lru_cache
 
 import wire
+from wire.headers import EMPTY_BLOCK
 from wire.limits import DEFAULT_MAX_PEER_BODY
 from wire.records import RECORD_HEADER, REGION_HEADER
+
+from .window import WindowEntry
 
 _HEADER = struct.Struct(">BI")
 _SET_HEAD = struct.Struct(">QQ")
@@ -35,11 +40,23 @@ MAX_BATCH_BODY = min(1 << 20, DEFAULT_MAX_PEER_BODY // 2)
 class MeshVersion(Enum):
     V1 = "/pub0sub/mesh/1.0.0"
     V2 = "/pub0sub/mesh/2.0.0"
+    V2_1 = "/pub0sub/mesh/2.1.0"
     V3 = "/pub0sub/mesh/3.0.0"
 
     @property
     def protocol_id(self) -> str:
         return self.value
+
+    @property
+    def sequenced(self) -> bool:
+        """v2 and v2.1: MESH_HELLO, sequenced FORWARD_BATCHes in a window, cumulative acks (v3, the
+        overlay, has its own session: ``overlay_peer.py``)."""
+        return self is MeshVersion.V2 or self is MeshVersion.V2_1
+
+    @property
+    def headers(self) -> bool:
+        """The peer reads FORWARD_BATCH_HEADERS (v2.1)."""
+        return self is MeshVersion.V2_1
 
     @property
     def opcodes(self) -> frozenset[wire.Opcode]:
@@ -57,11 +74,12 @@ class MeshVersion(Enum):
 _OPCODES = {
     MeshVersion.V1: wire.MESH_V1_OPCODES,
     MeshVersion.V2: wire.MESH_V2_OPCODES,
+    MeshVersion.V2_1: wire.MESH_V2_1_OPCODES,
     MeshVersion.V3: wire.MESH_V3_OPCODES,
 }
 
 #: What a hub offers when it dials, newest first (v3 is added in front with ``--mesh-overlay``).
-ALL_VERSIONS = (MeshVersion.V2, MeshVersion.V1)
+ALL_VERSIONS = (MeshVersion.V2_1, MeshVersion.V2, MeshVersion.V1)
 OVERLAY_VERSIONS = (MeshVersion.V3, *ALL_VERSIONS)
 
 
@@ -89,10 +107,30 @@ def encode_forward_set(origin_seq: int, timestamp: int, messages: wire.MessageSe
     return encode_stored_set(origin_seq, timestamp, messages.topics, messages.count, messages.records)
 
 
-def encode_forward_batch(origin: int, encoded_sets: Sequence[bytes]) -> bytes:
-    """A whole FORWARD_BATCH frame from sets made by :func:`encode_forward_set`."""
+def encode_forward_batch(origin: int, encoded_sets: Sequence[bytes], *, headers: bool = False) -> bytes:
+    """A whole FORWARD_BATCH frame from sets made by :func:`encode_forward_set`.
+
+    ``headers``: a FORWARD_BATCH_HEADERS, from sets made by :func:`headered_set`.
+    """
     body_len = 10 + sum(map(len, encoded_sets))
-    return b"".join((_BATCH_HEAD.pack(wire.Opcode.FORWARD_BATCH, body_len, origin, len(encoded_sets)), *encoded_sets))
+    opcode = wire.Opcode.FORWARD_BATCH_HEADERS if headers else wire.Opcode.FORWARD_BATCH
+    return b"".join((_BATCH_HEAD.pack(opcode, body_len, origin, len(encoded_sets)), *encoded_sets))
+
+
+def forward_frame(origin: int, entries: Sequence[WindowEntry], *, headers: bool) -> bytes:
+    """The window entries as one FORWARD_BATCH, or a FORWARD_BATCH_HEADERS when one of them has
+    headers and the peer reads them (``headers``: a v2.1 link).
+
+    A v2 peer cannot read headers: it gets every set, without them (docs/protocol.md §11).
+    """
+    if headers and any(e.headers for e in entries):
+        return encode_forward_batch(origin, [headered_set(e.encoded, e.headers) for e in entries], headers=True)
+    return encode_forward_batch(origin, [e.encoded for e in entries])
+
+
+def headered_set(encoded: bytes, headers: bytes) -> bytes:
+    """A set as FORWARD_BATCH_HEADERS carries it, from its FORWARD_BATCH form and its headers block."""
+    return b"".join((encoded[:_SET_HEAD.size], headers or EMPTY_BLOCK, encoded[_SET_HEAD.size :]))
 
 
 def encode_v1_forwards(messages: wire.MessageSet) -> tuple[bytes, int]:

@@ -22,6 +22,8 @@ class WindowEntry:
     count: int
     #: The set as it appears inside a FORWARD_BATCH (encoded once, shared by peers).
     encoded: bytes
+    #: The set's headers block (``b""``: none); a v2.1 peer gets it in a FORWARD_BATCH_HEADERS.
+    headers: bytes = b""
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ import pyarrow as pa
 import wire
 from wire.limits import DEFAULT_MAX_DECODE_BODY
 
-from ..columns import record_lengths, strings, u64_as_i64
+from ..columns import HEADERS_TYPE, HeaderColumn, record_lengths, strings, u64_as_i64
 from .inputs import hex_id, read_hub_id
 
 #: Output columns of :func:`decode_segment` (and of the mapInArrow stage), in order.
@@ -45,13 +45,15 @@ SCHEMA = pa.schema(
         ("key_len", pa.int32()),
         ("data_len", pa.int64()),
         ("producer_id", pa.int64()),
+        ("headers", HEADERS_TYPE),
         ("meta", pa.string()),
     ]
 )
 #: The same schema as a Spark DDL string.
 SPARK_DDL = (
     "hub_id string, topic string, offset bigint, timestamp bigint, append_ts bigint, latency_us bigint, "
-    "origin string, origin_seq bigint, key_len int, data_len bigint, producer_id bigint, meta string"
+    "origin string, origin_seq bigint, key_len int, data_len bigint, producer_id bigint, "
+    "headers map<string,binary>, meta string"
 )
 MESSAGE_COLUMNS = [name for name in SCHEMA.names if name != "meta"]
 
@@ -73,6 +75,7 @@ class _Columns:
 
     def _reset(self) -> None:
         self.rows = 0
+        self.headers = HeaderColumn()
         self.counts: list[int] = []
         self.base: list[int] = []
         self.ts: list[int] = []
@@ -86,9 +89,10 @@ class _Columns:
         #: (batch index, key lengths, data lengths) of batches with varied record sizes
         self.varied: list[tuple[int, np.ndarray, np.ndarray]] = []
 
-    def add(self, frame: wire.LogBatch) -> None:
+    def add(self, frame: wire.LogBatch | wire.LogBatchHeaders) -> None:
         batch = frame.batch
         index = len(self.counts)
+        self.headers.add(frame.headers)
         self.counts.append(batch.count)
         self.base.append(batch.base_offset)
         self.ts.append(batch.timestamp)
@@ -140,6 +144,7 @@ class _Columns:
             pa.array(key_len),
             pa.array(data_len),
             pa.array(per_record(self.producer)),
+            self.headers.take(counts, total),
             pa.nulls(total, pa.string()),
         ]
         self._reset()
@@ -177,7 +182,7 @@ def decode_segment(
     while True:
         try:
             for frame in decoder:
-                if isinstance(frame, wire.LogBatch):
+                if isinstance(frame, wire.LogBatch | wire.LogBatchHeaders):
                     cols.add(frame)
                     summary["batches"] += 1
                     summary["records"] += frame.batch.count

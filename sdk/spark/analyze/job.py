@@ -169,6 +169,7 @@ def aggregate(spark: SparkSession, out: Path) -> dict[str, pd.DataFrame]:
         )
         .agg(
             F.count(F.lit(1)).alias("n"),
+            F.count("headers").alias("with_headers"),
             F.sum(F.col("key_len") + F.col("data_len")).alias("bytes"),
             F.min("timestamp").alias("first_timestamp"),
             F.max("timestamp").alias("last_timestamp"),
@@ -200,6 +201,7 @@ def _write_aggregates(base: DataFrame, out: Path) -> dict[str, pd.DataFrame]:
             F.min("first_timestamp").alias("first_timestamp"),
             F.max("last_timestamp").alias("last_timestamp"),
             F.sum(forwarded_n).alias("forwarded"),
+            F.sum("with_headers").alias("with_headers"),
             # Over forwarded copies only (null without any): see aggregate().
             F.try_divide(F.sum(F.col("latency_us") * forwarded_n), F.sum(forwarded_n)).alias("mean_latency_us"),
         )

@@ -320,12 +320,13 @@ def build(result: Result, images: dict[str, str]) -> list[Block]:
     blocks.append(Block("h2", "Topics"))
     blocks.append(Block("p", "Per hub and topic. `bytes` counts payload (key + data); `rate` is messages per "
                              "second between the first and last origin timestamp; `forwarded` counts messages "
-                             "whose origin is another hub."))
+                             "whose origin is another hub; `headers` counts messages published with headers "
+                             "(the `headers` column of the `messages` table holds them)."))
     blocks.append(Block("table", header=("hub", "topic", "messages", "bytes", "offsets", "first", "last", "rate/s",
-                                         "bytes/s", "forwarded"), rows=[
+                                         "bytes/s", "forwarded", "headers"), rows=[
         (_hub(names, r.hub_id), r.topic, fmt_count(r.count), fmt_bytes(r.bytes),
          f"{r.first_offset:,}..{r.last_offset:,}", fmt_time(r.first_timestamp), fmt_time(r.last_timestamp),
-         fmt_rate(r.rate), fmt_bytes(r.bytes_per_s), fmt_count(r.forwarded))
+         fmt_rate(r.rate), fmt_bytes(r.bytes_per_s), fmt_count(r.forwarded), fmt_count(r.with_headers))
         for r in _by_hub_name(topics, names).itertuples()
     ]))
     if "bytes" in images:

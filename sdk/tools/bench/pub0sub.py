@@ -67,10 +67,11 @@ register_server("pub0sub-log", lambda: Pub0subHub(data_dir=True))
 # -- measure functions -------------------------------------------------------------
 
 
-def _t1(sub_role: str, pub_role: str) -> Callable[[Server | None, Params], Measurement]:
+def _t1(sub_role: str, pub_role: str, **pub_options: Any) -> Callable[[Server | None, Params], Measurement]:
     def measure(server: Server | None, p: Params) -> Measurement:
         kw = {**_addr(server), "messages": p.messages, "size": p.size}
-        results = run_pubsub([worker(sub_role, **kw, timeout=p.timeout)], worker(pub_role, **kw), timeout=p.timeout)
+        results = run_pubsub([worker(sub_role, **kw, timeout=p.timeout)], worker(pub_role, **kw, **pub_options),
+                             timeout=p.timeout)  # fmt: skip
         t = throughput(results)
         return Measurement(figures={"delivered": t.pop("rate")}, details=t)
 
@@ -121,6 +122,9 @@ for _scenario, _method in (
     ("T1", Method(system="pub0sub", method="python", server="pub0sub",
                   measure=_t1("sub-pub0sub-sdk", "pub-pub0sub-sdk"),
                   tooling="SDK client.publish loop -> hub -> SDK sub.batches()")),
+    ("T1", Method(system="pub0sub", method="python-headers", server="pub0sub",
+                  measure=_t1("sub-pub0sub-sdk", "pub-pub0sub-sdk", headers=True),
+                  tooling="as pub0sub:python, every message with the same two headers (msg.headers)")),
     ("T2", Method(system="pub0sub", method="fastest", server="pub0sub", measure=_t2,
                   tooling=_RAW + "100 sockets counting DELIVER record counts, 2 processes")),
     ("L1", Method(system="pub0sub", method="python", server="pub0sub",
