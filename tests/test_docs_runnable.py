@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import signal
 import socket
@@ -38,8 +39,12 @@ def pages_with_blocks() -> list[Path]:
 
 
 def free_base(span: int = 40) -> int:
-    """A port range ``base..base+span`` with nothing listening (checked by binding each)."""
-    for base in range(21000, 60000, 97):
+    """A port range ``base..base+span`` with nothing listening (checked by binding each).
+
+    The scan starts at a random place: two suites on one machine (or a page's cluster still
+    closing) must not both take the first free range."""
+    start = random.randrange(21000, 31000)
+    for base in [*range(start, 32000, 97), *range(21000, start, 97)]:
         try:
             for port in range(base, base + span):
                 with socket.socket() as s:
