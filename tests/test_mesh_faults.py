@@ -19,7 +19,7 @@ from tests.support.cluster import Cluster, Hub
 from tests.support.faultplan import HARNESS_ORDER, all_plans, run_plan
 from tests.support.history import History, check
 from tests.support.publisher import Publisher, wait_progress
-from tests.support.syncclient import read_all
+from tests.support.syncclient import wait_log_holds
 
 HEARTBEAT = 0.5
 MISSES = 3
@@ -42,18 +42,6 @@ def drain_durable(hub: Hub, topics: list[str], name: str, want: set[bytes]) -> d
                 got[msg.topic].append((msg.offset, msg.data))
                 seen.add(msg.data)
     return got
-
-
-def wait_log_holds(hub: Hub, topics: list[str], want: set[bytes]) -> dict[str, list[tuple[int, bytes]]]:
-    """Read ``hub``'s logs of ``topics`` from earliest until they hold ``want`` or the drain time is up."""
-    deadline = time.monotonic() + DRAIN_SECONDS
-    while True:
-        reads, gaps = read_all(hub.address, topics)
-        assert not gaps, gaps
-        held = {v for items in reads.values() for _, v in items}
-        if want <= held or time.monotonic() >= deadline:
-            return reads
-        time.sleep(0.5)
 
 
 @pytest.mark.slow
@@ -89,7 +77,7 @@ def test_paused_subscriber_hub_gets_what_a_killed_publisher_hub_acknowledged(tmp
             h3.signal(signal.SIGCONT)
         assert not pub.errors, pub.errors
         acked = {v for op in history.ops if op.status == "ok" for v in op.values}
-        log = wait_log_holds(h3, topics, acked)
+        log = wait_log_holds(h3.address, topics, acked, timeout=DRAIN_SECONDS)
         result = check(history, log)
         assert result.lost == 0 and result.duplicated == 0 and result.reordered == 0, result.summary()
         durable = drain_durable(h3, topics, "d3", acked)

@@ -23,7 +23,7 @@ from tests.support.cluster import HUB_POLL, Cluster, Hub
 from tests.support.history import History, check
 from tests.support.publisher import Publisher, wait_progress
 from tests.support.roguepeer import RoguePeer
-from tests.support.syncclient import read_all
+from tests.support.syncclient import read_all, wait_log_holds
 from tests.support.waiting import await_until, wait_until
 
 OVERLAY = ["--mesh-overlay", "--no-discovery"]
@@ -75,22 +75,11 @@ def wait_overlay_interest(publisher: Hub, topics: list[str], subscribers: list[H
             time.sleep(0.5)
 
 
-def wait_log_holds(hub: Hub, topics: list[str], want: set[bytes]) -> dict[str, list[tuple[int, bytes]]]:
-    deadline = time.monotonic() + DRAIN_SECONDS
-    while True:
-        reads, gaps = read_all(hub.address, topics)
-        assert not gaps, gaps
-        held = {v for items in reads.values() for _, v in items}
-        if want <= held or time.monotonic() >= deadline:
-            return reads
-        time.sleep(0.5)
-
-
 def assert_every_acked_publish_arrived(history: History, hubs: list[Hub], topics: list[str]) -> None:
     acked = {v for op in history.ops if op.status == "ok" for v in op.values}
     assert acked
     for hub in hubs:
-        log = wait_log_holds(hub, topics, acked)
+        log = wait_log_holds(hub.address, topics, acked, timeout=DRAIN_SECONDS)
         # The warm-ups come first in each log (published before the history began).
         warm = {t: sum(1 for _, v in items if v.startswith(WARM_UP)) for t, items in log.items()}
         reads = {t: [(o, v) for o, v in items if not v.startswith(WARM_UP)] for t, items in log.items()}

@@ -191,3 +191,18 @@ def read_all(
             elif isinstance(frame, (wire.SubEnd, wire.Error)):
                 raise ConnectionLost(f"subscription ended: {frame!r}")
     return out, gaps
+
+
+def wait_log_holds(
+    address: str, topics: list[str], want: set[bytes], *, timeout: float = 60.0
+) -> dict[str, list[tuple[int, bytes]]]:
+    """Read ``topics`` from earliest until they hold every value of ``want`` or ``timeout`` passes
+    (a mesh drains what faults held back); returns the last read.  GAPs fail the caller's test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reads, gaps = read_all(address, topics)
+        assert not gaps, gaps
+        held = {v for items in reads.values() for _, v in items}
+        if want <= held or time.monotonic() >= deadline:
+            return reads
+        time.sleep(0.5)
