@@ -15,6 +15,18 @@ from .window import ForwardWindow
 log = logging.getLogger("hub.mesh.session")
 
 
+def silence_reason(
+    config: MeshConfig, now: float, *, last_received: float, started_at: float, greeted: bool
+) -> CloseReason | None:
+    """Why a session (v1, v2 or v3) must end for what it has not heard: nothing at all for
+    ``heartbeat_misses`` intervals, or no MESH_HELLO within ``hello_timeout``."""
+    if now - last_received > config.heartbeat_interval * config.heartbeat_misses:
+        return CloseReason.HEARTBEAT_TIMEOUT
+    if not greeted and now - started_at > config.hello_timeout:
+        return CloseReason.HELLO_TIMEOUT
+    return None
+
+
 class LinkSession(Protocol):
     """What the mesh asks of a link's current stream (``hub.core.mesh.peer.PeerProtocol``)."""
 

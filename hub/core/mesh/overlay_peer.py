@@ -23,7 +23,7 @@ import wire
 
 from ..events import ev
 from .hub_id import hub_id_for
-from .link import PeerLink
+from .link import PeerLink, silence_reason
 from .protocols import MeshVersion
 from .status import CloseReason
 
@@ -205,11 +205,10 @@ class OverlayPeer:
     def tick(self) -> None:
         cfg = self.config
         now = self.clock.monotonic()
-        if now - self.last_received > cfg.heartbeat_interval * cfg.heartbeat_misses:
-            self.close(CloseReason.HEARTBEAT_TIMEOUT)
-            return
-        if not self._hello_done and now - self.started_at > cfg.hello_timeout:
-            self.close(CloseReason.HELLO_TIMEOUT)
+        silent = silence_reason(cfg, now, last_received=self.last_received, started_at=self.started_at,
+                                greeted=self._hello_done)  # fmt: skip
+        if silent is not None:
+            self.close(silent)
             return
         # Only the dialling side pings: its pings keep the other side's view alive and the pongs
         # its own, at half the frames of both sides pinging (an idle hub's main cost is these).

@@ -24,6 +24,7 @@ from ..events import ev
 from .config import MeshConfig
 from .inbound import V1_ORIGIN, InboundForwards, InboundResult
 from .interest import LocalInterest, valid_pattern
+from .link import silence_reason
 from .protocols import MAX_BATCH_BODY, MAX_SETS_PER_BATCH, MeshVersion, forward_frame
 from .replay import Replay, ReplaySource
 from .status import CloseReason
@@ -391,11 +392,10 @@ class PeerProtocol:
         """Heartbeats, timeouts, resends: called every few hundred ms by the shell."""
         cfg = self.config
         now = self.clock.monotonic()
-        if now - self.last_received > cfg.heartbeat_interval * cfg.heartbeat_misses:
-            self.close(CloseReason.HEARTBEAT_TIMEOUT)
-            return
-        if not self._hello_done and now - self.started_at > cfg.hello_timeout:
-            self.close(CloseReason.HELLO_TIMEOUT)
+        silent = silence_reason(cfg, now, last_received=self.last_received, started_at=self.started_at,
+                                greeted=self._hello_done)  # fmt: skip
+        if silent is not None:
+            self.close(silent)
             return
         if self._replay_after is not None and now >= self._replay_due_at:
             self._start_replay()  # the peer announced nothing: replay for what it had
