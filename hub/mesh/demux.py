@@ -31,11 +31,14 @@ from typing import Any
 from libp2p.io.exceptions import ConnectionClosedError
 from libp2p.stream_muxer.yamux.yamux import HEADER_SIZE, MAX_WINDOW_SIZE, TYPE_DATA, YAMUX_HEADER_FORMAT
 
+from ..core.events import ev
 from .bytebuf import take_front
 
 log = logging.getLogger("hub.mesh")
 
 _HEADER = struct.Struct(YAMUX_HEADER_FORMAT)
+#: Connections of this process whose demux fell back to pass-through reads (see _fall_back).
+_fallbacks = 0
 
 
 class MeshDemux:
@@ -79,10 +82,16 @@ class MeshDemux:
         return header
 
     def _fall_back(self, why: str) -> None:
+        global _fallbacks
         if not self._passthrough:
             self._passthrough = True
-            log.warning("mesh connection demux: libp2p's reader asked for %s; passing its reads through from now on",
-                        why)  # fmt: skip
+            # Correct either way (only slower), and the same on every connection of a hub: said
+            # once per process at INFO, then at DEBUG, not once per link at WARNING (the 50-hub
+            # test bed's logs held 552 of these).
+            _fallbacks += 1
+            log.log(logging.INFO if _fallbacks == 1 else logging.DEBUG,
+                    "mesh connection demux: libp2p's reader asked for %s; passing its reads through from now on "
+                    "(connection %d to do so)", why, _fallbacks, extra=ev("mesh_demux_fallback"))  # fmt: skip
 
     async def _next_delegated_header(self) -> bytes:
         """Take the complete plain DATA frames at the front; return the header of the first
