@@ -4,9 +4,8 @@ The decisions are :class:`hub.core.mesh.core.MeshCore`'s (who wants what, who
 gets each forward, whether a stream may become a link, when to give up on a
 peer); this class owns the libp2p host and does what they say: it dials,
 accepts, runs a :class:`~hub.mesh.session.PeerSession` per link, and runs the
-DHT discovery.  Everything runs in one trio nursery owned by :meth:`Mesh.run`.
-The hub drives it through ``announce``/``withdraw``/``forward`` (``hub.core.mesh_link``).
-With ``--mesh-overlay`` the v3 links are the overlay's (``overlay_links.py``).
+DHT discovery, all in one trio nursery owned by :meth:`Mesh.run`.  The hub drives it through
+``announce``/``withdraw``/``forward``; v3 links are the overlay's (``overlay_links.py``).
 """
 
 from __future__ import annotations
@@ -292,8 +291,9 @@ class Mesh:
             await stream.reset()
             return
         if version is MeshVersion.V3:
-            if self.overlay is None or not self.overlay.room_for(peer_id):
-                await self.overlay.refer(stream) if self.overlay is not None else stream.reset()
+            assert self.overlay is not None  # v3 is registered only with the overlay (hub/app.py)
+            if not self.overlay.room_for(peer_id):
+                await self.overlay.refer(stream)
                 return
         elif self._closing or self._nursery is None or not self.core.may_accept(str(peer_id)):
             await stream.reset()

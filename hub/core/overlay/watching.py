@@ -148,8 +148,9 @@ class Watching:
         times = [at for watch in self.keys.values() for at in watch.asked.values()]
         return min(times) + after if times else None
 
-    def _tell(self, key: str, watch: _Watch, owners: tuple[int, ...], now: float, sent: int | None = None) -> list[
-            Send]:  # fmt: skip
+    def _tell(
+        self, key: str, watch: _Watch, owners: tuple[int, ...], now: float, sent: int | None = None
+    ) -> list[Send]:
         sent = self.sent_upto() if sent is None else sent
         for owner in owners:
             watch.told[owner] = self.membership.boot_of(owner)
