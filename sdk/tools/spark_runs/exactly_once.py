@@ -171,9 +171,10 @@ def _phase(run: Run, name: str, trigger: str) -> dict[str, Any]:
     check = check_output(published, read_topic(run.hub(3), streams.out_topic))
     parquet = check_parquet(run.spark, streams.parquet, published)
     dropped = duplicate_frames(run.hub(3)) - dropped_before
-    run.event(f"{name}: checked", topic=check.received, parquet=parquet["rows"], replayed_frames_dropped=dropped)
+    run.event(f"{name}: checked", topic=check.received, parquet=parquet["rows"], replayed_frames_dropped=dropped,
+              spark_restarts=len(streams.spark_restarts))  # fmt: skip
     return {"output": check, "parquet": parquet, "runs": runs, "batches": streams.batches,
-            "replayed_frames_dropped": dropped}  # fmt: skip
+            "replayed_frames_dropped": dropped, "spark_restarts": streams.spark_restarts}  # fmt: skip
 
 
 def _service(streams: Streams, micro: bool, seconds: float) -> int:

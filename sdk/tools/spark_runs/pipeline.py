@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 INPUT_PATTERN = "in.*"
+#: Failures of Spark's own machinery, not of the pipeline, that a query is started again from its
+#: checkpoint for (at most MAX_SPARK_RESTARTS times per pipeline), as a job supervisor would: a
+#: Python worker that does not connect back within Spark's fixed timeout on a loaded machine.
+#: Anything else fails the run, and a restart is itself a checkpoint recovery the run then checks.
+SPARK_FAILURES = ("Python worker failed to connect back",)
+MAX_SPARK_RESTARTS = 2
 
 
 def input_topic(key: bytes, topics: int) -> str:
@@ -101,6 +107,8 @@ class Streams:
     queries: list[StreamingQuery] = field(default_factory=list)
     #: per query name: micro-batches run and their durations (ms), over every start
     batches: dict[str, list[int]] = field(default_factory=dict)
+    #: queries started again after a failure of Spark's machinery (SPARK_FAILURES), and why
+    spark_restarts: list[str] = field(default_factory=list)
 
     @property
     def parquet(self) -> Path:
@@ -169,11 +177,20 @@ class Streams:
             time.sleep(0.05)
         return False
 
-    def check_alive(self) -> None:
+    def check_alive(self) -> bool:
+        """Raise if a query failed; True if one failed in Spark's machinery and all were started again."""
         for query in self.queries:
             error = query.exception()
-            if error is not None:
-                raise RuntimeError(f"query {query.name} failed: {error}")
+            if error is None:
+                continue
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            if len(self.spark_restarts) < MAX_SPARK_RESTARTS and any(f in str(error) for f in SPARK_FAILURES):
+                self.spark_restarts.append(f"{query.name}: {first_line}")
+                self.stop()
+                self.start()
+                return True
+            raise RuntimeError(f"query {query.name} failed: {error}")
+        return False
 
     def await_all(self, timeout: float) -> bool:
         """For availableNow: wait until every query has ended (True) or ``timeout`` passed."""
@@ -182,7 +199,8 @@ class Streams:
             # Seconds; pyspark multiplies by 1000 and rounds, so a float is fine despite its annotation.
             if not query.awaitTermination(max(0.1, deadline - time.monotonic())):  # type: ignore[arg-type]
                 return False
-            self.check_alive()
+            if self.check_alive():
+                return False  # started again: this run is not over
         for query in self.queries:
             self._note_progress(query)
         self.queries = []
