@@ -126,6 +126,15 @@ class LinkState(Frame):
         return cls(hub_id=hub_id, boot=boot, seq=seq, peer_key=peer_key, addrs=tuple(addrs), neighbors=neighbors)
 
 
+def link_state_head(body: bytes) -> tuple[int, int]:
+    """``(hub_id, seq)`` of a LINK_STATE body, read without decoding the rest: a hub drops the
+    repeats of a flood (most of what it receives) before paying for a full decode."""
+    if len(body) < 29:
+        raise RemoteProtocolError("link state needs at least 29 bytes", offset=0)
+    hub_id, _boot, seq, _nkey = _LS_HEAD.unpack_from(body, 0)
+    return hub_id, seq
+
+
 def _read_str(body: bytes, pos: int, end: int, n: int, what: str, *, minimum: int) -> tuple[str, int]:
     if n < minimum:
         raise RemoteProtocolError(f"empty {what}", offset=pos - 1)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import wire
 from wire.frames.mesh_v3 import (
+    link_state_head,
     read_route_head,
     route_head,
     routed_sets_frame,
@@ -42,8 +43,9 @@ from ..mesh.interest import LocalInterest
 from .config import OverlayConfig
 from .links import LinkPolicy
 from .membership import Membership, keys_of_topic, rendezvous_key
-from .origin import OriginSide, OwnLog
+from .origin import OriginSide, OwnLog, heads_frames
 from .outbox import Outbox
+from .pacing import ADVERTISE_INTERVAL, ADVERTISE_MAX, SETTLE, SETTLE_MAX, Backoff
 from .rendezvous import OwnedKeys, Registrations, Send
 from .sending import SetSender
 from .streams import Streams
@@ -53,16 +55,6 @@ if TYPE_CHECKING:
     from ..clock import Clock
 
 log = logging.getLogger("hub.overlay")
-
-#: Link-state changes are folded into one recomputation this often.
-SETTLE = 0.05
-#: This hub advertises its links at most this often.
-ADVERTISE_INTERVAL = 1.0
-
-
-def heads_frames(heads: list[wire.Head]) -> list[wire.Heads]:
-    """HEADS frames for ``heads``, at most 65,535 per frame (its count is a u16)."""
-    return [wire.Heads(heads=tuple(heads[i : i + 0xFFFF])) for i in range(0, len(heads), 0xFFFF)]
 
 
 class OverlayStore(OwnLog, Protocol):
@@ -120,8 +112,9 @@ class Overlay:
         self.outbox = Outbox(self.membership, self.policy.links)
         self.sender = SetSender(config, hub_id, self.watching, self.origin, self.outbox, self._route_control)
         self._settle_at: float | None = None
-        self._advertise_due = False
-        self._advertised_at = -1e18
+        self._settles = Backoff(SETTLE, SETTLE_MAX, quiet=SETTLE_MAX)
+        self._advertise_due = self._advertise_urgent = False
+        self._adverts = Backoff(ADVERTISE_INTERVAL, ADVERTISE_MAX, quiet=2 * ADVERTISE_MAX)
         self._restate()
         #: hubs to greet once reachable (see _returned); at start, the origins of kept stream starts
         self._greet: set[int] = {origin for origin, _ in (since or {})}
@@ -152,6 +145,7 @@ class Overlay:
     def link_down(self, hub: int) -> None:
         if self.policy.link_down(hub, self.clock.monotonic()):
             self.outbox.forget(hub)
+            self._advertise_urgent = True
             self._changed(advertise=True)
             self._broke()
 
@@ -192,7 +186,7 @@ class Overlay:
 
     def _advertise(self) -> None:
         """Flood this hub's newest advertisement to its neighbours."""
-        self._advertised_at = self.clock.monotonic()
+        self._adverts.fired(self.clock.monotonic())
         state = self.membership.get(self.hub_id)
         assert state is not None
         encoded = state.encode()
@@ -204,19 +198,24 @@ class Overlay:
         if advertise:
             self._restate()
             self._advertise_due = True
-        if self._settle_at is None:
-            now = self.clock.monotonic()
-            self._settle_at = now + SETTLE
+        now = self.clock.monotonic()
+        delay = SETTLE if advertise else self._settles.wait(now)
+        if self._settle_at is None or now + delay < self._settle_at:
+            self._settle_at = now + delay
 
     def _settle(self) -> None:
         self._settle_at = None
         now = self.clock.monotonic()
+        self._settles.fired(now)
+        self.membership.settle()
         if self._advertise_due:
-            # Own advertisements flood every hub: at most one per ADVERTISE_INTERVAL, so a hub
-            # whose links come up one after another floods once or twice, not once per link.
-            next_at = self._advertised_at + ADVERTISE_INTERVAL
+            # Own advertisements flood every hub: at most one per ADVERTISE_INTERVAL, or per the
+            # longer gap while links keep changing, so a hub whose links come up one after
+            # another floods a few times, not once per link.
+            adverts = self._adverts
+            next_at = adverts.last + (ADVERTISE_INTERVAL if self._advertise_urgent else adverts.wait(now))
             if now >= next_at:
-                self._advertise_due = False
+                self._advertise_due = self._advertise_urgent = False
                 self._advertise()
             else:
                 self._settle_at = next_at
@@ -276,7 +275,20 @@ class Overlay:
         elif isinstance(frame, wire.RoutedSets):
             self.receive_routed_sets(peer, frame.encode_body(), frame)
 
-    def _link_state(self, peer: int, state: wire.LinkState) -> None:
+    def receive_link_state(self, peer: int, body: bytes) -> bool:
+        """LINK_STATE from ``peer`` as its body: a repeat (most of a flood) is dropped undecoded.
+
+        Returns False for a repeat: nothing changed, the shell need not pump.
+        """
+        hub_id, seq = link_state_head(body)
+        if hub_id != self.hub_id and not self.membership.is_news(hub_id, seq):
+            return False
+        state = wire.LinkState.decode_body(body)
+        assert isinstance(state, wire.LinkState)
+        self._link_state(peer, state, wire.HEADER.pack(wire.Opcode.LINK_STATE, len(body)) + body)
+        return True
+
+    def _link_state(self, peer: int, state: wire.LinkState, encoded: bytes | None = None) -> None:
         if state.hub_id == self.hub_id:
             if state.seq > self._ls_seq:
                 # An advertisement of ours from before a restart: outbid it.
@@ -288,7 +300,8 @@ class Overlay:
             return
         if known is not None and not set(known.neighbors) <= set(state.neighbors):
             self._broke()
-        encoded = state.encode()
+        if encoded is None:
+            encoded = state.encode()
         for hub in self.policy.links:
             if hub != peer:
                 self.outbox.send(hub, "LINK_STATE", encoded)
@@ -526,6 +539,9 @@ class Overlay:
             deadlines.append(min(w.last_used for w in self.watching.keys.values()) + config.watch_idle)
         if self._settle_at is not None:
             deadlines.append(self._settle_at)
+        scan = self.policy.next_scan()
+        if scan is not None and scan > now:
+            deadlines.append(scan)  # the shell asks dials() after every tick
         return min(deadlines) if deadlines else None
 
     def _broke(self) -> None:

@@ -25,6 +25,9 @@ from .membership import Membership
 
 #: A dial not reported back within this many seconds counts as failed.
 DIAL_TIMEOUT = 30.0
+#: A hub short of links looks for hubs to dial at most this often: the search reads the whole
+#: membership, and running it on every event was most of the simulator's time at 50 hubs.
+DIAL_SCAN_INTERVAL = 0.2
 
 
 @dataclass
@@ -38,6 +41,8 @@ class LinkPolicy:
     #: hub -> when it was last dialled (a failed or ended link is not redialled sooner)
     last_dial: dict[int, float] = field(default_factory=dict)
     _pruned_at: float = -1e18
+    #: the earliest time of the next search for hubs to dial (DIAL_SCAN_INTERVAL)
+    _next_scan: float = -1e18
 
     #: a link to close at once: this hub took one past ``max_peers`` to heal a split
     _evict: int | None = None
@@ -66,15 +71,15 @@ class LinkPolicy:
         room = config.max_dialing - len(self.dialing)
         if room <= 0:
             return []
+        if not self.wants_dials() or now < self._next_scan:
+            return []
         held = len(self.links) + len(self.dialing)
         want = config.degree - held
+        # Short of links: look again soon.  Enough links but a hub out of reach (a split, or a
+        # crashed hub not forgotten yet): only a healing dial may follow, which can wait.
+        self._next_scan = now + (DIAL_SCAN_INTERVAL if want > 0 else config.redial_interval)
         membership = self.membership
         me = membership.self_id
-        if want <= 0 and membership.reachable_count() >= len(membership.entries) - 1:
-            # Enough links and every known hub reachable: nothing to dial.  This runs on every
-            # event of every hub, so it must not scan the whole membership (it did: half the
-            # simulator's time at 60 hubs).
-            return []
 
         def eligible(hub: int) -> bool:
             if hub == me or hub in self.links or hub in self.dialing:
@@ -108,6 +113,17 @@ class LinkPolicy:
             self.dialing[hub] = now
             self.last_dial[hub] = now
         return [s for s in (membership.get(h) for h in chosen) if s is not None]
+
+    def wants_dials(self) -> bool:
+        """Short of links, or some known hub unreachable?  (Cheap: this runs on every event.)"""
+        membership = self.membership
+        if len(self.links) + len(self.dialing) < self.config.degree:
+            return True
+        return membership.reachable_count() < len(membership.entries) - 1
+
+    def next_scan(self) -> float | None:
+        """When :meth:`dials` should be asked again (None: nothing to look for)."""
+        return self._next_scan if self.wants_dials() and len(self.dialing) < self.config.max_dialing else None
 
     def surplus(self, now: float) -> int | None:
         """A link to drop: both ends hold more than ``degree`` links (simultaneous dials overshoot).

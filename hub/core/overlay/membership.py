@@ -18,6 +18,7 @@ dialling across it).
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 from collections import deque
 from collections.abc import Iterable
@@ -36,7 +37,9 @@ def ring_position(value: bytes) -> int:
     return int.from_bytes(hashlib.sha256(value).digest()[:8], "big")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def hub_ring_position(hub_id: int) -> int:
+    # Cached: the ring is rebuilt whenever the graph changes, from every reachable hub.
     return ring_position(b"hub\0" + hub_id.to_bytes(8, "big"))
 
 
@@ -59,6 +62,11 @@ class Membership:
     entries: dict[int, _Entry] = field(default_factory=dict)
     #: Bumped whenever the graph may have changed; cached routes compare it.
     generation: int = 0
+    #: True while the only changes since the routes were computed came from other hubs'
+    #: advertisements: the routes are then recomputed by :meth:`settle`, not by the next lookup
+    #: (OSPF's SPF hold-down: a flood of advertisements costs one search, not one per frame).
+    #: A change of this hub's own links is used at once.
+    deferred: bool = False
     _routes_at: int = -1
     _next_hop: dict[int, int] = field(default_factory=dict)
     _distance: dict[int, int] = field(default_factory=dict)
@@ -74,8 +82,20 @@ class Membership:
             return False
         self.entries[state.hub_id] = _Entry(state, known.unreachable_since if known else None)
         if known is None or known.state.neighbors != state.neighbors:
+            if self._routes_at == self.generation or self.deferred:
+                self.deferred = state.hub_id != self.self_id
             self.generation += 1
         return True
+
+    def is_news(self, hub_id: int, seq: int) -> bool:
+        """Would an advertisement of ``hub_id`` numbered ``seq`` be news?  (Read before decoding it.)"""
+        known = self.entries.get(hub_id)
+        return known is None or known.state.seq < seq
+
+    def settle(self) -> None:
+        """Use every advertisement received so far for routing (the hold-down is over)."""
+        self.deferred = False
+        self._routes()
 
     def get(self, hub_id: int) -> wire.LinkState | None:
         entry = self.entries.get(hub_id)
@@ -121,7 +141,7 @@ class Membership:
         return ea is not None and eb is not None and b in ea.state.neighbors and a in eb.state.neighbors
 
     def _routes(self) -> None:
-        if self._routes_at == self.generation:
+        if self._routes_at == self.generation or self.deferred:
             return
         self._routes_at = self.generation
         next_hop: dict[int, int] = {}
@@ -167,10 +187,19 @@ class Membership:
                 queue.append(other)
         return False
 
+    def _missing(self, hub_id: int) -> bool:
+        """Not routed to: if routes are held down, settle them and look again (a hub that just
+        joined must be reachable at once, or the frames for it would be dropped)."""
+        if hub_id in self._next_hop:
+            return False
+        if self.deferred:
+            self.settle()
+        return hub_id not in self._next_hop
+
     def next_hop(self, hub_id: int) -> int | None:
         """The neighbour to send to for ``hub_id`` (None: unreachable, or ourselves)."""
         self._routes()
-        return self._next_hop.get(hub_id)
+        return None if self._missing(hub_id) else self._next_hop[hub_id]
 
     def distance(self, hub_id: int) -> int | None:
         self._routes()
@@ -187,7 +216,7 @@ class Membership:
 
     def is_reachable(self, hub_id: int) -> bool:
         self._routes()
-        return hub_id in self._next_hop
+        return not self._missing(hub_id)
 
     def split_by_next_hop(self, destinations: Iterable[int]) -> dict[int, list[int]]:
         """``destinations`` grouped by the neighbour each is reached through; unreachable ones left out."""
@@ -196,16 +225,21 @@ class Membership:
         groups: dict[int, list[int]] = {}
         for dest in destinations:
             hop = hops.get(dest)
-            if hop is not None:
-                groups.setdefault(hop, []).append(dest)
+            if hop is None:
+                if self._missing(dest):
+                    continue
+                hops = self._next_hop  # settled anew by _missing
+                hop = hops[dest]
+            groups.setdefault(hop, []).append(dest)
         return groups
 
     # -- rendezvous -------------------------------------------------------------------
 
     def owners(self, key: str) -> tuple[int, ...]:
         """The hubs that own ``key``: its successors on the ring of reachable hubs (us included)."""
-        if self._ring_at != self.generation:
-            self._ring_at = self.generation
+        self._routes()
+        if self._ring_at != self._routes_at:  # the ring follows the routes (held down with them)
+            self._ring_at = self._routes_at
             members = [self.self_id, *self.reachable()]
             self._ring = sorted((hub_ring_position(h), h) for h in members)
         ring = self._ring

@@ -20,6 +20,11 @@ import wire
 from wire.frames.mesh_v3 import encode_routed_set
 
 
+def heads_frames(heads: list[wire.Head]) -> list[wire.Heads]:
+    """HEADS frames for ``heads``, at most 65,535 per frame (its count is a u16)."""
+    return [wire.Heads(heads=tuple(heads[i : i + 0xFFFF])) for i in range(0, len(heads), 0xFFFF)]
+
+
 class OwnLog(Protocol):
     """What the origin side needs from the hub's storage (nothing, on a hub without logs)."""
 

@@ -174,6 +174,7 @@ class World:
         #: (a, b) -> the time until which the pair cannot talk (a cut)
         self.cuts: dict[tuple[int, int], float] = {}
         self._arrival: dict[tuple[int, int], float] = {}
+        self._latency: dict[tuple[int, int], float] = {}
         #: (closer, other) -> epoch of a link being closed: frames the closer sent still arrive
         self._closing: dict[tuple[int, int], int] = {}
         self.payload_copies = 0
@@ -184,8 +185,12 @@ class World:
     # -- helpers ---------------------------------------------------------------------------
 
     def latency(self, a: int, b: int) -> float:
-        lo, hi = self.latency_range
-        return lo + (hi - lo) * pair_seed(self.seed, a, b)
+        pair = self.pair(a, b)
+        latency = self._latency.get(pair)
+        if latency is None:
+            lo, hi = self.latency_range
+            latency = self._latency[pair] = lo + (hi - lo) * pair_seed(self.seed, a, b)
+        return latency
 
     @staticmethod
     def pair(a: int, b: int) -> tuple[int, int]:
@@ -362,9 +367,15 @@ class World:
         overlay = hub.overlay
         if overlay is None:
             return
+        acted = False
         for frame in frames:
             opcode, _ = wire.HEADER.unpack_from(frame, 0)
             body = frame[wire.HEADER_SIZE :]
+            if opcode == wire.Opcode.LINK_STATE:
+                # Most of a flood is repeats: they change nothing, and cost no pump.
+                acted = overlay.receive_link_state(src, body) or acted
+                continue
+            acted = True
             if opcode == wire.Opcode.ROUTED_SETS:
                 (ndest,) = _U16.unpack_from(body, 1)
                 (nsets,) = _U16.unpack_from(body, 3 + 8 * ndest + 8)
@@ -372,7 +383,8 @@ class World:
                 overlay.receive_routed_sets(src, body)
             else:
                 overlay.receive(src, FRAME_TYPES[wire.Opcode(opcode)].decode_body(body))
-        self.pump(dst)
+        if acted:
+            self.pump(dst)
 
     # -- what it looks like ----------------------------------------------------------------
 
