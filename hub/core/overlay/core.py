@@ -41,6 +41,7 @@ from wire.frames.mesh_v3 import (
 
 from ..mesh.interest import LocalInterest
 from .config import OverlayConfig
+from .flooding import Flooding
 from .links import LinkPolicy
 from .membership import Membership, keys_of_topic, rendezvous_key
 from .origin import OriginSide, OwnLog, heads_frames
@@ -110,6 +111,7 @@ class Overlay:
         #: (hub, key) -> the since this hub told it in JOINED (told again when the hub returns)
         self.joins: dict[tuple[int, str], int] = {}
         self.outbox = Outbox(self.membership, self.policy.links)
+        self.flooding = Flooding(self.outbox, self.policy.links)
         self.sender = SetSender(config, hub_id, self.watching, self.origin, self.outbox, self._route_control)
         self._settle_at: float | None = None
         self._settles = Backoff(SETTLE, SETTLE_MAX, quiet=SETTLE_MAX)
@@ -282,6 +284,7 @@ class Overlay:
         """
         hub_id, seq = link_state_head(body)
         if hub_id != self.hub_id and not self.membership.is_news(hub_id, seq):
+            self.flooding.repeat(hub_id, seq, peer)
             return False
         state = wire.LinkState.decode_body(body)
         assert isinstance(state, wire.LinkState)
@@ -297,14 +300,12 @@ class Overlay:
             return
         known = self.membership.get(state.hub_id)
         if not self.membership.offer(state):
+            self.flooding.repeat(state.hub_id, state.seq, peer)
             return
         if known is not None and not set(known.neighbors) <= set(state.neighbors):
             self._broke()
-        if encoded is None:
-            encoded = state.encode()
-        for hub in self.policy.links:
-            if hub != peer:
-                self.outbox.send(hub, "LINK_STATE", encoded)
+        now = self.clock.monotonic()
+        self.flooding.news(state.hub_id, state.seq, state.encode() if encoded is None else encoded, peer, now)
         self._changed()
         if known is not None and known.boot != state.boot:
             self._returned([state.hub_id])
@@ -512,6 +513,9 @@ class Overlay:
                 self._settle()
             else:
                 deadlines.append(self._settle_at)
+        due = self.flooding.tick(now)
+        if due is not None:
+            deadlines.append(due)
         due = self.streams.tick(now, self.membership.is_reachable, config.repair_retry, config.repair_retry_max,
                                 config.give_up_after)  # fmt: skip
         self._deliver_ready()
