@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+import wire
+from hub.core.overlay.config import OverlayConfig
 from hub.tools.sim.scenario import SimSettings, execute
+from hub.tools.sim.world import World
 
 SMALL = dict(form=15, warm=10, steady=10, drain=40, joins=3, few_topics=6, pair_topics=20, wildcards=2)
 
@@ -54,3 +57,38 @@ def test_same_seed_same_run() -> None:
     b = _figures(hubs=8, seed=11, degree=3, max_peers=4, **faults)
     for key in ("delivery", "events", "redundancy_steady", "latency_ms"):
         assert a[key] == b[key]
+
+
+def test_a_lost_interest_is_sent_again_until_its_owners_acknowledge_it() -> None:
+    """An INTEREST lost on the way (a relay without a route yet, a link that drops it) would leave
+    its owners without the subscriber until the next recheck (a minute): each owner acknowledges
+    it, and one not acknowledged goes again after ``watch_retry``."""
+    world = World(hubs=8, seed=4, config=OverlayConfig(degree=3, max_peers=4))
+    for index, hub in enumerate(world.order):
+        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
+    world.loop.run_until(15.0)
+    subscriber, publisher = world.order[2], world.order[6]
+    lost = []
+    arrive = world._arrive
+
+    def losing(src: int, dst: int, epoch: int, frames: list[bytes]) -> None:
+        kept = []
+        for frame in frames:
+            if frame[0] == wire.Opcode.ROUTED:
+                inner = wire.Routed.decode_body(frame[wire.HEADER_SIZE :])
+                if isinstance(inner, wire.Routed) and isinstance(inner.inner, wire.Interest):
+                    lost.append(inner.inner)
+                    continue
+            kept.append(frame)
+        arrive(src, dst, epoch, kept)
+
+    world._arrive = losing  # type: ignore[method-assign]
+    world.subscribe(subscriber, "orders.eu")
+    world.loop.run_until(16.0)
+    world._arrive = arrive  # type: ignore[method-assign]
+    assert lost, "the test must lose the first INTEREST to see it sent again"
+    world.loop.run_until(25.0)  # retries after 2 s, 4 s, ... well before the 60 s recheck
+    seqs = [world.publish(publisher, "orders.eu", b"x") for _ in range(5)]
+    world.loop.run_until(30.0)
+    got = [d.origin_seq for d in world.deliveries if d.hub == subscriber and d.topic == "orders.eu"]
+    assert got == seqs

@@ -98,7 +98,7 @@ class Overlay:
         self.membership = Membership(hub_id)
         self.policy = LinkPolicy(config, self.membership, random.Random(hub_id if seed is None else seed))
         self.local = LocalInterest()
-        self.registrations = Registrations(self.membership)
+        self.registrations = Registrations(self.membership, clock.monotonic)
         self.owned = OwnedKeys(self.membership, version_base=self.boot & 0xFFFFFFFF)
         self.watching = Watching(self.membership, sent_upto=lambda: self.sender.join_since())
         self.streams = Streams(
@@ -351,6 +351,8 @@ class Overlay:
             sends = self.owned.interest(src, inner.key, inner.patterns)
         elif isinstance(inner, wire.Watch):
             sends = self.owned.watch(src, inner.key, inner.on, inner.version)
+        elif isinstance(inner, wire.InterestSet) and inner.version == 0:
+            self.registrations.acked(src, inner)  # an owner's acknowledgement of our INTEREST
         elif isinstance(inner, wire.InterestSet):
             answer = self.watching.answer(src, inner, self.sender.join_since(), now)
             sends = answer.sends
@@ -507,45 +509,30 @@ class Overlay:
         """Do what is due; returns when to call again (None: nothing pending)."""
         now = self.clock.monotonic()
         config = self.config
-        deadlines: list[float] = []
-        if self._settle_at is not None:
-            if now >= self._settle_at:
-                self._settle()
-            else:
-                deadlines.append(self._settle_at)
-        due = self.flooding.tick(now)
-        if due is not None:
-            deadlines.append(due)
-        due = self.streams.tick(now, self.membership.is_reachable, config.repair_retry, config.repair_retry_max,
-                                config.give_up_after)  # fmt: skip
+        if self._settle_at is not None and now >= self._settle_at:
+            self._settle()
+        flood_due = self.flooding.tick(now)
+        repair_due = self.streams.tick(now, self.membership.is_reachable, config.repair_retry,
+                                       config.repair_retry_max, config.give_up_after)  # fmt: skip
         self._deliver_ready()
         self._ask_repairs()
-        if due is not None:
-            deadlines.append(due)
-        due = self._heads_after_break(now)
-        if due is not None:
-            deadlines.append(due)
-        due = self._recheck(now)
-        if due is not None:
-            deadlines.append(due)
-        for send in self.watching.retry(now, config.watch_retry):
+        heads_due = self._heads_after_break(now)
+        recheck_due = self._recheck(now)
+        retry, retry_max = config.watch_retry, config.recheck_interval
+        for send in self.watching.retry(now, retry) + self.registrations.retry(now, retry, retry_max):
             self._route_control(*send)
-        due = self.watching.next_retry(config.watch_retry)
-        if due is not None:
-            deadlines.append(due)
         if self.sender.parked:
             self.sender.unpark(now)
-            if self.sender.parked:
-                deadlines.append(self.sender.parked[0][0] + config.park_max)
         for send in self.watching.idle(now, config.watch_idle):
             self._route_control(*send)
-        if self.watching.keys:
-            deadlines.append(min(w.last_used for w in self.watching.keys.values()) + config.watch_idle)
-        if self._settle_at is not None:
-            deadlines.append(self._settle_at)
         scan = self.policy.next_scan()
-        if scan is not None and scan > now:
-            deadlines.append(scan)  # the shell asks dials() after every tick
+        deadlines = [d for d in (
+            self._settle_at, flood_due, repair_due, heads_due, recheck_due,
+            self.watching.next_retry(retry), self.registrations.next_retry(retry, retry_max),
+            self.sender.parked[0][0] + config.park_max if self.sender.parked else None,
+            min(w.last_used for w in self.watching.keys.values()) + config.watch_idle if self.watching.keys else None,
+            scan if scan is not None and scan > now else None,  # the shell asks dials() after every tick
+        ) if d is not None]  # fmt: skip
         return min(deadlines) if deadlines else None
 
     def _broke(self) -> None:

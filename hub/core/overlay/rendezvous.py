@@ -46,14 +46,56 @@ def owners_changed(told: dict[int, int | None], owners: tuple[int, ...], members
     return [o for o in owners if o not in told or told[o] != membership.boot_of(o)]
 
 
-class Registrations:
-    """This hub's own patterns, by key, and which owners hold them."""
+def interest_ack(key: str, hub: int, patterns: tuple[str, ...]) -> wire.InterestSet:
+    """An owner's answer to INTEREST: version 0 (never a count of changes) says "I hold these for you"."""
+    return wire.InterestSet(key=key, full=False, version=0, entries=(wire.InterestEntry(hub=hub, patterns=patterns),))
 
-    def __init__(self, membership: Membership) -> None:
+
+@dataclass(slots=True)
+class _Unacked:
+    sent_at: float
+    tries: int = 1
+
+
+class Registrations:
+    """This hub's own patterns, by key, and which owners hold them.
+
+    An INTEREST can be lost without a break its sender sees (a relay that has no route yet
+    while the overlay forms): each owner acknowledges it (:func:`interest_ack`), and one not
+    acknowledged is sent again, after ``retry``, doubling up to ``retry_max``.
+    """
+
+    def __init__(self, membership: Membership, clock: Callable[[], float] = lambda: 0.0) -> None:
         self.membership = membership
+        self.clock = clock
         self.patterns: dict[str, set[str]] = {}
         #: key -> owner -> the owner's boot when it was told
         self._told: dict[str, dict[int, int | None]] = {}
+        #: (key, owner) -> an INTEREST not acknowledged yet
+        self.unacked: dict[tuple[str, int], _Unacked] = {}
+
+    def acked(self, owner: int, frame: wire.InterestSet) -> None:
+        """``owner`` holds what its acknowledgement says: done, if that is what this hub wants now."""
+        mine = tuple(sorted(self.patterns.get(frame.key, ())))
+        if all(e.hub == self.membership.self_id and e.patterns == mine for e in frame.entries):
+            self.unacked.pop((frame.key, owner), None)
+
+    def retry(self, now: float, after: float, at_most: float) -> list[Send]:
+        """INTERESTs unacknowledged for their wait go again, to owners that still are."""
+        sends: list[Send] = []
+        for (key, owner), wait in list(self.unacked.items()):
+            if wait.sent_at + min(after * 2 ** (wait.tries - 1), at_most) > now:
+                continue
+            if owner not in self.membership.owners(key):
+                del self.unacked[(key, owner)]  # refresh() tells the new owners
+                continue
+            sends.extend(self._tell(key, (owner,)))
+            self.unacked[(key, owner)].tries = wait.tries + 1
+        return sends
+
+    def next_retry(self, after: float, at_most: float) -> float | None:
+        waits = [w.sent_at + min(after * 2 ** (w.tries - 1), at_most) for w in self.unacked.values()]
+        return min(waits) if waits else None
 
     def wants(self, topic: str, match: Callable[[str, str], bool]) -> bool:
         return any(match(p, topic) for key in keys_of_topic(topic) for p in self.patterns.get(key, ()))
@@ -102,8 +144,10 @@ class Registrations:
 
     def _tell(self, key: str, owners: tuple[int, ...]) -> list[Send]:
         told = self._told.setdefault(key, {})
+        now = self.clock()
         for owner in owners:
             told[owner] = self.membership.boot_of(owner)
+            self.unacked[(key, owner)] = _Unacked(now)
         frame = wire.Interest(key=key, patterns=tuple(sorted(self.patterns.get(key, ()))))
         return [(owners, frame)] if owners else []
 
@@ -140,14 +184,16 @@ class OwnedKeys:
         return owned
 
     def interest(self, src: int, key: str, patterns: tuple[str, ...]) -> list[Send]:
+        """``src``'s INTEREST: acknowledged (a repeat too), and a change told to the watchers."""
+        ack: list[Send] = [((src,), interest_ack(key, src, patterns))]
         owned = self._key(key)
         if owned.interest.get(src, ()) == patterns:
-            return []
+            return ack
         if patterns:
             owned.interest[src] = patterns
         else:
             owned.interest.pop(src, None)
-        return self._tell_change(key, owned, [wire.InterestEntry(hub=src, patterns=patterns)])
+        return ack + self._tell_change(key, owned, [wire.InterestEntry(hub=src, patterns=patterns)])
 
     def watch(self, src: int, key: str, on: bool, version: int = 0) -> list[Send]:
         """A WATCH: everything to ``src``, unless it already holds this version."""
