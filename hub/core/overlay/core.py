@@ -545,9 +545,10 @@ class Overlay:
 
     def _recheck(self, now: float) -> float | None:
         """Once the graph is quiet after a change, and every ``recheck_interval`` anyway, control
-        frames lost on the way are sent again (INTEREST to owners, WATCH version checks, SYNC not
-        answered yet)."""
-        if self._periodic_at <= now:
+        frames lost on the way are sent again (WATCH version checks, SYNC not answered yet; and,
+        every interval only, INTEREST to owners: one lost in a break goes again until acknowledged)."""
+        periodic = self._periodic_at <= now
+        if periodic:
             self._periodic_at = now + self.config.recheck_interval
             if self._recheck_at is None or self._recheck_at > now:
                 self._recheck_at = now
@@ -556,7 +557,7 @@ class Overlay:
         if now < self._recheck_at:
             return min(self._recheck_at, self._periodic_at)
         self._recheck_at = None
-        for send in self.registrations.recheck() + self.watching.recheck(now):
+        for send in (self.registrations.recheck() if periodic else []) + self.watching.recheck(now):
             self._route_control(*send)
         for origin in sorted(self._syncing):
             if self.membership.is_reachable(origin):
@@ -593,6 +594,7 @@ class Overlay:
             "reachable": len(self.membership.reachable()),
             "keys_owned": len(self.owned.keys),
             "keys_watched": len(self.watching.keys),
+            "interest_unacked": len(self.registrations.unacked),
             "streams": streams,
             "held_sets": held,
             "open_gaps": self.streams.open_gaps(),
