@@ -130,6 +130,9 @@ def test_ten_hubs_at_max_peers_3_deliver_through_a_relay_crash_a_pause_and_a_pub
         # Three links at most is not a full mesh: some hub's sets went through a relay.
         relayed = sum(overlay_of(h)["sent_frames"].get("ROUTED_SETS", 0) for h in hubs if h is not hubs[1])
         assert relayed > 0
+        # The v2 forward path leaves overlay links alone (it counted every set as "no interest").
+        v3 = [p for p in hubs[1].mesh()["peers"] if p["protocol"] == "/pub0sub/mesh/3.0.0"]
+        assert v3 and all(p["messages_skipped_no_interest"] == 0 for p in v3)
         assert wait_until(lambda: formed(hubs, 3), timeout=60, what="the overlay whole again", **HUB_POLL)
 
 

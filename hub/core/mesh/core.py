@@ -25,7 +25,7 @@ from .inbound import ForwardHandler, InboundForwards
 from .interest import InterestTable, LocalInterest, valid_pattern
 from .known_peers import KnownPeers
 from .link import LinkSession, PeerLink
-from .protocols import encode_forward_set, encode_v1_forwards
+from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
 from .replay import Replay, ReplaySource
 from .status import CloseReason
 from .window import WindowEntry
@@ -108,6 +108,8 @@ class MeshCore:
         encoded_v1: bytes | None = None
         queued = 0
         for key, link in self.links.items():
+            if link.version is MeshVersion.V3:
+                continue  # an overlay link: the overlay routes this set (overlay_driver.py)
             if key not in targets:
                 link.counters.messages_skipped_no_interest += count
                 continue
