@@ -47,7 +47,8 @@ class Report:
             f"(direct send p50 {lat['direct_p50']:.1f}  p99 {lat['direct_p99']:.1f}; p99 ratio {lat['p99_ratio']:.2f})",
             f"redundancy (steady) {f['redundancy_steady']:.4f}  control/payload bytes {f['control_over_payload']:.3f} "
             f"(steady {f['control_over_payload_steady']:.3f})",
-            f"interest frames per join mean {j['frames_mean']:.1f} max {j['frames_max']}  "
+            f"interest frames per join: of its key mean {j['join_frames_mean']:.1f} max {j['join_frames_max']}, "
+            f"of any key in its 2 s mean {j['frames_mean']:.1f} max {j['frames_max']}  "
             f"first delivery p50 {j['first_p50_ms']:.0f} ms p99 {j['first_p99_ms']:.0f} ms",
             f"degree mean {f['degree_mean']:.2f} max {f['degree_max']}  "
             f"state per hub: streams max {f['streams_max']}  held max {f['held_max']}  open gaps {f['open_gaps']}",
@@ -118,6 +119,7 @@ def summarize(run: Run) -> Report:
     degrees = world.degrees()
     sizes = [h.overlay.streams.state_size() for h in world.up_hubs() if h.overlay is not None]
     frames = [r["interest_frames"] for r in run.join_results]
+    keyed = [r["join_frames"] for r in run.join_results]
     firsts = [r["first_delivery_s"] * 1000 for r in run.join_results if not math.isnan(r["first_delivery_s"])]
     p99, d99 = percentile(latencies, 99), percentile(direct, 99)
     figures: dict[str, Any] = {
@@ -148,6 +150,8 @@ def summarize(run: Run) -> Report:
             "count": len(frames),
             "frames_mean": sum(frames) / len(frames) if frames else math.nan,
             "frames_max": max(frames, default=0),
+            "join_frames_mean": sum(keyed) / len(keyed) if keyed else math.nan,
+            "join_frames_max": max(keyed, default=0),
             "first_p50_ms": percentile(firsts, 50),
             "first_p99_ms": percentile(firsts, 99),
         },

@@ -23,7 +23,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import wire
+
 from ...core.overlay.config import OverlayConfig
+from ...core.overlay.membership import rendezvous_key
 from .report import Report, summarize
 from .run import Run, SimSettings, Topic
 from .world import World
@@ -153,6 +156,24 @@ def execute(settings: SimSettings, progress: Callable[[str, float, Run], None] |
     return summarize(run)
 
 
+def _count_keyed_control(world: World, key: str) -> list[int]:
+    """Count, per hop, the routed INTEREST/WATCH/INTEREST_SET/JOINED frames about ``key`` from now
+    on: what a join costs, apart from the control traffic of other keys that the same seconds
+    carry (periodic rechecks, owners changing after restarts)."""
+    count = [0]
+    kinds = tuple(getattr(wire, name) for name in ("Interest", "Watch", "InterestSet", "Joined"))
+
+    def tap(frame: bytes) -> None:
+        if frame[0] == wire.Opcode.ROUTED:
+            routed = wire.Routed.decode_body(frame[wire.HEADER_SIZE :])
+            inner = routed.inner if isinstance(routed, wire.Routed) else None
+            if isinstance(inner, kinds) and inner.key == key:
+                count[0] += 1
+
+    world.taps.append(tap)
+    return count
+
+
 def _joins(run: Run) -> None:
     """Hubs join published topics one at a time; each join's interest frames and first delivery."""
     world = run.world
@@ -169,6 +190,8 @@ def _joins(run: Run) -> None:
         before = world.counters()
         begin = world.clock.now
         seen = len(world.deliveries)
+        key = rendezvous_key(topic.name)
+        keyed = _count_keyed_control(world, key)
         world.subscribe(joiner, topic.name)
         first: float | None = None
         for step in range(40):  # publish every 50 ms for 2 s
@@ -179,7 +202,8 @@ def _joins(run: Run) -> None:
                 first = d.at - begin
                 break
         after = world.counters()
+        del world.taps[:]
         frames = sum(after.get(k, 0) - before.get(k, 0) for k in INTEREST_KINDS)
         first_s = first if first is not None else math.nan
-        run.join_results.append({"interest_frames": frames, "first_delivery_s": first_s})
+        run.join_results.append({"interest_frames": frames, "join_frames": keyed[0], "first_delivery_s": first_s})
         world.loop.run_until(world.clock.now + 1.0)

@@ -175,6 +175,8 @@ class World:
         self.cuts: dict[tuple[int, int], float] = {}
         self._arrival: dict[tuple[int, int], float] = {}
         self._latency: dict[tuple[int, int], float] = {}
+        #: functions shown every frame that arrives (a measurement looking at some frames)
+        self.taps: list[Callable[[bytes], None]] = []
         #: (closer, other) -> epoch of a link being closed: frames the closer sent still arrive
         self._closing: dict[tuple[int, int], int] = {}
         self.payload_copies = 0
@@ -369,6 +371,8 @@ class World:
             return
         acted = False
         for frame in frames:
+            for tap in self.taps:
+                tap(frame)
             opcode, _ = wire.HEADER.unpack_from(frame, 0)
             body = frame[wire.HEADER_SIZE :]
             if opcode == wire.Opcode.LINK_STATE:
