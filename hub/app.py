@@ -73,6 +73,7 @@ def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
             max_new_topics_per_user=config.max_new_topics_per_user,
             max_new_topics_per_frame=config.max_new_topics_per_frame,
         ),
+        connect_rate=config.connect_rate,
     )
 
 

@@ -51,6 +51,7 @@ from .auth_file import AuthConfig
 from .clients import ClientSession, CloseReason
 from .clock import Clock
 from .commits import Commits
+from .connect_rate import ConnectRate, ConnectRateLimits
 from .consumers import ConsumerRegistry, ConsumerState, StandingInterest
 from .events import ev
 from .flushing import OutputBatch
@@ -104,6 +105,7 @@ class CoreSettings:
     slow_consumer_deadline: float = 10.0
     subscriptions: SubscriptionLimits = field(default_factory=SubscriptionLimits)
     topics: TopicLimits = field(default_factory=TopicLimits)
+    connect_rate: ConnectRateLimits = field(default_factory=ConnectRateLimits)
 
 
 class HubCore:
@@ -128,6 +130,8 @@ class HubCore:
         self.router: RoutingTable[Any] = RoutingTable()
         self.sessions: dict[int, ClientSession] = {}
         self._next_conn_id = 1
+        #: Asked by the listener before a session is opened (hub.core.connect_rate).
+        self.connect_rate = ConnectRate(settings.connect_rate)
         # Our own origin numbering continues after the highest sequence the logs hold.
         stored = [lg.origins.get(hub_id, 0) for lg in store.logs.values()] if store is not None else []
         self.origin = OriginSequence(hub_id, last_stored=max(stored, default=0))

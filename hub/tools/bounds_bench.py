@@ -3,6 +3,7 @@
     python -m hub.tools.bounds_bench patterns [--patterns 80000] [--seconds 5]
     python -m hub.tools.bounds_bench topics [--topics 256]
     python -m hub.tools.bounds_bench attack [--seconds 5] [--rounds 3] [--attackers never_read,...]
+        [--attacker-source 127.0.0.2] [--hub-arg=--max-connects-per-second-per-address --hub-arg=0]
 
 ``patterns``: the acknowledged publish rate of one client while 8 other connections
 hold ``--patterns`` distinct wildcard patterns between them (none matching what is
@@ -243,7 +244,13 @@ def client_bytes(client: Client) -> tuple[int, int]:
 
 
 def bench_attack(
-    seconds: float, root: Path, *, rounds: int = 3, attackers: tuple[str, ...] = tuple(ATTACKERS)
+    seconds: float,
+    root: Path,
+    *,
+    rounds: int = 3,
+    attackers: tuple[str, ...] = tuple(ATTACKERS),
+    source: str | None = None,
+    hub_args: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``rounds`` alternations of the healthy client alone and under attack, on one hub.
 
@@ -254,7 +261,7 @@ def bench_attack(
     the healthy client's share included) show what the attack costs the hub
     itself, which the healthy client's rate shows only through the noise of a shared machine.
     """
-    args = ["--max-connections", "200", "--heartbeat-interval", "2", "--max-pending-bytes", str(1 << 20)]
+    args = ["--max-connections", "200", "--heartbeat-interval", "2", "--max-pending-bytes", str(1 << 20), *hub_args]
     alone: list[float] = []
     attacked: list[float] = []
     cpu_alone: list[float] = []
@@ -282,7 +289,7 @@ def bench_attack(
             rss_before = rss_mib(pid)
             for _ in range(rounds):
                 sample(healthy, alone, cpu_alone, io_alone, pid)
-                attack = Attack(address, attackers=attackers)
+                attack = Attack(address, attackers=attackers, source=source)
                 attack.start()
                 time.sleep(1.0)  # the attack under way
                 try:
@@ -299,6 +306,8 @@ def bench_attack(
     return {
         "rounds": rounds,
         "attackers": list(attackers),
+        "attackers_from": source or "127.0.0.1 (the healthy client's address)",
+        "hub_args": list(hub_args),
         "seconds_per_sample": seconds,
         "healthy_acked_msgs_per_s_alone": round(statistics.median(alone)),
         "healthy_acked_msgs_per_s_under_attack": round(statistics.median(attacked)),
@@ -328,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(ATTACKERS),
         help=f"attack: which attackers, comma-separated (default: all of {', '.join(ATTACKERS)})",
     )
+    parser.add_argument("--attacker-source", metavar="ADDRESS", help="attack: the attackers connect from this "
+                        "address and the next ones, one each (127.0.0.2: .2, .3, ...); default: 127.0.0.1, the "
+                        "healthy client's")  # fmt: skip
+    parser.add_argument("--hub-arg", action="append", default=[], metavar="ARG",
+                        help="attack: one more argument for the hub (repeatable; --hub-arg=--flag --hub-arg=VALUE)")
     args = parser.parse_args(argv)
     if args.what == "patterns":
         row = bench_patterns(args.patterns, args.seconds, args.hub_root)
@@ -337,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         chosen = tuple(name.strip() for name in args.attackers.split(",") if name.strip())
         if unknown := [name for name in chosen if name not in ATTACKERS]:
             parser.error(f"unknown attackers {unknown}: choose from {', '.join(ATTACKERS)}")
-        row = bench_attack(args.seconds, args.hub_root, rounds=args.rounds, attackers=chosen)
+        row = bench_attack(args.seconds, args.hub_root, rounds=args.rounds, attackers=chosen,
+                           source=args.attacker_source, hub_args=tuple(args.hub_arg))  # fmt: skip
     row["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps({"bench": args.what, **row}), flush=True)
     return 0
