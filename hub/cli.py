@@ -170,7 +170,8 @@ async def run_hub(server: HubServer) -> None:
     # SIGHUP reloads the users file and the cluster secret file of a hub that has one (the
     # daemon convention, as nats-server does).  Without either, SIGHUP (a closed terminal)
     # stops the hub -- unless it was ignored at start (nohup).
-    reloads = server.config.auth_file is not None or server.config.cluster_secret_file is not None
+    config = server.config
+    reloads = config.auth_file is not None or config.cluster_secret_file is not None or bool(config.mesh_allow)
     watched = [signal.SIGINT, signal.SIGTERM]
     if reloads or signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         watched.append(signal.SIGHUP)
