@@ -46,7 +46,7 @@ from wire import (
 
 from ..storage.store import LogStore
 from .acks import AckTracker
-from .auth import ClientAuth
+from .auth import ClientAuth, status_refusal
 from .auth_file import AuthConfig
 from .clients import ClientSession, CloseReason
 from .clock import Clock
@@ -368,6 +368,9 @@ class HubCore:
         session.close(CloseReason.CLIENT_ERROR)
 
     def _on_status(self, session: ClientSession, frame: Status) -> None:
+        if (refusal := status_refusal(session.identity)) is not None:
+            session.fail(ErrorCode.NOT_AUTHORIZED, refusal, why=CloseReason.NOT_AUTHORIZED)
+            return
         session.send_control(StatusReply(document=self.status_document()).encode())
 
     # -- time ---------------------------------------------------------------------------

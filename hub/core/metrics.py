@@ -156,6 +156,7 @@ USER_COUNTERS = (
     ("pub0sub_user_topics_created", "topics_created", "Topics created by the user's publishes."),
     ("pub0sub_user_topic_limit_refused", "topic_limit_refused",
      "PUBLISHes refused: they would create more topics than max_new_topics_per_user."),
+    ("pub0sub_user_status_refused", "status_refused", "STATUS requests refused: the user has no status grant."),
 )
 
 
