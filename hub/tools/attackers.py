@@ -67,6 +67,16 @@ class Attack:
         for process in self._processes:
             process.start()
 
+    def wait_under_way(self, timeout: float = 30.0) -> bool:
+        """Wait until every attacker has done something (a spawned process on a loaded machine
+        takes seconds to import before it attacks); False if one had not within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while any(value.value == 0 for value in self._counts.values()):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def stop(self) -> None:
         self.stopping.set()
         for process in self._processes:

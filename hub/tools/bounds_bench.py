@@ -234,10 +234,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def hub_status(client: Client) -> dict[str, Any]:
+    client.send(wire.Status())
+    return json.loads(client.expect(wire.StatusReply).document)  # type: ignore[no-any-return]
+
+
 def client_bytes(client: Client) -> tuple[int, int]:
     """Bytes the hub has read from and written to all its clients (its STATUS, asked on ``client``)."""
-    client.send(wire.Status())
-    doc = json.loads(client.expect(wire.StatusReply).document)
+    doc = hub_status(client)
     counters, connections = doc["counters"], doc["connection_list"]
     return (counters["bytes_in_closed"] + sum(c["bytes_in"] for c in connections),
             counters["bytes_out_closed"] + sum(c["bytes_out"] for c in connections))  # fmt: skip
@@ -269,6 +273,7 @@ def bench_attack(
     io_alone: list[tuple[float, float]] = []
     io_attacked: list[tuple[float, float]] = []
     counts: dict[str, int] = {}
+    under_way: list[bool] = []
 
     def sample(healthy: Client, rates: list[float], cpu: list[float], io: list[tuple[float, float]], pid: int) -> None:
         read, written = client_bytes(healthy)
@@ -291,7 +296,10 @@ def bench_attack(
                 sample(healthy, alone, cpu_alone, io_alone, pid)
                 attack = Attack(address, attackers=attackers, source=source)
                 attack.start()
-                time.sleep(1.0)  # the attack under way
+                # Every attacker at work (spawning and importing takes seconds under load), then a
+                # second more for the hub to meet all of them.
+                under_way.append(attack.wait_under_way())
+                time.sleep(1.0)
                 try:
                     sample(healthy, attacked, cpu_attacked, io_attacked, pid)
                 finally:
@@ -301,11 +309,13 @@ def bench_attack(
                     counts[name] = counts.get(name, 0) + value
                 time.sleep(1.0)  # the hub sees the attackers' connections close
             rss_after = rss_mib(pid)
+            doc = hub_status(healthy)
         finally:
             healthy.close()
     return {
         "rounds": rounds,
         "attackers": list(attackers),
+        "attack_under_way_before_each_sample": under_way,
         "attackers_from": source or "127.0.0.1 (the healthy client's address)",
         "hub_args": list(hub_args),
         "seconds_per_sample": seconds,
@@ -321,6 +331,12 @@ def bench_attack(
         "rss_mib_before": round(rss_before, 1),
         "rss_mib_after": round(rss_after, 1),
         **counts,
+        # What the hub made of them: sessions opened, refused at --max-connections, refused by the
+        # per-address rate limit (absent on a hub from before it), protocol errors answered.
+        "hub_connections_opened": doc["counters"]["connections_total"],
+        "hub_refused_max_connections": doc["counters"]["connections_refused"],
+        "hub_refused_connect_rate": doc.get("connect_rate", {}).get("refused"),
+        "hub_protocol_errors": doc["counters"]["protocol_errors"],
     }
 
 
