@@ -19,8 +19,8 @@ task, no frame of it read).
   ``exempt`` takes addresses and CIDRs an operator trusts (a load balancer, a local test bed).
 
 Refusals are counted per address class (loopback, private, link_local, global, other) for
-status and the metrics; the log says once when an address starts being limited, not once per
-refused connection.
+status and the metrics; the log names a limited address at most once every
+:data:`LOG_EVERY_SECONDS`, with the count refused since, never once per refused connection.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ log = logging.getLogger("pub0sub.hub.connection")
 #: The classes refusals are counted under (status and metrics name every one, zero or not).
 ADDRESS_CLASSES = ("loopback", "private", "link_local", "global", "other")
 IPV6_BUCKET_PREFIX = 64
+#: An address that stays limited is logged again at most this often, with what was refused since.
+LOG_EVERY_SECONDS = 10.0
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -99,13 +101,16 @@ def _parse(host: str) -> Address | None:
 
 
 class _Bucket:
-    __slots__ = ("last", "limited", "tokens")
+    __slots__ = ("last", "logged_at", "tokens", "unlogged")
 
     def __init__(self, tokens: float, last: float) -> None:
         self.tokens = tokens
         self.last = last
-        #: Refused since it last admitted a connection (logged once per such run).
-        self.limited = 0
+        #: When a refusal of this address was last logged, and how many were refused since.
+        #: (An address held at the rate is admitted a few times a second: logging each time it
+        #: "starts" being limited again would be a line per token.)
+        self.logged_at = -LOG_EVERY_SECONDS
+        self.unlogged = 0
 
 
 class ConnectRate:
@@ -145,16 +150,17 @@ class ConnectRate:
             bucket.last = now
         if bucket.tokens >= 1:
             bucket.tokens -= 1
-            bucket.limited = 0
             return None
         kind = address_class(address)
         self.refused += 1
         self.refused_by_class[kind] += 1
-        if not bucket.limited:
-            log.warning("connections from %s limited: more than %g a second (burst %d); refused until it slows down",
-                        key, limits.per_second, limits.burst,
-                        extra=ev("conn_refused", peer=key, reason="connect_rate", x_address_class=kind))  # fmt: skip
-        bucket.limited += 1
+        bucket.unlogged += 1
+        if now - bucket.logged_at >= LOG_EVERY_SECONDS:
+            log.warning("connections from %s limited: more than %g a second (burst %d); %d refused since the last "
+                        "such line", key, limits.per_second, limits.burst, bucket.unlogged,
+                        extra=ev("conn_refused", peer=key, reason="connect_rate", x_address_class=kind,
+                                 x_refused=bucket.unlogged))  # fmt: skip
+            bucket.logged_at, bucket.unlogged = now, 0
         retry = (1 - bucket.tokens) / limits.per_second
         return Error(code=ErrorCode.LIMIT_EXCEEDED,
                      reason=f"connection rate from {key}: over {limits.per_second:g}/s; retry in {retry:.2f} s").encode()

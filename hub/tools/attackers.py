@@ -55,6 +55,10 @@ class Attack:
             self._processes.append(context.Process(target=target, args=args, daemon=True))
 
     @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._processes if p.pid is not None]
+
+    @property
     def counts(self) -> dict[str, int]:
         return {name: int(value.value) for name, value in self._counts.items()}
 

@@ -274,13 +274,18 @@ def bench_attack(
     io_attacked: list[tuple[float, float]] = []
     counts: dict[str, int] = {}
     under_way: list[bool] = []
+    attackers_cpu: list[float] = []
 
-    def sample(healthy: Client, rates: list[float], cpu: list[float], io: list[tuple[float, float]], pid: int) -> None:
+    def sample(healthy: Client, rates: list[float], cpu: list[float], io: list[tuple[float, float]], pid: int,
+               attack: Attack | None = None) -> None:  # fmt: skip
         read, written = client_bytes(healthy)
-        started, used = time.perf_counter(), cpu_seconds(pid)
+        attackers = attack.pids if attack is not None else []
+        started, used, attackers_used = time.perf_counter(), cpu_seconds(pid), sum(map(cpu_seconds, attackers))
         rates.append(client_acked_rate(healthy, seconds, topic=topic))
         took = time.perf_counter() - started
         cpu.append((cpu_seconds(pid) - used) / took)
+        if attack is not None:
+            attackers_cpu.append((sum(map(cpu_seconds, attackers)) - attackers_used) / took)
         now_read, now_written = client_bytes(healthy)
         io.append(((now_read - read) / took / (1 << 20), (now_written - written) / took / (1 << 20)))
 
@@ -301,7 +306,7 @@ def bench_attack(
                 under_way.append(attack.wait_under_way())
                 time.sleep(1.0)
                 try:
-                    sample(healthy, attacked, cpu_attacked, io_attacked, pid)
+                    sample(healthy, attacked, cpu_attacked, io_attacked, pid, attack)
                 finally:
                     attack.stop()
                     attack_counts = attack.counts
@@ -326,6 +331,9 @@ def bench_attack(
         "under_attack_samples": [round(x) for x in attacked],
         "hub_cpu_share_alone": [round(x, 2) for x in cpu_alone],
         "hub_cpu_share_under_attack": [round(x, 2) for x in cpu_attacked],
+        # The attackers' own processes (CPU seconds per second, all of them): on one machine they
+        # take cores from the hub and the healthy client whatever the hub does.
+        "attackers_cpu_share": [round(x, 2) for x in attackers_cpu],
         "hub_mib_per_s_read_written_alone": [[round(r, 2), round(w, 2)] for r, w in io_alone],
         "hub_mib_per_s_read_written_under_attack": [[round(r, 2), round(w, 2)] for r, w in io_attacked],
         "rss_mib_before": round(rss_before, 1),
