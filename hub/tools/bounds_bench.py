@@ -121,15 +121,17 @@ def acked_rate(address: str, seconds: float, *, topic: Callable[[int], str], siz
         client.close()
 
 
-def client_acked_rate(client: Client, seconds: float, *, topic: Callable[[int], str], size: int = 64) -> float:
-    """Acknowledged messages per second of ``client`` keeping ``PUBLISH_WINDOW`` frames in flight."""
+def client_acked_rate(
+    client: Client, seconds: float, *, topic: Callable[[int], str], size: int = 64, window: int = PUBLISH_WINDOW
+) -> float:
+    """Acknowledged messages per second of ``client`` keeping ``window`` frames in flight."""
     payload = bytes(size)
     sent = acked = 0
     started = time.perf_counter()
     deadline = started + seconds
     while True:
         now = time.perf_counter()
-        while sent - acked < PUBLISH_WINDOW and now < deadline:
+        while sent - acked < window and now < deadline:
             mset = wire.MessageSet.build((topic(sent),), [(b"", payload)])
             client.send(wire.Publish(sequence=sent + 1, flags=wire.PublishFlags.ACK, sets=(mset,)))
             sent += 1
@@ -255,6 +257,7 @@ def bench_attack(
     attackers: tuple[str, ...] = tuple(ATTACKERS),
     source: str | None = None,
     hub_args: tuple[str, ...] = (),
+    window: int = PUBLISH_WINDOW,
 ) -> dict[str, Any]:
     """``rounds`` alternations of the healthy client alone and under attack, on one hub.
 
@@ -281,7 +284,7 @@ def bench_attack(
         read, written = client_bytes(healthy)
         attackers = attack.pids if attack is not None else []
         started, used, attackers_used = time.perf_counter(), cpu_seconds(pid), sum(map(cpu_seconds, attackers))
-        rates.append(client_acked_rate(healthy, seconds, topic=topic))
+        rates.append(client_acked_rate(healthy, seconds, topic=topic, window=window))
         took = time.perf_counter() - started
         cpu.append((cpu_seconds(pid) - used) / took)
         if attack is not None:
@@ -295,7 +298,7 @@ def bench_attack(
         # (the flood holds the hub at --max-connections, so a new one would be refused).
         healthy = Client(address, name="healthy")
         try:
-            client_acked_rate(healthy, 1.0, topic=topic)  # warm-up: topics exist, caches filled
+            client_acked_rate(healthy, 1.0, topic=topic, window=window)  # warm-up: topics exist, caches filled
             rss_before = rss_mib(pid)
             for _ in range(rounds):
                 sample(healthy, alone, cpu_alone, io_alone, pid)
@@ -322,6 +325,7 @@ def bench_attack(
         "attackers": list(attackers),
         "attack_under_way_before_each_sample": under_way,
         "attackers_from": source or "127.0.0.1 (the healthy client's address)",
+        "healthy_publishes_in_flight": window,
         "hub_args": list(hub_args),
         "seconds_per_sample": seconds,
         "healthy_acked_msgs_per_s_alone": round(statistics.median(alone)),
@@ -364,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attacker-source", metavar="ADDRESS", help="attack: the attackers connect from this "
                         "address and the next ones, one each (127.0.0.2: .2, .3, ...); default: 127.0.0.1, the "
                         "healthy client's")  # fmt: skip
+    parser.add_argument("--window", type=int, default=PUBLISH_WINDOW, help="attack: the healthy client's "
+                        "acked publishes in flight (16: bound by round trips, so by how soon a hub wakes; "
+                        "256: by what the hub can do)")  # fmt: skip
     parser.add_argument("--hub-arg", action="append", default=[], metavar="ARG",
                         help="attack: one more argument for the hub (repeatable; --hub-arg=--flag --hub-arg=VALUE)")
     args = parser.parse_args(argv)
@@ -376,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown := [name for name in chosen if name not in ATTACKERS]:
             parser.error(f"unknown attackers {unknown}: choose from {', '.join(ATTACKERS)}")
         row = bench_attack(args.seconds, args.hub_root, rounds=args.rounds, attackers=chosen,
-                           source=args.attacker_source, hub_args=tuple(args.hub_arg))  # fmt: skip
+                           source=args.attacker_source, hub_args=tuple(args.hub_arg), window=args.window)  # fmt: skip
     row["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps({"bench": args.what, **row}), flush=True)
     return 0
