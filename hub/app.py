@@ -73,6 +73,7 @@ def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
             max_new_topics_per_user=config.max_new_topics_per_user,
             max_new_topics_per_frame=config.max_new_topics_per_frame,
         ),
+        connect_rate=config.connect_rate,
     )
 
 
@@ -291,32 +292,41 @@ class HubServer:
                           x_subscriptions_ended=ended, x_connections_closed=closed))  # fmt: skip
         return True
 
-    def reload_cluster_secret(self) -> bool:
-        """Read ``--cluster-secret-file`` again (SIGHUP): new mesh streams prove its first secret
-        and accept any of its secrets (a rotation, docs/security.md); a file that cannot be used
-        leaves the secrets in force unchanged.  False if there is none or it failed."""
+    def reload_mesh_admission(self) -> bool:
+        """Read ``--cluster-secret-file`` and the files of ``--mesh-allow`` again (SIGHUP): new mesh
+        streams prove the first secret and are judged by the new rules (a rotation, docs/security.md),
+        and every live link whose peer they no longer admit is closed.  Rules that cannot be used
+        leave those in force unchanged.  False if there are none or they failed."""
         from .core.mesh.admission import AdmissionSetupError, read_secrets
+        from .mesh.admit import parse_allow_list
 
-        path = self.config.cluster_secret_file
-        if path is None or self.mesh is None:
+        config, path = self.config, self.config.cluster_secret_file
+        if self.mesh is None or (path is None and not config.mesh_allow):
             return False
         try:
-            secrets = read_secrets(path)
+            secrets = read_secrets(path) if path is not None else None
+            allowed = parse_allow_list(config.mesh_allow) if config.mesh_allow else None
         except AdmissionSetupError as exc:
-            log.error("cluster secret NOT reloaded, the previous one stays in force: %s", exc,
+            log.error("mesh admission NOT reloaded, the rules in force stay: %s", exc,
                       extra=ev("cluster_secret_reload_failed", reason=str(exc), x_path=str(path)))  # fmt: skip
             return False
-        self.mesh.core.admission.use_secrets(secrets)
-        log.info("cluster secret file %s reloaded: %d secret(s) accepted, the first one proved", path, len(secrets),
-                 extra=ev("cluster_secret_reloaded", x_path=str(path), x_secrets=len(secrets)))  # fmt: skip
+        policy = self.mesh.core.admission
+        if allowed is not None:
+            policy.use_allowed_peers(allowed)
+        if secrets is not None:
+            policy.use_secrets(secrets)
+            log.info("cluster secret file %s reloaded: %d secret(s) accepted, the first one proved", path,
+                     len(secrets), extra=ev("cluster_secret_reloaded", x_path=str(path), x_secrets=len(secrets)))
+        closed = self.mesh.core.readmit()
+        log.info("mesh admission reloaded: %s; %d link(s) closed as no longer admitted", policy.rules.describe(),
+                 closed, extra=ev("mesh_admission_reloaded", x_links_closed=closed))  # fmt: skip
         return True
 
     def reload(self) -> None:
-        """SIGHUP: the users file and the cluster secret file, those the hub was started with."""
+        """SIGHUP: the users file, the cluster secret file and --mesh-allow's files, those the hub has."""
         if self.config.auth_file is not None:
             self.reload_auth()
-        if self.config.cluster_secret_file is not None:
-            self.reload_cluster_secret()
+        self.reload_mesh_admission()
 
     def _close_storage(self) -> None:
         if self.consumers is not None:

@@ -69,6 +69,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--max-body", "largest client frame body in bytes", metavar="BYTES", type=int)
     option("--max-connections", "client connections beyond this are refused with an ERROR frame", metavar="N",
            type=int, shown="what the file descriptor limit leaves for clients, its soft limit raised to the hard one")
+    option("--max-connects-per-second-per-address", "connections a second one source address (an IPv6 /64) "
+           "may open after a burst of --connect-burst-per-address; beyond it a connection gets ERROR "
+           "LIMIT_EXCEEDED and is closed at once; 0: no limit; loopback is limited too", metavar="N",
+           type=float)  # fmt: skip
+    option("--connect-burst-per-address", "connections one source address may open at once before its rate "
+           "applies", metavar="N", type=int)  # fmt: skip
+    option("--connect-rate-exempt", "an address or CIDR the connection rate limit leaves alone (repeatable, or "
+           "comma-separated)", metavar="CIDR", action="append", shown="none")  # fmt: skip
     option("--max-subscriptions", "open subscriptions per connection", metavar="N", type=int)
     option("--max-topics-per-connection", "topics and patterns across one connection's subscriptions",
            metavar="N", type=int)  # fmt: skip
@@ -162,7 +170,8 @@ async def run_hub(server: HubServer) -> None:
     # SIGHUP reloads the users file and the cluster secret file of a hub that has one (the
     # daemon convention, as nats-server does).  Without either, SIGHUP (a closed terminal)
     # stops the hub -- unless it was ignored at start (nohup).
-    reloads = server.config.auth_file is not None or server.config.cluster_secret_file is not None
+    config = server.config
+    reloads = config.auth_file is not None or config.cluster_secret_file is not None or bool(config.mesh_allow)
     watched = [signal.SIGINT, signal.SIGTERM]
     if reloads or signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         watched.append(signal.SIGHUP)
@@ -196,6 +205,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "data_dir": args.data_dir,
         "max_body": args.max_body,
         "max_connections": args.max_connections,
+        "max_connects_per_second_per_address": args.max_connects_per_second_per_address,
+        "connect_burst_per_address": args.connect_burst_per_address,
+        "connect_rate_exempt": ",".join(args.connect_rate_exempt) if args.connect_rate_exempt else None,
         "max_subscriptions": args.max_subscriptions,
         "max_topics_per_connection": args.max_topics_per_connection,
         "max_topics": args.max_topics,

@@ -11,6 +11,8 @@ from typing import Any
 
 from wire.limits import DEFAULT_MAX_CLIENT_BODY
 
+from .core.connect_rate import ConnectRateLimits
+
 ENV_PREFIX = "PUB0SUB_HUB_"
 
 
@@ -27,6 +29,13 @@ class HubConfig:
     #: Client connections beyond this are refused with LIMIT_EXCEEDED.  None: as many as the
     #: file descriptor limit leaves room for (hub/shell/fdlimit.py), which also caps a larger value.
     max_connections: int | None = None
+    #: Connections a second one source address (an IPv6 /64) may open on average, after a burst
+    #: of ``connect_burst_per_address``; beyond it a connection is refused with LIMIT_EXCEEDED and
+    #: closed at once (hub/core/connect_rate.py).  0: no limit.  Loopback is limited too.
+    max_connects_per_second_per_address: float = 100.0
+    connect_burst_per_address: int = 200
+    #: Addresses and CIDRs the connection rate limit leaves alone (a load balancer, a test bed).
+    connect_rate_exempt: tuple[str, ...] = ()
     #: Open subscriptions per connection.
     max_subscriptions: int = 1024
     #: Topics and patterns across all subscriptions of one connection.
@@ -172,6 +181,12 @@ class HubConfig:
             raise ValueError("mesh_write_interval must be >= 0")
         if self.durability not in ("received", "fsync"):
             raise ValueError(f"durability must be 'received' or 'fsync', got {self.durability!r}")
+        self.connect_rate  # noqa: B018 - checks the rate, the burst and every exempt CIDR
+
+    @property
+    def connect_rate(self) -> ConnectRateLimits:
+        return ConnectRateLimits(per_second=self.max_connects_per_second_per_address,
+                                 burst=self.connect_burst_per_address, exempt=self.connect_rate_exempt)  # fmt: skip
 
 
 def _coerce(f: dataclasses.Field[Any], raw: Any) -> Any:

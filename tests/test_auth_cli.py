@@ -32,7 +32,7 @@ def test_auth_makes_entries_the_hub_accepts(tmp_path: Path, start_hub: StartHub)
     made = auth("password", "alice", "--publish", "orders.>", "--subscribe", "orders.>", "--deny-subscribe",
                 "orders.secret", "--file", str(users), stdin="correct horse\n")  # fmt: skip
     assert made.returncode == 0, made.stderr
-    token = auth("token", "ingest", "--publish", "orders.>", "--file", str(users))
+    token = auth("token", "ingest", "--publish", "orders.>", "--status", "--file", str(users))
     assert token.returncode == 0, token.stderr
     secret = token.stdout.strip()
     assert secret.startswith("ingest:") and len(secret) > 40  # printed once: only its hash is in the file
@@ -50,6 +50,10 @@ def test_auth_makes_entries_the_hub_accepts(tmp_path: Path, start_hub: StartHub)
     assert got.returncode == 0 and got.stdout == "orders.eu 0 hello\n", got.stderr
     wrong = pub0sub("status", "--hub", hub.address, "--user", "alice", "--password", "wrong")
     assert wrong.returncode == 1 and "bad credentials (NOT_AUTHORIZED)" in wrong.stderr
+    # --status granted ingest the status document; alice was not granted it.
+    assert pub0sub("status", "--hub", hub.address, "--token", secret).returncode == 0
+    not_granted = pub0sub("status", "--hub", hub.address, "--user", "alice", "--password", "correct horse")
+    assert not_granted.returncode == 1 and "STATUS is not granted to 'alice'" in not_granted.stderr
     denied = pub0sub("pub", "--hub", hub.address, "--token", secret, "--topic", "audit", "--ack", "x")
     assert denied.returncode == 1 and "publish to 'audit' is not allowed" in denied.stderr
 
@@ -76,11 +80,12 @@ def test_a_bad_users_file_stops_the_hub_with_one_line(tmp_path: Path) -> None:
 
 def test_sighup_reloads_the_users_file_and_ends_a_revoked_subscription(tmp_path: Path, start_hub: StartHub) -> None:
     users = tmp_path / "users.toml"
-    users.write_text(user_entry("ops", "pw", publish=[">"], subscribe=[">"]))
+    users.write_text(user_entry("ops", "pw", publish=[">"], subscribe=[">"], status=True))
     hub = start_hub("--auth-file", str(users))
     with sdk.connect_blocking(hub.address, user="ops", password="pw", reconnect=None) as client:
         sub = client.subscribe("alerts.disk")
-        users.write_text(user_entry("ops", "pw", publish=[">"], subscribe={"allow": [">"], "deny": ["alerts.>"]}))
+        users.write_text(user_entry("ops", "pw", publish=[">"], subscribe={"allow": [">"], "deny": ["alerts.>"]},
+                                    status=True))
         hub.proc.send_signal(signal.SIGHUP)
         with pytest.raises(sdk.SubscriptionClosedError) as ended:
             sub.next(timeout=30)

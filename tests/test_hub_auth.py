@@ -8,6 +8,7 @@ authenticate in time is closed; a bad token and a bad password are refused alike
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import trio
 
 import sdk
 import wire
+from hub.core.auth_file import AuthFileError, parse_auth_file
 from tests.support.inprocess import StartHub, collect, publish, quiet, start_server
 from tests.support.rawclient import RawClient
 from tests.support.scrape import scrape, value
@@ -216,6 +218,37 @@ async def test_anonymous_clients_get_only_what_anonymous_is_granted(start_server
     await anon.send(publish("public.news", [b"x"], seq=1))
     assert (await anon.expect(wire.Error)).code is wire.ErrorCode.NOT_AUTHORIZED
     assert server.status()["connection_list"][0]["user"] in ("(anonymous)", None)
+
+
+async def test_status_is_read_only_by_users_granted_it(start_server: StartHub, tmp_path: Path) -> None:
+    """STATUS names every connection, user and topic of the hub: with a users file only a user
+    with ``status = true`` reads it; anyone else gets ERROR NOT_AUTHORIZED, counted against it.
+    A reload that grants it lets the user read it from its next connection's STATUS on."""
+    ops = user_entry("ops", "ops-pw", status=True)
+    users = write_users(tmp_path / "users.toml", ops, NATS_USER, '[anonymous]\nsubscribe = ["public.>"]\n')
+    server = await start_server(auth_file=users, metrics_listen="127.0.0.1:0")
+    reader = await login(server.address, "ops", "ops-pw")
+    await reader.send(wire.Status())
+    doc = json.loads((await reader.expect(wire.StatusReply)).document)
+    assert doc["auth"]["required"] is True
+    for client, label in ((await login(server.address, "bob", "bob-pw"), "bob"),
+                          (await RawClient.connect(server.address), "(anonymous)")):  # fmt: skip
+        await client.send(wire.Status())
+        error = await client.expect(wire.Error)
+        assert error.code is wire.ErrorCode.NOT_AUTHORIZED and f"STATUS is not granted to {label!r}" in error.reason
+        assert await client.recv() is None  # ERROR is fatal
+        assert server.status()["auth"]["per_user"][label]["status_refused"] == 1
+    assert server.ops is not None
+    samples = await trio.to_thread.run_sync(scrape, server.ops.address)
+    assert value(samples, "pub0sub_user_status_refused_total", user="bob") == 1
+    # The ops user is still served; bob is granted status by a reload.
+    await trio.Path(users).write_text(ops + user_entry("bob", "bob-pw", status=True))
+    assert server.reload_auth()
+    bob = await login(server.address, "bob", "bob-pw")
+    await bob.send(wire.Status())
+    await bob.expect(wire.StatusReply)
+    with pytest.raises(AuthFileError, match="status must be true or false"):
+        parse_auth_file('[users.x]\nsecrets = ["$argon2id$x"]\nstatus = "yes"\n')
 
 
 # -- reloading -------------------------------------------------------------------------------

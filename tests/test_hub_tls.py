@@ -98,3 +98,25 @@ def test_commands_take_a_ca_file(certs: Certs, start_hub: Callable[..., HubProce
     assert '"tls"' in status.stdout
     refused = run("status", "--tls")  # the system's CAs: the test CA is not among them
     assert refused.returncode == 1 and "TLS handshake" in refused.stderr and "Traceback" not in refused.stderr
+
+
+async def test_a_connection_past_the_rate_limit_is_closed_before_any_tls_handshake(
+    start_server: StartHub, certs: Certs
+) -> None:
+    """Under TLS a refusal would cost the handshake it saves: the connection is closed at once,
+    the client reads end of file instead of a ServerHello (and the refusal is counted)."""
+    server = await start_server(tls_cert=certs.hub_cert, tls_key=certs.hub_key,
+                                max_connects_per_second_per_address=0.01, connect_burst_per_address=1)  # fmt: skip
+    host, port = server.address.rsplit(":", 1)
+    first = trio.socket.socket()
+    await first.bind(("127.0.0.2", 0))
+    await first.connect((host, int(port)))  # admitted: its TLS handshake is the hub's to wait for
+    second = trio.socket.socket()
+    await second.bind(("127.0.0.2", 0))
+    await second.connect((host, int(port)))
+    await second.send(b"\x16\x03\x01\x00\x05hello")  # the start of a ClientHello
+    with trio.fail_after(5):
+        assert await second.recv(1024) == b""  # closed, not a byte of TLS or of pub0sub
+    assert server.core.connect_rate.refused == 1
+    first.close()
+    second.close()

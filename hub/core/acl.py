@@ -177,6 +177,8 @@ class Permissions:
     subscribe: TopicRules = field(default_factory=TopicRules)
     durables: NameRules = field(default_factory=NameRules)
     groups: NameRules = field(default_factory=NameRules)
+    #: May read the STATUS document: every connection, user, topic and counter of the hub.
+    status: bool = False
 
     def publish_refusal(self, topics: Iterable[str]) -> str | None:
         """The first topic this user may not publish to, as a refusal; None if all are allowed."""

@@ -58,6 +58,8 @@ class UserCounters:
     #: more than ``max_new_topics_per_user`` (hub.core.topic_budget).
     topics_created: int = 0
     topic_limit_refused: int = 0
+    #: STATUS frames refused: the users file does not grant it ``status = true``.
+    status_refused: int = 0
 
 
 @dataclass(eq=False)
@@ -73,6 +75,15 @@ class Identity:
     @property
     def label(self) -> str:
         return self.user if self.user is not None else ANONYMOUS
+
+
+def status_refusal(identity: Identity | None) -> str | None:
+    """Why this connection may not read STATUS, counted against its user; None: it may (an open
+    hub, or ``status = true``).  The document names every client, user and topic of the hub."""
+    if identity is None or identity.permissions.status:
+        return None
+    identity.counters.status_refused += 1
+    return f"STATUS is not granted to {identity.label!r} (status = true in the users file grants it)"
 
 
 @dataclass(frozen=True, eq=False)

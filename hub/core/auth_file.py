@@ -8,6 +8,7 @@ A TOML document (docs/security.md gives the whole format)::
     subscribe = { allow = ["orders.>"], deny = ["orders.secret"] }   # ...a table has both
     durables = ["billing-*"]                            # names, or prefixes ending in '*'
     groups = ["workers"]
+    status = true                                       # may read STATUS (default false)
 
     [anonymous]                                         # optional: a client without credentials
     subscribe = ["public.>"]
@@ -34,7 +35,7 @@ from .acl import NameRules, Permissions, TopicRules
 HASH_PREFIX = "$argon2id$"
 #: Secrets per user: enough to rotate, few enough that a wrong one costs few slow hashes.
 MAX_SECRETS = 4
-_RIGHTS = ("publish", "subscribe", "durables", "groups")
+_RIGHTS = ("publish", "subscribe", "durables", "groups", "status")
 
 
 class AuthFileError(ValueError):
@@ -107,7 +108,10 @@ def _permissions(entry: dict[str, Any], where: str, *, extra: set[str]) -> Permi
         durables, groups = (NameRules(*_allow_deny(entry.get(k), f"{where}: {k}")) for k in ("durables", "groups"))
     except ValueError as exc:  # a bad pattern (wire.topics' message) or a bad name rule
         raise AuthFileError(f"{where}: {exc}") from None
-    return Permissions(publish=publish, subscribe=subscribe, durables=durables, groups=groups)
+    status = entry.get("status", False)
+    if not isinstance(status, bool):
+        raise AuthFileError(f"{where}: status must be true or false (may it read STATUS?)")
+    return Permissions(publish=publish, subscribe=subscribe, durables=durables, groups=groups, status=status)
 
 
 def _allow_deny(value: object, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:

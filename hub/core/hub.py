@@ -46,11 +46,12 @@ from wire import (
 
 from ..storage.store import LogStore
 from .acks import AckTracker
-from .auth import ClientAuth
+from .auth import ClientAuth, status_refusal
 from .auth_file import AuthConfig
 from .clients import ClientSession, CloseReason
 from .clock import Clock
 from .commits import Commits
+from .connect_rate import ConnectRate, ConnectRateLimits
 from .consumers import ConsumerRegistry, ConsumerState, StandingInterest
 from .events import ev
 from .flushing import OutputBatch
@@ -104,6 +105,7 @@ class CoreSettings:
     slow_consumer_deadline: float = 10.0
     subscriptions: SubscriptionLimits = field(default_factory=SubscriptionLimits)
     topics: TopicLimits = field(default_factory=TopicLimits)
+    connect_rate: ConnectRateLimits = field(default_factory=ConnectRateLimits)
 
 
 class HubCore:
@@ -128,6 +130,8 @@ class HubCore:
         self.router: RoutingTable[Any] = RoutingTable()
         self.sessions: dict[int, ClientSession] = {}
         self._next_conn_id = 1
+        #: Asked by the listener before a session is opened (hub.core.connect_rate).
+        self.connect_rate = ConnectRate(settings.connect_rate)
         # Our own origin numbering continues after the highest sequence the logs hold.
         stored = [lg.origins.get(hub_id, 0) for lg in store.logs.values()] if store is not None else []
         self.origin = OriginSequence(hub_id, last_stored=max(stored, default=0))
@@ -364,6 +368,9 @@ class HubCore:
         session.close(CloseReason.CLIENT_ERROR)
 
     def _on_status(self, session: ClientSession, frame: Status) -> None:
+        if (refusal := status_refusal(session.identity)) is not None:
+            session.fail(ErrorCode.NOT_AUTHORIZED, refusal, why=CloseReason.NOT_AUTHORIZED)
+            return
         session.send_control(StatusReply(document=self.status_document()).encode())
 
     # -- time ---------------------------------------------------------------------------

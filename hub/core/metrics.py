@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .clients import SUBSCRIPTION_KINDS
+from .connect_rate import ADDRESS_CLASSES
 from .histogram import Histogram
 
 if TYPE_CHECKING:
@@ -102,6 +103,10 @@ def _hub_families(core: HubCore) -> list[Family]:
         counter("pub0sub_connections_opened", "Client connections accepted since start.", stats.connections_total),
         counter("pub0sub_connections_refused", "Client connections refused (max_connections reached).",
                 stats.connections_refused),
+        by_label(counter("pub0sub_connections_rate_limited", "Client connections refused at accept for coming too "
+                         "often from one address (--max-connects-per-second-per-address), by address class.",
+                         labels=("address_class",)), "address_class", core.connect_rate.refused_by_class,
+                 every=ADDRESS_CLASSES),  # fmt: skip
         by_label(counter("pub0sub_connections_closed", "Client connections that ended, by close reason.",
                          labels=("reason",)), "reason", stats.connections_closed),
         by_label(gauge("pub0sub_subscriptions", "Open subscriptions by kind.", labels=("kind",)), "kind", kinds),
@@ -151,6 +156,7 @@ USER_COUNTERS = (
     ("pub0sub_user_topics_created", "topics_created", "Topics created by the user's publishes."),
     ("pub0sub_user_topic_limit_refused", "topic_limit_refused",
      "PUBLISHes refused: they would create more topics than max_new_topics_per_user."),
+    ("pub0sub_user_status_refused", "status_refused", "STATUS requests refused: the user has no status grant."),
 )
 
 

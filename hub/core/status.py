@@ -50,6 +50,7 @@ def hub_status(core: HubCore, *, listen: str) -> dict[str, Any]:
         ],
     }
     doc["auth"] = core.auth.status()
+    doc["connect_rate"] = core.connect_rate.status()
     if store is not None:
         doc["storage"] = {
             "data_dir": str(store.root),

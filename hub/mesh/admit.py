@@ -44,12 +44,14 @@ async def admit(
     peer_id: ID,
     timeout: float,  # noqa: ASYNC109 -- the handshake's own deadline, from the mesh's hello_timeout
 ) -> AdmissionRefused | None:
-    """Judge ``stream`` (None: admitted, the session may start); a refusal is not counted here."""
+    """Judge ``stream`` (None: admitted, the session may start, and the policy knows what it
+    proved); a refusal is not counted here."""
     refusal = policy.check_stream(str(peer_id), version)
     if refusal is not None:
         return refusal
     handshake = policy.handshake(version, dialer=outbound, own_id=own_id.to_bytes(), peer_id=peer_id.to_bytes())
     if handshake is None:
+        policy.admit(str(peer_id), None)
         return None
     with trio.move_on_after(timeout):
         try:
@@ -61,6 +63,7 @@ async def admit(
             out = handshake.take_output()
             if out:
                 await stream.write(out)
+            policy.admit(str(peer_id), handshake.proved)
             return None
         except AdmissionRefused as exc:
             await _send_last_words(stream, handshake.take_output())

@@ -315,7 +315,7 @@ class Mesh:
             give_up = trio.current_time() + max(self.config.resume_linger, self.config.reconnect_max)
             # A random pause makes two hubs that found each other at once rarely dial at once.
             await trio.sleep(random.uniform(0, self.config.reconnect_min))
-            while not self._closing and not link.live:
+            while not self._closing and not link.live and self.core.admission.may_dial(link.key):
                 try:
                     with trio.fail_after(DIAL_TIMEOUT):
                         stream, version = await self._open_stream(link)
@@ -369,7 +369,6 @@ class Mesh:
         refusal = await admit(policy, stream, version, outbound=outbound, own_id=self.peer_id, peer_id=peer_id,
                               timeout=self.config.hello_timeout)  # fmt: skip
         if refusal is None:
-            policy.admitted += 1
             return True
         policy.refuse(str(peer_id), remote_address(stream), refusal, outbound=outbound)
         return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
 import ssl
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +28,8 @@ REFUSAL_SECONDS = 1.0
 #: loop waits ACCEPT_RETRY_SECONDS and goes on; the connection waits in the backlog meanwhile.
 ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 ACCEPT_RETRY_SECONDS = 0.1
+#: What a connection refused at once may have sent already, read before it is closed.
+RECEIVE_ON_REFUSAL = 64 << 10
 
 
 async def open_client_listeners(host: str | None, port: int) -> Sequence[trio.SocketListener]:
@@ -87,7 +90,11 @@ class ClientListener:
             host, port = tcp.socket.getpeername()[:2]
             peer = f"{host}:{port}"
         except OSError:
-            peer = "?"
+            host, peer = "?", "?"
+        limited = self.core.connect_rate.check(host, self.core.clock.monotonic())
+        if limited is not None:  # connecting too often: refused before it costs a session or a task
+            refuse_now(tcp, b"" if self.tls is not None else limited)
+            return
         session = self.core.open_session(peer)
         if isinstance(session, bytes):  # refused (max_connections): say why, then hang up
             log.info("connection from %s refused: max_connections reached", peer,
@@ -117,6 +124,20 @@ class ClientListener:
             await trio.aclose_forcefully(tcp)
             return
         await self._connection(session, secured, deadline).run()
+
+
+def refuse_now(tcp: trio.SocketStream, error: bytes) -> None:
+    """Refuse a connection without a task: what it sent is read once (a socket closed with unread
+    input sends a reset, which can make the client's kernel drop the ERROR before it is read),
+    ``error`` is written (a fresh socket's buffer takes it whole) and the socket is closed.
+    Under TLS ``error`` is empty: the refusal would cost a handshake, the work refusing saves."""
+    fd = tcp.socket.fileno()
+    with contextlib.suppress(OSError):
+        os.read(fd, RECEIVE_ON_REFUSAL)
+    with contextlib.suppress(OSError):
+        if error:
+            os.write(fd, error)
+    tcp.socket.close()
 
 
 async def _refuse(stream: ClientStream, error: bytes) -> None:

@@ -4,6 +4,7 @@ drip, and subscribers that ping and never read.  Each runs in a process of its o
 
 from __future__ import annotations
 
+import ipaddress
 import multiprocessing
 import socket
 import time
@@ -26,7 +27,18 @@ class Attack:
     client, as an attacker on the same machine would.
     """
 
-    def __init__(self, address: str, *, attackers: tuple[str, ...] = tuple(ATTACKERS), malformed: int = 10_000) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        attackers: tuple[str, ...] = tuple(ATTACKERS),
+        malformed: int = 10_000,
+        source: str | None = None,
+    ) -> None:
+        """``source``: the attackers connect from this address and the ones after it, one each in
+        :data:`ATTACKERS` order (``127.0.0.2``: malformed from .2, flood from .3, ...; all of
+        127.0.0.0/8 is loopback on Linux), so a per-address limit tells them from a healthy
+        client on 127.0.0.1.  None: from whatever address the system picks (127.0.0.1)."""
         context = multiprocessing.get_context("spawn")
         self.stopping = context.Event()
         self._malformed = malformed
@@ -38,8 +50,13 @@ class Attack:
         self._processes = []
         for name in attackers:
             target, extra = targets[name]
-            args = (address, self.stopping, self._counts[ATTACKERS[name]], *extra)
+            own = None if source is None else str(ipaddress.ip_address(source) + list(ATTACKERS).index(name))
+            args = ((address, own), self.stopping, self._counts[ATTACKERS[name]], *extra)
             self._processes.append(context.Process(target=target, args=args, daemon=True))
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._processes if p.pid is not None]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -54,6 +71,16 @@ class Attack:
         for process in self._processes:
             process.start()
 
+    def wait_under_way(self, timeout: float = 30.0) -> bool:
+        """Wait until every attacker has done something (a spawned process on a loaded machine
+        takes seconds to import before it attacks); False if one had not within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while any(value.value == 0 for value in self._counts.values()):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def stop(self) -> None:
         self.stopping.set()
         for process in self._processes:
@@ -63,19 +90,24 @@ class Attack:
                 process.join(10)
 
 
-def _connect(address: str) -> socket.socket:
+#: Where an attacker connects to, and from (None: the system's choice).
+Target = tuple[str, str | None]
+
+
+def _connect(target: Target) -> socket.socket:
+    address, source = target
     host, port = address.rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=5)
+    return socket.create_connection((host, int(port)), timeout=5, source_address=None if source is None else (source, 0))
 
 
-def _malformed(address: str, stopping: Any, count: Any, limit: int) -> None:
+def _malformed(target: Target, stopping: Any, count: Any, limit: int) -> None:
     """Connections that send garbage (a bad opcode, a huge length, a truncated HELLO, a lone
     byte), hang up their sending side and read what the hub says."""
     junk = [b"\xff\x00\x00\x00\x01x", b"\x22\xff\xff\xff\xff", wire.Hello(client_name="x").encode()[:7], b"\x00"]
     n = 0
     while not stopping.is_set() and count.value < limit:
         try:
-            with _connect(address) as sock:
+            with _connect(target) as sock:
                 sock.sendall(junk[n % len(junk)])
                 sock.shutdown(socket.SHUT_WR)
                 while sock.recv(1024):
@@ -86,7 +118,7 @@ def _malformed(address: str, stopping: Any, count: Any, limit: int) -> None:
         count.value += 1
 
 
-def _flood(address: str, stopping: Any, count: Any) -> None:
+def _flood(target: Target, stopping: Any, count: Any) -> None:
     """Connections opened and held past --max-connections, 300 at a time, renewed at
     ~200 a second (a flood, not a CPU race with the healthy client)."""
     held: list[socket.socket] = []
@@ -94,7 +126,7 @@ def _flood(address: str, stopping: Any, count: Any) -> None:
         if len(held) >= 300:
             held.pop(0).close()
         try:
-            held.append(_connect(address))
+            held.append(_connect(target))
             count.value += 1
         except OSError:
             pass
@@ -102,12 +134,12 @@ def _flood(address: str, stopping: Any, count: Any) -> None:
         sock.close()
 
 
-def _drip(address: str, stopping: Any, count: Any) -> None:
+def _drip(target: Target, stopping: Any, count: Any) -> None:
     """One byte a second of a frame that never completes, on a fresh connection when closed."""
     frame = wire.Publish(sequence=1, sets=(wire.MessageSet.build(("drip",), [(b"", bytes(1000))]),)).encode()
     while not stopping.is_set():
         try:
-            with _connect(address) as sock:
+            with _connect(target) as sock:
                 sock.sendall(wire.Hello(client_name="drip").encode())
                 for byte in frame:
                     if stopping.wait(1.0):
@@ -118,7 +150,7 @@ def _drip(address: str, stopping: Any, count: Any) -> None:
             continue
 
 
-def _never_read(address: str, stopping: Any, count: Any) -> None:
+def _never_read(target: Target, stopping: Any, count: Any) -> None:
     """Four connections that subscribe to the healthy client's topics and ping, never reading a
     byte back; one the hub closes is replaced at once, as a real attacker would.  Sent without
     blocking: a hub that stops reading them costs this attacker nothing."""
@@ -131,7 +163,7 @@ def _never_read(address: str, stopping: Any, count: Any) -> None:
             for n, sock in enumerate(socks):
                 try:
                     if sock is None:
-                        sock = socks[n] = _connect(address)
+                        sock = socks[n] = _connect(target)
                         sock.sendall(greeting)
                         sock.setblocking(False)
                         rest[n] = b""

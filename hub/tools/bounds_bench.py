@@ -3,6 +3,7 @@
     python -m hub.tools.bounds_bench patterns [--patterns 80000] [--seconds 5]
     python -m hub.tools.bounds_bench topics [--topics 256]
     python -m hub.tools.bounds_bench attack [--seconds 5] [--rounds 3] [--attackers never_read,...]
+        [--attacker-source 127.0.0.2] [--hub-arg=--max-connects-per-second-per-address --hub-arg=0]
 
 ``patterns``: the acknowledged publish rate of one client while 8 other connections
 hold ``--patterns`` distinct wildcard patterns between them (none matching what is
@@ -120,15 +121,17 @@ def acked_rate(address: str, seconds: float, *, topic: Callable[[int], str], siz
         client.close()
 
 
-def client_acked_rate(client: Client, seconds: float, *, topic: Callable[[int], str], size: int = 64) -> float:
-    """Acknowledged messages per second of ``client`` keeping ``PUBLISH_WINDOW`` frames in flight."""
+def client_acked_rate(
+    client: Client, seconds: float, *, topic: Callable[[int], str], size: int = 64, window: int = PUBLISH_WINDOW
+) -> float:
+    """Acknowledged messages per second of ``client`` keeping ``window`` frames in flight."""
     payload = bytes(size)
     sent = acked = 0
     started = time.perf_counter()
     deadline = started + seconds
     while True:
         now = time.perf_counter()
-        while sent - acked < PUBLISH_WINDOW and now < deadline:
+        while sent - acked < window and now < deadline:
             mset = wire.MessageSet.build((topic(sent),), [(b"", payload)])
             client.send(wire.Publish(sequence=sent + 1, flags=wire.PublishFlags.ACK, sets=(mset,)))
             sent += 1
@@ -233,17 +236,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def hub_status(client: Client) -> dict[str, Any]:
+    client.send(wire.Status())
+    return json.loads(client.expect(wire.StatusReply).document)  # type: ignore[no-any-return]
+
+
 def client_bytes(client: Client) -> tuple[int, int]:
     """Bytes the hub has read from and written to all its clients (its STATUS, asked on ``client``)."""
-    client.send(wire.Status())
-    doc = json.loads(client.expect(wire.StatusReply).document)
+    doc = hub_status(client)
     counters, connections = doc["counters"], doc["connection_list"]
     return (counters["bytes_in_closed"] + sum(c["bytes_in"] for c in connections),
             counters["bytes_out_closed"] + sum(c["bytes_out"] for c in connections))  # fmt: skip
 
 
 def bench_attack(
-    seconds: float, root: Path, *, rounds: int = 3, attackers: tuple[str, ...] = tuple(ATTACKERS)
+    seconds: float,
+    root: Path,
+    *,
+    rounds: int = 3,
+    attackers: tuple[str, ...] = tuple(ATTACKERS),
+    source: str | None = None,
+    hub_args: tuple[str, ...] = (),
+    window: int = PUBLISH_WINDOW,
 ) -> dict[str, Any]:
     """``rounds`` alternations of the healthy client alone and under attack, on one hub.
 
@@ -254,7 +268,7 @@ def bench_attack(
     the healthy client's share included) show what the attack costs the hub
     itself, which the healthy client's rate shows only through the noise of a shared machine.
     """
-    args = ["--max-connections", "200", "--heartbeat-interval", "2", "--max-pending-bytes", str(1 << 20)]
+    args = ["--max-connections", "200", "--heartbeat-interval", "2", "--max-pending-bytes", str(1 << 20), *hub_args]
     alone: list[float] = []
     attacked: list[float] = []
     cpu_alone: list[float] = []
@@ -262,13 +276,19 @@ def bench_attack(
     io_alone: list[tuple[float, float]] = []
     io_attacked: list[tuple[float, float]] = []
     counts: dict[str, int] = {}
+    under_way: list[bool] = []
+    attackers_cpu: list[float] = []
 
-    def sample(healthy: Client, rates: list[float], cpu: list[float], io: list[tuple[float, float]], pid: int) -> None:
+    def sample(healthy: Client, rates: list[float], cpu: list[float], io: list[tuple[float, float]], pid: int,
+               attack: Attack | None = None) -> None:  # fmt: skip
         read, written = client_bytes(healthy)
-        started, used = time.perf_counter(), cpu_seconds(pid)
-        rates.append(client_acked_rate(healthy, seconds, topic=topic))
+        attackers = attack.pids if attack is not None else []
+        started, used, attackers_used = time.perf_counter(), cpu_seconds(pid), sum(map(cpu_seconds, attackers))
+        rates.append(client_acked_rate(healthy, seconds, topic=topic, window=window))
         took = time.perf_counter() - started
         cpu.append((cpu_seconds(pid) - used) / took)
+        if attack is not None:
+            attackers_cpu.append((sum(map(cpu_seconds, attackers)) - attackers_used) / took)
         now_read, now_written = client_bytes(healthy)
         io.append(((now_read - read) / took / (1 << 20), (now_written - written) / took / (1 << 20)))
 
@@ -278,15 +298,18 @@ def bench_attack(
         # (the flood holds the hub at --max-connections, so a new one would be refused).
         healthy = Client(address, name="healthy")
         try:
-            client_acked_rate(healthy, 1.0, topic=topic)  # warm-up: topics exist, caches filled
+            client_acked_rate(healthy, 1.0, topic=topic, window=window)  # warm-up: topics exist, caches filled
             rss_before = rss_mib(pid)
             for _ in range(rounds):
                 sample(healthy, alone, cpu_alone, io_alone, pid)
-                attack = Attack(address, attackers=attackers)
+                attack = Attack(address, attackers=attackers, source=source)
                 attack.start()
-                time.sleep(1.0)  # the attack under way
+                # Every attacker at work (spawning and importing takes seconds under load), then a
+                # second more for the hub to meet all of them.
+                under_way.append(attack.wait_under_way())
+                time.sleep(1.0)
                 try:
-                    sample(healthy, attacked, cpu_attacked, io_attacked, pid)
+                    sample(healthy, attacked, cpu_attacked, io_attacked, pid, attack)
                 finally:
                     attack.stop()
                     attack_counts = attack.counts
@@ -294,11 +317,16 @@ def bench_attack(
                     counts[name] = counts.get(name, 0) + value
                 time.sleep(1.0)  # the hub sees the attackers' connections close
             rss_after = rss_mib(pid)
+            doc = hub_status(healthy)
         finally:
             healthy.close()
     return {
         "rounds": rounds,
         "attackers": list(attackers),
+        "attack_under_way_before_each_sample": under_way,
+        "attackers_from": source or "127.0.0.1 (the healthy client's address)",
+        "healthy_publishes_in_flight": window,
+        "hub_args": list(hub_args),
         "seconds_per_sample": seconds,
         "healthy_acked_msgs_per_s_alone": round(statistics.median(alone)),
         "healthy_acked_msgs_per_s_under_attack": round(statistics.median(attacked)),
@@ -307,11 +335,20 @@ def bench_attack(
         "under_attack_samples": [round(x) for x in attacked],
         "hub_cpu_share_alone": [round(x, 2) for x in cpu_alone],
         "hub_cpu_share_under_attack": [round(x, 2) for x in cpu_attacked],
+        # The attackers' own processes (CPU seconds per second, all of them): on one machine they
+        # take cores from the hub and the healthy client whatever the hub does.
+        "attackers_cpu_share": [round(x, 2) for x in attackers_cpu],
         "hub_mib_per_s_read_written_alone": [[round(r, 2), round(w, 2)] for r, w in io_alone],
         "hub_mib_per_s_read_written_under_attack": [[round(r, 2), round(w, 2)] for r, w in io_attacked],
         "rss_mib_before": round(rss_before, 1),
         "rss_mib_after": round(rss_after, 1),
         **counts,
+        # What the hub made of them: sessions opened, refused at --max-connections, refused by the
+        # per-address rate limit (absent on a hub from before it), protocol errors answered.
+        "hub_connections_opened": doc["counters"]["connections_total"],
+        "hub_refused_max_connections": doc["counters"]["connections_refused"],
+        "hub_refused_connect_rate": doc.get("connect_rate", {}).get("refused"),
+        "hub_protocol_errors": doc["counters"]["protocol_errors"],
     }
 
 
@@ -328,6 +365,14 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(ATTACKERS),
         help=f"attack: which attackers, comma-separated (default: all of {', '.join(ATTACKERS)})",
     )
+    parser.add_argument("--attacker-source", metavar="ADDRESS", help="attack: the attackers connect from this "
+                        "address and the next ones, one each (127.0.0.2: .2, .3, ...); default: 127.0.0.1, the "
+                        "healthy client's")  # fmt: skip
+    parser.add_argument("--window", type=int, default=PUBLISH_WINDOW, help="attack: the healthy client's "
+                        "acked publishes in flight (16: bound by round trips, so by how soon a hub wakes; "
+                        "256: by what the hub can do)")  # fmt: skip
+    parser.add_argument("--hub-arg", action="append", default=[], metavar="ARG",
+                        help="attack: one more argument for the hub (repeatable; --hub-arg=--flag --hub-arg=VALUE)")
     args = parser.parse_args(argv)
     if args.what == "patterns":
         row = bench_patterns(args.patterns, args.seconds, args.hub_root)
@@ -337,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         chosen = tuple(name.strip() for name in args.attackers.split(",") if name.strip())
         if unknown := [name for name in chosen if name not in ATTACKERS]:
             parser.error(f"unknown attackers {unknown}: choose from {', '.join(ATTACKERS)}")
-        row = bench_attack(args.seconds, args.hub_root, rounds=args.rounds, attackers=chosen)
+        row = bench_attack(args.seconds, args.hub_root, rounds=args.rounds, attackers=chosen,
+                           source=args.attacker_source, hub_args=tuple(args.hub_arg), window=args.window)  # fmt: skip
     row["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps({"bench": args.what, **row}), flush=True)
     return 0

@@ -53,6 +53,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                          help="durable name it may use; NAME* for a prefix (repeatable)")  # fmt: skip
         sub.add_argument("--group", action="append", default=[], metavar="NAME",
                          help="group it may join; NAME* for a prefix (repeatable)")  # fmt: skip
+        sub.add_argument("--status", action="store_true",
+                         help="it may read the hub's STATUS (every client, user and topic on the hub)")
         sub.add_argument("--file", type=Path, metavar="FILE",
                          help="append the entry to this users file instead of printing it")  # fmt: skip
     kinds.add_parser("hash", help="hash the first line of stdin (or a prompted secret) and print the hash")
@@ -87,6 +89,8 @@ def entry(user: str, hashed: str, args: argparse.Namespace) -> str:
         lines.append(f"durables = {json.dumps(args.durable)}")
     if args.group:
         lines.append(f"groups = {json.dumps(args.group)}")
+    if args.status:
+        lines.append("status = true")
     return "\n".join(lines) + "\n"
 
 

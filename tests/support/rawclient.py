@@ -14,9 +14,19 @@ class RawClient:
         self.eof = False
 
     @classmethod
-    async def connect(cls, address: str, *, hello: bool = True, name: str = "raw", token: bytes = b"") -> RawClient:
+    async def connect(
+        cls, address: str, *, hello: bool = True, name: str = "raw", token: bytes = b"", source: str | None = None
+    ) -> RawClient:
+        """``source``: the local address to connect from (any of 127.0.0.0/8 works on Linux)."""
         host, port = address.rsplit(":", 1)
-        client = cls(await trio.open_tcp_stream(host, int(port)))
+        if source is None:
+            stream = await trio.open_tcp_stream(host, int(port))
+        else:
+            sock = trio.socket.socket()
+            await sock.bind((source, 0))
+            await sock.connect((host, int(port)))
+            stream = trio.SocketStream(sock)
+        client = cls(stream)
         if hello:
             await client.send(Hello(client_name=name, token=token))
             welcome = await client.expect(Welcome)

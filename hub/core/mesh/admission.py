@@ -126,6 +126,12 @@ def frame(opcode: int, body: bytes) -> bytes:
     return HEADER.pack(opcode, len(body)) + body
 
 
+def fingerprint(secret: bytes) -> bytes:
+    """What the hub remembers of the secret a link proved: enough to tell whether a reload still
+    accepts it, nothing that would prove it (a hash under a label of its own)."""
+    return hashlib.sha256(b"pub0sub cluster secret fingerprint\x00" + secret).digest()
+
+
 class AdmissionHandshake:
     """One side of the cluster-secret handshake on a fresh mesh stream, without I/O.
 
@@ -162,6 +168,8 @@ class AdmissionHandshake:
         self._expect: list[int] = [ADMIT_NONCE, ADMIT_PROOF]
         self._header: tuple[int, int] | None = None
         self.done = False
+        #: The :func:`fingerprint` of the secret the peer's proof matched, once ``done``.
+        self.proved: bytes | None = None
         if dialer:
             self._out += frame(ADMIT_NONCE, self._nonce)
 
@@ -178,7 +186,8 @@ class AdmissionHandshake:
         # Every secret is tried (no early exit): the time taken does not say which one matched.
         matched = [hmac.compare_digest(peer_proof, proof(secret, role, self._peer, self._own, *nonces))
                    for secret in self._secrets]  # fmt: skip
-        return any(matched)
+        self.proved = next((fingerprint(s) for s, ok in zip(self._secrets, matched, strict=True) if ok), None)
+        return self.proved is not None
 
     def take_output(self) -> bytes:
         out = bytes(self._out)
@@ -266,6 +275,11 @@ class AdmissionPolicy:
         self.refused_by_kind: Counter[str] = Counter()
         self.admitted = 0
         self.secret_reloads = 0
+        #: Links closed because a reload of the rules no longer admits their peer.
+        self.unlinked_by_reload = 0
+        #: Per peer: the fingerprint of the secret its last admitted stream proved (absent:
+        #: admitted without a proof), so that a reload can tell which links a retired secret let in.
+        self._proved: dict[str, bytes] = {}
         #: The last refusals: peer id, address, reason (bounded).
         self.recent: deque[dict[str, str]] = deque(maxlen=RECENT_REFUSALS)
 
@@ -298,11 +312,33 @@ class AdmissionPolicy:
             return None  # v1 was allowed explicitly: it cannot prove a secret
         return AdmissionHandshake(secrets, dialer=dialer, own_id=own_id, peer_id=peer_id)
 
+    def admit(self, key: str, proved: bytes | None) -> None:
+        """A stream of ``key`` was admitted, having proved the secret of fingerprint ``proved``."""
+        self.admitted += 1
+        if proved is None:
+            self._proved.pop(key, None)
+        else:
+            self._proved[key] = proved
+
     def use_secrets(self, secrets: tuple[bytes, ...]) -> None:
-        """A reloaded secret file (SIGHUP): new streams are judged by it; links already admitted
-        stay (each was proved when it was set up)."""
+        """A reloaded secret file (SIGHUP): new streams are judged by it, and links whose peer
+        proved a secret it no longer holds are closed (:meth:`no_longer_admitted`)."""
         self.rules = replace(self.rules, cluster_secrets=secrets)
         self.secret_reloads += 1
+
+    def use_allowed_peers(self, allowed: frozenset[str]) -> None:
+        """A reloaded ``--mesh-allow`` (its files read again on SIGHUP)."""
+        self.rules = replace(self.rules, allowed_peers=allowed)
+
+    def no_longer_admitted(self, key: str) -> str | None:
+        """Why the rules in force would not admit ``key``'s live link now, or None."""
+        allowed = self.rules.allowed_peers
+        if allowed is not None and key not in allowed:
+            return "its peer id is no longer on --mesh-allow"
+        proved = self._proved.get(key)
+        if proved is not None and proved not in {fingerprint(s) for s in self.rules.cluster_secrets}:
+            return "the cluster secret it proved is no longer in --cluster-secret-file"
+        return None
 
     def refuse(self, key: str, address: str, refusal: AdmissionRefused, *, outbound: bool) -> None:
         """Count and log a refused peer (the shell resets its stream)."""
@@ -327,6 +363,7 @@ class AdmissionPolicy:
             "secret_reloads": self.secret_reloads,
             "allow_v1": rules.allow_v1,
             "admitted": self.admitted,
+            "unlinked_by_reload": self.unlinked_by_reload,
             "refused": self.refused,
             "refused_by_kind": dict(self.refused_by_kind),
             "recent_refusals": list(self.recent),

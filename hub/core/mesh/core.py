@@ -167,6 +167,22 @@ class MeshCore:
             return False
         return True
 
+    def readmit(self) -> int:
+        """The admission rules were reloaded (SIGHUP): close every live link whose peer they no
+        longer admit (its redials are judged by them too); how many were closed."""
+        closed = 0
+        for link in self.links.values():
+            protocol = link.protocol
+            why = self.admission.no_longer_admitted(link.key)
+            if protocol is None or not protocol.alive or why is None:
+                continue
+            log.warning("mesh peer %s unlinked: %s (admission rules reloaded)", link.key, why,
+                        extra=ev("mesh_link_unadmitted", peer=link.key, reason="not_admitted", x_detail=why))
+            protocol.close(CloseReason.NOT_ADMITTED)
+            self.admission.unlinked_by_reload += 1
+            closed += 1
+        return closed
+
     def session_started(self, link: PeerLink, protocol: LinkSession) -> None:
         """A new stream with ``link``'s peer: it replaces any older one."""
         link.starting = False

@@ -30,6 +30,9 @@ class CloseReason(Enum):
     #: The overlay (mesh v3) closed a link it does not need (both ends hold more than
     #: ``degree``), or had no room left for it (``--max-peers``).
     PRUNED = "pruned"
+    #: A reload of the admission rules (SIGHUP) no longer admits the peer: off --mesh-allow, or
+    #: the cluster secret it proved was retired.
+    NOT_ADMITTED = "not_admitted"
     #: Handling the peer's input failed unexpectedly; only this session ends (the hub logs why).
     INTERNAL_ERROR = "internal_error"
 

@@ -29,7 +29,7 @@ import wire
 
 from .orchestrate import READY_TIMEOUT, latency_measurement, latency_workers, throughput, worker
 from .peers import Cluster, FirstAddress, NatsCluster, Server, missing
-from .procs import HOST, LineReader, python_module, spawn, stop_process
+from .procs import EXEMPT_LOOPBACK, HOST, LineReader, python_module, spawn, stop_process
 from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
 from .results import FigureSpec, Measurement
 from .wireproto import CHANNEL
@@ -88,7 +88,7 @@ class MeshCluster(FirstAddress):
     def _argv(self, bootstrap: str | None) -> list[str]:
         # No --data-dir: no topic logs, so this measures routing and forwarding like T1's log-less hub.
         args = ["--listen", f"{HOST}:0", "--mesh-listen", f"/ip4/{HOST}/tcp/0", "--max-pending-bytes",
-                str(BENCH_PENDING_BYTES), "--log-level", "WARNING", *self.extra]  # fmt: skip
+                str(BENCH_PENDING_BYTES), "--log-level", "WARNING", *EXEMPT_LOOPBACK, *self.extra]  # fmt: skip
         if bootstrap:
             args += ["--bootstrap", bootstrap]
         return python_module("hub", *args)

@@ -26,7 +26,7 @@ from typing import Any
 from .orchestrate import address_of as _addr
 from .orchestrate import paced_latency, run_pubsub, throughput, worker
 from .peers import READY_TIMEOUT, AnnouncedServer, Server
-from .procs import LineReader, python_module, spawn, stop_process
+from .procs import EXEMPT_LOOPBACK, LineReader, python_module, spawn, stop_process
 from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
 from .results import FigureSpec, Measurement
 
@@ -40,7 +40,7 @@ class Pub0subHub(AnnouncedServer):
     def __init__(self, *extra: str, data_dir: bool = False) -> None:
         # WARNING: the hub shares bench's stderr, where its INFO lines would bury the progress lines.
         args = ["--listen", "127.0.0.1:0", "--max-pending-bytes", str(BENCH_PENDING_BYTES), "--log-level", "WARNING",
-                *extra]  # fmt: skip
+                *EXEMPT_LOOPBACK, *extra]  # fmt: skip
         super().__init__("pub0sub", python_module("hub", *args))
         if data_dir:
             # The base class removes this directory when the server stops.

@@ -1,0 +1,183 @@
+"""Connections per second from one source address: a token bucket per address, bounded in memory.
+
+A client that connects in a tight loop (the attack benchmark's malformed-connection
+attacker makes ~2,000 connections a second) costs the hub an accept, a session, a task,
+a decode and a close each time, on the cores every other client needs.  The listener asks
+:meth:`ConnectRate.check` before it opens a session: each source address has a bucket of
+``burst`` connections that refills at ``per_second``; a connection that finds its bucket
+empty is refused with a short ``ERROR LIMIT_EXCEEDED`` and closed at once (no session, no
+task, no frame of it read).
+
+* IPv6 addresses share a bucket per /64: one host commonly holds a whole /64, so a bucket
+  per address would let it connect without limit.  An IPv4-mapped address is its IPv4 one.
+* The table is bounded (``max_addresses``, least recently seen forgotten first), so an
+  attacker with many source addresses cannot grow it.  A forgotten address starts again with
+  a full bucket: what it forgets of an address that was being limited is counted
+  (``forgotten_while_limited``).  Against many addresses a per-address limit cannot hold
+  anyway; ``--max-connections`` and the accept loop's cost bound that case.
+* Loopback is not exempt by default (a local process is as able to flood as a remote one);
+  ``exempt`` takes addresses and CIDRs an operator trusts (a load balancer, a local test bed).
+
+Refusals are counted per address class (loopback, private, link_local, global, other) for
+status and the metrics; the log names a limited address at most once every
+:data:`LOG_EVERY_SECONDS`, with the count refused since, never once per refused connection.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from wire import Error, ErrorCode
+
+from .events import ev
+
+log = logging.getLogger("pub0sub.hub.connection")
+
+#: The classes refusals are counted under (status and metrics name every one, zero or not).
+ADDRESS_CLASSES = ("loopback", "private", "link_local", "global", "other")
+IPV6_BUCKET_PREFIX = 64
+#: An address that stays limited is logged again at most this often, with what was refused since.
+LOG_EVERY_SECONDS = 10.0
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnectRateLimits:
+    #: Connections a second one address (an IPv6 /64) may open, on average; 0: no limit.
+    per_second: float = 100.0
+    #: Connections it may open at once before the rate applies (a client pool starting up).
+    burst: int = 200
+    #: Addresses and CIDRs (``10.0.0.0/8``, ``::1``) never limited.
+    exempt: tuple[str, ...] = ()
+    #: Addresses tracked at once, least recently seen forgotten first.
+    max_addresses: int = 16_384
+
+    def __post_init__(self) -> None:
+        if self.per_second < 0:
+            raise ValueError("max_connects_per_second_per_address must be >= 0 (0: no limit)")
+        if self.burst < 1:
+            raise ValueError("connect_burst_per_address must be at least 1")
+        if self.max_addresses < 1:
+            raise ValueError("the connect rate table needs room for one address")
+        parse_exempt(self.exempt)  # raises ValueError naming a bad entry
+
+
+def parse_exempt(entries: tuple[str, ...]) -> tuple[Network, ...]:
+    networks = []
+    for entry in entries:
+        try:
+            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+        except ValueError as exc:
+            raise ValueError(f"connect_rate_exempt: {entry!r} is not an address or CIDR ({exc})") from None
+    return tuple(networks)
+
+
+def address_class(address: Address | None) -> str:
+    if address is None:
+        return "other"
+    if address.is_loopback:
+        return "loopback"
+    if address.is_link_local:
+        return "link_local"
+    if address.is_private:
+        return "private"
+    return "global" if address.is_global else "other"
+
+
+def _parse(host: str) -> Address | None:
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])  # an IPv6 zone id is not part of the address
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+class _Bucket:
+    __slots__ = ("last", "logged_at", "tokens", "unlogged")
+
+    def __init__(self, tokens: float, last: float) -> None:
+        self.tokens = tokens
+        self.last = last
+        #: When a refusal of this address was last logged, and how many were refused since.
+        #: (An address held at the rate is admitted a few times a second: logging each time it
+        #: "starts" being limited again would be a line per token.)
+        self.logged_at = -LOG_EVERY_SECONDS
+        self.unlogged = 0
+
+
+class ConnectRate:
+    """The buckets, the exemptions and what was refused."""
+
+    def __init__(self, limits: ConnectRateLimits) -> None:
+        self.limits = limits
+        self._exempt = parse_exempt(limits.exempt)
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self.refused = 0
+        self.refused_by_class: Counter[str] = Counter()
+        self.forgotten_while_limited = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.limits.per_second > 0
+
+    def check(self, host: str, now: float) -> bytes | None:
+        """A connection from ``host`` (the peer's address as the socket gives it): None to
+        accept it, or the ERROR frame that refuses it."""
+        limits = self.limits
+        if limits.per_second <= 0:
+            return None
+        address = _parse(host)
+        if address is not None and self._exempt and any(address in net for net in self._exempt):
+            return None
+        key = host if address is None else str(address) if address.version == 4 else self._ipv6_key(address)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(float(limits.burst), now)
+            if len(self._buckets) > limits.max_addresses:
+                _, forgotten = self._buckets.popitem(last=False)
+                self.forgotten_while_limited += forgotten.tokens < 1
+        else:
+            self._buckets.move_to_end(key)
+            bucket.tokens = min(float(limits.burst), bucket.tokens + (now - bucket.last) * limits.per_second)
+            bucket.last = now
+        if bucket.tokens >= 1:
+            bucket.tokens -= 1
+            return None
+        kind = address_class(address)
+        self.refused += 1
+        self.refused_by_class[kind] += 1
+        bucket.unlogged += 1
+        if now - bucket.logged_at >= LOG_EVERY_SECONDS:
+            log.warning("connections from %s limited: more than %g a second (burst %d); %d refused since the last "
+                        "such line", key, limits.per_second, limits.burst, bucket.unlogged,
+                        extra=ev("conn_refused", peer=key, reason="connect_rate", x_address_class=kind,
+                                 x_refused=bucket.unlogged))  # fmt: skip
+            bucket.logged_at, bucket.unlogged = now, 0
+        retry = (1 - bucket.tokens) / limits.per_second
+        return Error(code=ErrorCode.LIMIT_EXCEEDED,
+                     reason=f"connection rate from {key}: over {limits.per_second:g}/s; retry in {retry:.2f} s").encode()
+
+    @staticmethod
+    def _ipv6_key(address: Address) -> str:
+        return str(ipaddress.ip_network(f"{address}/{IPV6_BUCKET_PREFIX}", strict=False))
+
+    def status(self) -> dict[str, Any]:
+        limits = self.limits
+        return {
+            "per_second_per_address": limits.per_second,
+            "burst_per_address": limits.burst,
+            "exempt": list(limits.exempt),
+            "addresses_tracked": len(self._buckets),
+            "max_addresses": limits.max_addresses,
+            "refused": self.refused,
+            "refused_by_address_class": {kind: self.refused_by_class[kind] for kind in ADDRESS_CLASSES},
+            "forgotten_while_limited": self.forgotten_while_limited,
+        }

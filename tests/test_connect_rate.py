@@ -1,0 +1,122 @@
+"""The per-address connection rate limit (hub/core/connect_rate.py) on real hubs: connections from
+one source address past its burst get ``ERROR LIMIT_EXCEEDED`` and are closed at once, other
+addresses (127.0.0.2 is not 127.0.0.1) and exempt CIDRs are served, the table of addresses stays
+within its bound, and status and the metrics count the refusals per address class.
+
+The rate is set so low (one connection per 100 s) that no token comes back while a test runs:
+the figures here are counts, never times."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+import wire
+from hub.app import HubServer
+from hub.config import HubConfig, load_config
+from hub.core.connect_rate import ADDRESS_CLASSES, ConnectRate, ConnectRateLimits
+from hub.core.metrics import MetricsSources, collect
+from tests.support.rawclient import RawClient
+
+SLOW = 0.01  # connections a second: none refills during a test
+BURST = 3
+
+
+async def start(nursery: trio.Nursery, **settings: object) -> HubServer:
+    config = HubConfig(listen="127.0.0.1:0", max_connects_per_second_per_address=SLOW,
+                       connect_burst_per_address=BURST, **settings)  # type: ignore[arg-type]  # fmt: skip
+    server = HubServer(config)
+    await nursery.start(server.serve)
+    return server
+
+
+async def refused(address: str, source: str) -> wire.Error:
+    """A connection from ``source`` that the hub refuses: its ERROR, then the hub hangs up."""
+    client = await RawClient.connect(address, hello=False, source=source)
+    await client.send(wire.Hello(client_name="one too many"))
+    error = await client.expect(wire.Error)
+    assert await client.recv() is None, "the hub kept a refused connection open"
+    await client.aclose()
+    return error  # type: ignore[return-value]
+
+
+async def status(client: RawClient) -> dict[str, object]:
+    await client.send(wire.Status())
+    return json.loads((await client.expect(wire.StatusReply)).document)  # type: ignore[attr-defined]
+
+
+async def test_an_address_past_its_burst_is_refused_and_the_others_are_served(nursery: trio.Nursery) -> None:
+    server = await start(nursery)
+    kept = [await RawClient.connect(server.address, source="127.0.0.2") for _ in range(BURST)]
+    error = await refused(server.address, "127.0.0.2")
+    assert error.code is wire.ErrorCode.LIMIT_EXCEEDED
+    assert "connection rate from 127.0.0.2" in error.reason and "retry in" in error.reason, error.reason
+    again = await refused(server.address, "127.0.0.2")  # still limited: no token came back
+    assert again.code is wire.ErrorCode.LIMIT_EXCEEDED
+    # Another address has a bucket of its own; the connections let in keep being served.
+    other = await RawClient.connect(server.address, source="127.0.0.1")
+    for client in (*kept, other):
+        await client.send(wire.PING)
+        assert (await client.expect(wire.Heartbeat)).word == "pong"  # type: ignore[attr-defined]
+    doc = await status(other)
+    rate = doc["connect_rate"]
+    assert rate["refused"] == 2 and rate["refused_by_address_class"]["loopback"] == 2, rate  # type: ignore[index]
+    assert rate["addresses_tracked"] == 2 and rate["burst_per_address"] == BURST, rate  # type: ignore[index]
+    # Refused before a session: neither counted as opened nor at max_connections.
+    assert server.core.stats.connections_total == BURST + 1 and server.core.stats.connections_refused == 0
+    samples = {f.name: f.samples for f in collect(MetricsSources(server.core))}
+    limited = dict((labels["address_class"], value) for labels, value in samples["pub0sub_connections_rate_limited"])
+    assert limited == {**dict.fromkeys(ADDRESS_CLASSES, 0), "loopback": 2}
+
+
+async def test_an_exempt_cidr_is_never_limited(nursery: trio.Nursery) -> None:
+    server = await start(nursery, connect_rate_exempt=("127.0.0.2/31",))  # 127.0.0.2 and 127.0.0.3
+    kept = [await RawClient.connect(server.address, source=source)
+            for source in ("127.0.0.2", "127.0.0.3") for _ in range(BURST + 2)]  # fmt: skip
+    for _ in range(BURST):
+        kept.append(await RawClient.connect(server.address, source="127.0.0.4"))
+    assert (await refused(server.address, "127.0.0.4")).code is wire.ErrorCode.LIMIT_EXCEEDED
+    assert server.core.connect_rate.refused == 1
+    assert server.core.connect_rate.status()["addresses_tracked"] == 1  # exempt addresses take no entry
+
+
+async def test_the_address_table_stays_within_its_bound(nursery: trio.Nursery) -> None:
+    """Many source addresses cannot grow the table: the least recently seen is forgotten (and
+    starts again with a full bucket, which the counters own up to)."""
+    server = await start(nursery)
+    server.core.connect_rate = ConnectRate(ConnectRateLimits(per_second=SLOW, burst=1, max_addresses=4))
+    sources = [f"127.0.0.{n}" for n in range(2, 12)]
+    for source in sources:
+        client = await RawClient.connect(server.address, source=source)
+        await client.aclose()
+        assert len(server.core.connect_rate._buckets) <= 4
+    # 127.0.0.11 is remembered with an empty bucket; 127.0.0.2 was forgotten long since.
+    assert (await refused(server.address, "127.0.0.11")).code is wire.ErrorCode.LIMIT_EXCEEDED
+    client = await RawClient.connect(server.address, source="127.0.0.2")
+    await client.aclose()
+    assert server.core.connect_rate.status()["addresses_tracked"] == 4
+
+
+def test_buckets_refill_ipv6_shares_a_slash_64_and_mapped_ipv4_is_ipv4() -> None:
+    rate = ConnectRate(ConnectRateLimits(per_second=2.0, burst=2))
+    assert rate.check("2001:db8::1", 0.0) is None and rate.check("2001:db8::ffff:2", 0.0) is None
+    assert rate.check("2001:db8::3", 0.0) is not None  # the same /64
+    assert rate.check("2001:db8:0:1::1", 0.0) is None  # the next /64
+    assert rate.check("2001:db8::4", 0.5) is None  # half a second at 2/s: one token back
+    assert rate.check("10.0.0.1", 0.0) is None and rate.check("::ffff:10.0.0.1", 0.0) is None
+    assert rate.check("10.0.0.1", 0.0) is not None
+    # 2001:db8::/32 is documentation space, which Python's ipaddress counts as private.
+    assert dict(rate.refused_by_class) == {"private": 2}
+    assert rate.check("8.8.8.8", 0.0) is None and rate.check("8.8.8.8", 0.0) is None
+    assert rate.check("8.8.8.8", 0.0) is not None and rate.refused_by_class["global"] == 1
+
+
+def test_the_settings_are_checked_with_a_clear_message() -> None:
+    with pytest.raises(ValueError, match="'10.0.0.300/8' is not an address or CIDR"):
+        load_config(env={}, overrides={"connect_rate_exempt": "127.0.0.0/8,10.0.0.300/8"})
+    with pytest.raises(ValueError, match="must be >= 0"):
+        load_config(env={}, overrides={"max_connects_per_second_per_address": -1})
+    assert load_config(env={}, overrides={"connect_rate_exempt": "127.0.0.0/8, ::1"}).connect_rate_exempt == (
+        "127.0.0.0/8", "::1")
