@@ -32,7 +32,6 @@ from sdk.spark.options import (
     resolve_position,
     split_range,
 )
-from sdk.spark.writing import producer_id_for, publish_rows
 from tests.support.hubprocess import HubProcess
 from tests.support.security import Certs, certs, user_entry, write_users
 
@@ -363,35 +362,6 @@ def test_rewrite_with_same_write_id_is_stored_once(spark: Any, hubs: Callable[..
     assert stored(hub.address, "idem") == 3000
     write()  # a new job id: a new producer, stored again (the guarantee is per write id)
     assert stored(hub.address, "idem") == 6000
-
-
-def test_task_retry_after_partial_publish_is_exactly_once(hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
-    """What a retried Spark task does, without Spark: the first attempt dies mid-way, the second
-    (same producer id, same rows) completes it; the half-filled frame of the failed attempt is
-    never sent, so nothing is lost or doubled."""
-    hub = hubs("--data-dir", str(tmp_path / "hub"))
-    rows = [("retry", b"row-%05d" % i, None) for i in range(5000)]
-    pid = producer_id_for("batch", "job-1", 0)
-
-    def failing() -> Iterator[tuple[str, bytes, None]]:
-        yield from rows[:3333]
-        raise RuntimeError("executor lost")
-
-    kw: dict[str, Any] = {"hubs": (hub.address,), "partition": 0, "connect_timeout": 5.0, "flush_bytes": 4096}
-    with pytest.raises(RuntimeError, match="executor lost"):
-        publish_rows(failing(), producer_id=pid, **kw)
-    partial = stored(hub.address, "retry")
-    assert 0 < partial < 3333  # whole frames only
-    result = publish_rows(iter(rows), producer_id=pid, **kw)
-    assert result.rows == 5000 and not result.replayed
-    assert stored(hub.address, "retry") == 5000
-    with sdk.connect_blocking(hub.address) as client, client.subscribe("retry", start="earliest") as sub:
-        values = []
-        while len(values) < 5000:
-            values += [m.data for m in sub.next_batch(timeout=5) or []]
-    assert values == [r[1] for r in rows]
-    again = publish_rows(iter(rows), producer_id=pid, **kw)  # a replay of a task that had finished
-    assert again.replayed and stored(hub.address, "retry") == 5000
 
 
 @pytest.mark.filterwarnings("ignore:Cannot infer the eval type")

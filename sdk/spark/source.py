@@ -58,7 +58,7 @@ from .options import (
     resolve_position,
 )
 from .reading import SPARK_DDL, read_range
-from .writing import PublishResult, producer_id_for, publish_rows, rows_of
+from .writing import PublishResult, producer_id_for, publish_batches
 
 log = logging.getLogger("pub0sub.spark")
 
@@ -268,6 +268,12 @@ def _check_write_schema(schema: StructType, opts: WriteOptions) -> None:
                 f"pub0sub write: column '{name}' must be BINARY or STRING, not {types[name].simpleString()} "
                 f"(cast it, e.g. col('{name}').cast('string'))"
             )
+    if "headers" in types and types["headers"] not in (MapType(StringType(), BinaryType()),
+                                                      MapType(StringType(), StringType())):  # fmt: skip
+        raise OptionError(
+            f"pub0sub write: column 'headers' must be MAP<STRING, BINARY> or MAP<STRING, STRING>, "
+            f"not {types['headers'].simpleString()}"
+        )
     if opts.topic is None:
         if "topic" not in types:
             raise OptionError("pub0sub write: give option 'topic' or a 'topic' column (STRING)")
@@ -285,8 +291,9 @@ class _Publisher:
         partition = ctx.partitionId() if ctx is not None else 0
         opts = self.opts
         pid = producer_id_for(*producer_parts, partition) if opts.idempotent else None
-        result = publish_rows(
-            rows_of(batches, opts.topic),
+        result = publish_batches(
+            batches,
+            topic_option=opts.topic,
             hubs=opts.hubs,
             producer_id=pid,
             partition=partition,
