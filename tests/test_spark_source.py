@@ -64,6 +64,8 @@ from tests.support.waiting import wait_until
         ({"hub": "h:1", "subscribe": "a", "user": "u", "password": "p", "token": "u:p"}, False, "not both"),
         ({"hub": "h:1", "subscribe": "a", "keyFile": "k.pem"}, False, "option 'keyFile' needs 'certFile'"),
         ({"hub": "h:1", "subscribe": "a", "tls": "false", "caFile": "ca.pem"}, False, "the files need TLS"),
+        ({"hub": "h:1", "subscribe": "a", "columns": "value,size"}, False, "option 'columns': 'value,size' must name"),
+        ({"hub": "h:1", "subscribe": "a", "columns": "value, VALUE"}, True, "each column at most once"),
     ],
 )
 def test_read_option_errors(options: dict[str, str], streaming: bool, message: str) -> None:
@@ -211,6 +213,21 @@ def test_batch_read_has_the_headers_column(spark: Any, hubs: Callable[..., HubPr
         None, {"trace": b"4bf9", "raw": b"\x00\xff"}, {"trace": b"4bf9", "raw": b"\x00\xff"}, {"tenant": b"eu"}, None,
     ]  # fmt: skip
     assert [r.trace for r in rows] == [None, "4bf9", "4bf9", None, None]
+
+
+def test_columns_option_narrows_the_schema(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    expected = publish_known(hub.address, {"narrow": 120})
+    df = reader(spark, hub.address, subscribe="narrow", columns="value, Offset,key", minPartitions="2")
+    assert df.columns == ["value", "offset", "key"]
+    got = sorted((r.offset, bytes(r.value), None if r.key is None else bytes(r.key)) for r in df.collect())
+    assert got == [(offset, value, key) for _, offset, _, key, value, _ in expected]
+    stream = (spark.readStream.format("pub0sub").option("hub", hub.address).option("subscribe", "narrow")
+              .option("startingOffsets", "earliest").option("columns", "timestamp,value").load())  # fmt: skip
+    assert stream.columns == ["timestamp", "value"]
+    other = spark.read.format("pub0sub").schema("value binary").option("hub", hub.address)
+    with pytest.raises(Exception, match="fixed schema"):
+        other.option("subscribe", "narrow").load().count()
 
 
 def test_batch_read_data_loss_is_clear(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
