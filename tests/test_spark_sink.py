@@ -5,7 +5,7 @@ match: each row given to the client's ``publish`` in turn (``client.publish(topi
 key=key)``, the last row in an acknowledged frame).  First byte for byte on the client's real
 batching code (no hub needed to compare bytes), then against a real hub: a task that the per-row
 path began and that died is completed by the vectorised path under the same producer id, with
-nothing lost or doubled.  Headers written through Spark come back as they went in.
+nothing lost or doubled.  (Headers written through Spark: tests/test_spark_source.py.)
 """
 
 from __future__ import annotations
@@ -280,41 +280,3 @@ def test_task_fails_mid_way_then_retry_is_exactly_once(start_hub: Callable[..., 
     again = publish_batches(iter(batches), **kw)  # a replay of a task that had finished
     assert again.replayed and again.rows == 5000
     assert stored(hub.address, "retry") == 5000
-
-
-# -- headers through Spark ------------------------------------------------------------------------
-
-
-def test_sink_writes_the_headers_column(spark: Any, start_hub: Callable[..., HubProcess], tmp_path: Path) -> None:
-    hub = start_hub("--data-dir", str(tmp_path / "hub"))
-    with sdk.connect_blocking(hub.address) as client:
-        client.publish("h.in", b"none")
-        client.publish("h.in", b"one", headers={"trace": "4bf9", "raw": b"\x00\xff"})
-        client.publish("h.in", b"two", headers={"trace": "4bf9", "raw": b"\x00\xff"})
-        client.publish("h.in", b"other", headers={"tenant": "eu"})
-        client.publish_acked("h.in", b"none again")
-
-    def read(topic: str) -> list[tuple[bytes, dict[str, bytes] | None]]:
-        rows = (spark.read.format("pub0sub").option("hub", hub.address).option("subscribe", topic).load()
-                .orderBy("offset").collect())  # fmt: skip
-        return [(bytes(r.value), None if r.headers is None else {k: bytes(v) for k, v in r.headers.items()})
-                for r in rows]  # fmt: skip
-
-    # A DataFrame read from pub0sub, written back as it is (its topic column overridden).
-    df = spark.read.format("pub0sub").option("hub", hub.address).option("subscribe", "h.in").load()
-    df.write.format("pub0sub").option("hub", hub.address).option("topic", "h.out").mode("append").save()
-    assert read("h.out") == read("h.in") == [
-        (b"none", None), (b"one", {"trace": b"4bf9", "raw": b"\x00\xff"}),
-        (b"two", {"trace": b"4bf9", "raw": b"\x00\xff"}), (b"other", {"tenant": b"eu"}), (b"none again", None),
-    ]  # fmt: skip
-    # MAP<STRING, STRING> works too: text values, which a subscriber gets back as str.
-    text = spark.createDataFrame([("a", {"lang": "fr"}), ("b", None)], "value string, headers map<string,string>")
-    text.coalesce(1).write.format("pub0sub").option("hub", hub.address).option("topic", "h.text").mode("append").save()
-    with sdk.connect_blocking(hub.address) as client, client.subscribe("h.text", start="earliest") as sub:
-        got: list[tuple[bytes, Any]] = []
-        while len(got) < 2:
-            got += [(m.data, m.headers) for m in sub.next_batch(timeout=10) or []]
-    assert [(data, dict(headers)) for data, headers in got] == [(b"a", {"lang": "fr"}), (b"b", {})]
-    wrong = spark.createDataFrame([("a", 1)], "value string, headers int")
-    with pytest.raises(Exception, match="column 'headers' must be MAP<STRING, BINARY> or MAP<STRING, STRING>"):
-        wrong.write.format("pub0sub").option("hub", hub.address).option("topic", "h.x").mode("append").save()

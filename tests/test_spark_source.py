@@ -198,14 +198,19 @@ def test_batch_read_equals_published(spark: Any, hubs: Callable[..., HubProcess]
     assert reader(spark, hub.address, subscribe="nothing.here").count() == 0
 
 
+def publish_headed(address: str, topic: str) -> None:
+    """Messages without headers, with the same headers twice, with others."""
+    with sdk.connect_blocking(address) as client:
+        client.publish(topic, b"none")
+        client.publish(topic, b"one", headers={"trace": "4bf9", "raw": b"\x00\xff"})
+        client.publish(topic, b"two", headers={"trace": "4bf9", "raw": b"\x00\xff"})
+        client.publish(topic, b"other", headers={"tenant": "eu"})
+        client.publish_acked(topic, b"none again")
+
+
 def test_batch_read_has_the_headers_column(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
     hub = hubs("--data-dir", str(tmp_path / "hub"))
-    with sdk.connect_blocking(hub.address) as client:
-        client.publish("h", b"none")
-        client.publish("h", b"one", headers={"trace": "4bf9", "raw": b"\x00\xff"})
-        client.publish("h", b"two", headers={"trace": "4bf9", "raw": b"\x00\xff"})
-        client.publish("h", b"other", headers={"tenant": "eu"})
-        client.publish_acked("h", b"none again")
+    publish_headed(hub.address, "h")
     df = reader(spark, hub.address, subscribe="h")
     assert dict(df.dtypes)["headers"] == "map<string,binary>"
     rows = df.selectExpr("offset", "headers", "CAST(headers['trace'] AS STRING) AS trace").orderBy("offset").collect()
@@ -362,6 +367,36 @@ def test_write_and_read_a_hub_with_users_and_tls(
         reader(spark, hub.address, subscribe="sec.a", caFile=str(certs.ca), connectTimeout="5").count()
     with pytest.raises(Exception, match="no pub0sub hub reachable"):
         reader(spark, hub.address, subscribe="sec.a", token="report:report-secret", connectTimeout="5").count()
+
+
+def test_write_has_the_headers_column(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    publish_headed(hub.address, "h.in")
+
+    def read(topic: str) -> list[tuple[bytes, dict[str, bytes] | None]]:
+        rows = (spark.read.format("pub0sub").option("hub", hub.address).option("subscribe", topic).load()
+                .orderBy("offset").collect())  # fmt: skip
+        return [(bytes(r.value), None if r.headers is None else {k: bytes(v) for k, v in r.headers.items()})
+                for r in rows]  # fmt: skip
+
+    # A DataFrame read from pub0sub, written back as it is (its topic column overridden).
+    df = spark.read.format("pub0sub").option("hub", hub.address).option("subscribe", "h.in").load()
+    df.write.format("pub0sub").option("hub", hub.address).option("topic", "h.out").mode("append").save()
+    assert read("h.out") == read("h.in") == [
+        (b"none", None), (b"one", {"trace": b"4bf9", "raw": b"\x00\xff"}),
+        (b"two", {"trace": b"4bf9", "raw": b"\x00\xff"}), (b"other", {"tenant": b"eu"}), (b"none again", None),
+    ]  # fmt: skip
+    # MAP<STRING, STRING> works too: text values, which a subscriber gets back as str.
+    text = spark.createDataFrame([("a", {"lang": "fr"}), ("b", None)], "value string, headers map<string,string>")
+    text.coalesce(1).write.format("pub0sub").option("hub", hub.address).option("topic", "h.text").mode("append").save()
+    with sdk.connect_blocking(hub.address) as client, client.subscribe("h.text", start="earliest") as sub:
+        got: list[tuple[bytes, Any]] = []
+        while len(got) < 2:
+            got += [(m.data, m.headers) for m in sub.next_batch(timeout=10) or []]
+    assert [(data, dict(headers)) for data, headers in got] == [(b"a", {"lang": "fr"}), (b"b", {})]
+    wrong = spark.createDataFrame([("a", 1)], "value string, headers int")
+    with pytest.raises(Exception, match="column 'headers' must be MAP<STRING, BINARY> or MAP<STRING, STRING>"):
+        wrong.write.format("pub0sub").option("hub", hub.address).option("topic", "h.x").mode("append").save()
 
 
 def test_rewrite_with_same_write_id_is_stored_once(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
