@@ -56,12 +56,15 @@ class PublishResult:
 #: A record's fixed bytes: ``[u16 key_len][u32 data_len]``.
 _RECORD_HEAD = 6
 _record_head = struct.Struct(">HI")
-#: Topic and headers of a run of rows (None: no headers).
+#: The headers of a run of rows, as the client takes them (None: no headers).
 Headers = dict[str, bytes | str] | None
 
 
 def _binary_column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
-    """Column ``name`` as ``large_binary`` (STRING is its UTF-8 bytes); None when absent."""
+    """Column ``name`` as ``large_binary`` (STRING is its UTF-8 bytes); None when absent.
+
+    64-bit offsets: the records of a batch, joined, may pass the 2 GiB of ``binary``.
+    """
     index = batch.schema.get_field_index(name)
     if index < 0:
         return None
