@@ -10,13 +10,18 @@ types, so the byte layout lives in one place.
 
 Acked publishes get a :class:`AckTicket` recording where the message sits in
 its frame; the PUBLISH_ACK's per-topic ranges then give each message's offsets.
+
+Records already in the wire layout (the Spark sink builds them per Arrow batch) go in
+through :meth:`PublishBuffer.add_encoded`: a slice of records per frame, with the frame
+boundaries :meth:`PublishBuffer.add` would have chosen for them one by one.
 """
 
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import wire
@@ -157,13 +162,15 @@ class PublishBuffer:
         self.pending: deque[PendingBatch] = deque()
         #: set by the owner when publishing must fail (the connection is gone for good)
         self.failed: BaseException | None = None
-        self._sets: list[tuple[tuple[str, ...], list[bytes], bytes]] = []
+        self._sets: list[tuple[tuple[str, ...], list[bytes | memoryview], bytes]] = []
+        #: per set: records beyond one per part (add_encoded appends many records as one part)
+        self._extra: list[int] = []
         self._tickets: list[AckTicket] = []
         self._topic_cache: dict[tuple[str, ...], bytes] = {}
         # The hot path compares the caller's topics object by identity (str and tuple only: immutable).
         self._last_key: object = None
         self._topics: tuple[str, ...] = ()
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | memoryview] = []
         #: the current set's headers block (``b""``: none)
         self._headers = b""
         #: the last headers mapping encoded (a copy) and its block: a publisher repeating its
@@ -207,9 +214,49 @@ class PublishBuffer:
 
     def add_acked(self, topics: Any, data: Any, key: Any = None, headers: Any = None) -> AckTicket:
         self.add(topics, data, key, headers)
-        ticket = AckTicket(len(self._sets) - 1, len(self._parts) - 1, self._topics)
+        ticket = AckTicket(len(self._sets) - 1, len(self._parts) - 1 + self._extra[-1], self._topics)
         self._tickets.append(ticket)
         return ticket
+
+    def add_encoded(self, topics: Any, records: Any, ends: Sequence[int], headers: Any = None) -> int:
+        """Buffer ``len(ends) - 1`` records already in the wire layout; return how many.
+
+        Record ``i`` is ``records[ends[i]:ends[i + 1]]``, ``[u16 key_len][u32 data_len][key][data]``
+        (``records``: bytes or anything with the buffer protocol; ``ends``: ints, ascending).
+        All go to ``topics`` with ``headers``.  The caller encoded them and checked their keys
+        (:data:`wire.limits.MAX_KEY_BYTES`); the hub checks every region it receives anyway.
+
+        Each frame ends exactly where :meth:`add` would have ended it had it been given the
+        records one by one (``flush_bytes``, the body budget, the set limit): the same records give
+        the same frames with the same sequences either way, which an idempotent producer's
+        retry relies on.  A frame that fills is handed to ``emit``; Python work is per frame, not
+        per record (two bisections of ``ends``, one slice).
+        """
+        count = len(ends) - 1
+        if count <= 0:
+            return 0
+        block = self._block_for(headers) if headers else b""
+        view = memoryview(records).cast("B")
+        lo = 0
+        while lo < count:
+            self._select(topics, block)
+            # The buffered total once records lo..i-1 are in: base + ends[i].
+            base = self.buffered - ends[lo]
+            # add() ends a frame after the record that takes it to flush_bytes ...
+            full = bisect_left(ends, self.flush_bytes - base, lo + 1, count + 1)
+            # ... and before a record that would take it past the body budget.
+            over = bisect_right(ends, self._budget - base, lo + 1, count + 1)
+            stop = min(full, over - 1, count)
+            if stop > lo:
+                self._parts.append(view[ends[lo] : ends[stop]])
+                self._extra[-1] += stop - lo - 1
+                self.buffered = base + ends[stop]
+            if over <= full and over <= count:
+                self._make_room(topics, ends[stop + 1] - ends[stop])  # emits this frame, or raises
+            elif stop == full:
+                self.emit()
+            lo = stop
+        return count
 
     def _select(self, topics: Any, headers: bytes = b"") -> None:
         if self.failed is not None:
@@ -225,6 +272,7 @@ class PublishBuffer:
                 self.emit()
             self._parts = []
             self._sets.append((normal, self._parts, headers))
+            self._extra.append(0)
             self._topics = normal
             self._headers = headers
             self.buffered += len(header) + _SET_FIXED_BYTES + len(headers)
@@ -259,9 +307,14 @@ class PublishBuffer:
 
     def take_frame(self) -> tuple[bytes, PendingBatch | None]:
         """The buffered messages as one PUBLISH frame, and its pending entry if it wants an ack."""
-        sets = [(topics, parts, headers) for topics, parts, headers in self._sets if parts]
+        sets = [
+            (topics, parts, headers, len(parts) + extra)
+            for (topics, parts, headers), extra in zip(self._sets, self._extra, strict=True)
+            if parts
+        ]
         tickets = self._tickets
         self._sets = []
+        self._extra = []
         self._tickets = []
         self._parts = []
         self._topics = ()
@@ -272,22 +325,22 @@ class PublishBuffer:
             return b"", None
         self.sequence += 1
         flags = wire.PublishFlags.ACK if tickets else wire.PublishFlags.NONE
-        if any(headers for _, _, headers in sets):
+        if any(headers for _, _, headers, _ in sets):
             flags |= wire.PublishFlags.HEADERS
         frame = wire.Publish(
             producer_id=self.producer_id,
             sequence=self.sequence,
             flags=flags,
             sets=tuple(
-                wire.MessageSet(topics=topics, count=len(parts), records=b"".join(parts), headers=headers)
-                for topics, parts, headers in sets
+                wire.MessageSet(topics=topics, count=count, records=b"".join(parts), headers=headers)
+                for topics, parts, headers, count in sets
             ),
         ).encode()
         if not tickets:
             return frame, None
         for ticket in tickets:
             ticket.sequence = self.sequence
-        batch = PendingBatch(self.sequence, frame, [(t, len(p)) for t, p, _ in sets], tickets)
+        batch = PendingBatch(self.sequence, frame, [(t, count) for t, _, _, count in sets], tickets)
         self.pending.append(batch)
         return frame, batch
 
@@ -314,6 +367,7 @@ class PublishBuffer:
             ticket.finish(error=error)
         self._tickets = []
         self._sets = []
+        self._extra = []
         self._parts = []
         self._topics = ()
         self._headers = b""

@@ -299,6 +299,28 @@ class BlockingClient:
         if self._proto.publish(topics, data, key, headers):
             self.flush()
 
+    def publish_encoded(
+        self,
+        topics: str | Sequence[str],
+        records: Any,
+        ends: Sequence[int],
+        *,
+        headers: Mapping[str, str | bytes] | None = None,
+    ) -> int:
+        """Buffer records already in the wire layout (:meth:`PublishBuffer.add_encoded
+        <sdk.batching.PublishBuffer.add_encoded>`); return how many.
+
+        The frames are those :meth:`publish` would have made of the same records one by one.
+        Every frame that fills meanwhile goes out in one socket write before this returns;
+        the rest waits in the buffer like any publish.
+        """
+        self._ensure()
+        count = self._proto.publish_encoded(topics, records, ends, headers)
+        if self._proto.has_output:
+            self._send()
+            self._service(0.0)
+        return count
+
     def flush(self) -> None:
         """Send every buffered publish and process whatever the hub sent meanwhile."""
         self._ensure()

@@ -95,6 +95,7 @@ class ClientProtocol:
         # The per-message call goes straight to the buffer: no extra Python frame on the hot path.
         self.publish: Callable[..., bool] = self.buffer.add
         self.publish_acked: Callable[..., AckTicket] = self.buffer.add_acked
+        self.publish_encoded: Callable[..., int] = self.buffer.add_encoded
         self.subs: dict[int, SubState] = {}
         #: subscriptions with acknowledgements not yet turned into ACK frames
         self._ack_dirty: list[SubState] = []
@@ -207,6 +208,8 @@ class ClientProtocol:
     #     ``flush_bytes`` and should be flushed now (bound to PublishBuffer.add in __init__).
     # publish_acked(topics, data, key=None) -> AckTicket: the same, in a frame that asks for a
     #     PUBLISH_ACK; the ticket completes with a PublishAck.
+    # publish_encoded(topics, records, ends, headers=None) -> int: records already in the wire
+    #     layout; every frame that fills is queued at once (bound to PublishBuffer.add_encoded).
 
     def flush(self) -> None:
         """Turn the buffered messages into one PUBLISH frame, queued for sending."""

@@ -32,7 +32,6 @@ from sdk.spark.options import (
     resolve_position,
     split_range,
 )
-from sdk.spark.writing import producer_id_for, publish_rows
 from tests.support.hubprocess import HubProcess
 from tests.support.security import Certs, certs, user_entry, write_users
 
@@ -65,6 +64,8 @@ from tests.support.waiting import wait_until
         ({"hub": "h:1", "subscribe": "a", "user": "u", "password": "p", "token": "u:p"}, False, "not both"),
         ({"hub": "h:1", "subscribe": "a", "keyFile": "k.pem"}, False, "option 'keyFile' needs 'certFile'"),
         ({"hub": "h:1", "subscribe": "a", "tls": "false", "caFile": "ca.pem"}, False, "the files need TLS"),
+        ({"hub": "h:1", "subscribe": "a", "columns": "value,size"}, False, "option 'columns': 'value,size' must name"),
+        ({"hub": "h:1", "subscribe": "a", "columns": "value, VALUE"}, True, "each column at most once"),
     ],
 )
 def test_read_option_errors(options: dict[str, str], streaming: bool, message: str) -> None:
@@ -197,14 +198,19 @@ def test_batch_read_equals_published(spark: Any, hubs: Callable[..., HubProcess]
     assert reader(spark, hub.address, subscribe="nothing.here").count() == 0
 
 
+def publish_headed(address: str, topic: str) -> None:
+    """Messages without headers, with the same headers twice, with others."""
+    with sdk.connect_blocking(address) as client:
+        client.publish(topic, b"none")
+        client.publish(topic, b"one", headers={"trace": "4bf9", "raw": b"\x00\xff"})
+        client.publish(topic, b"two", headers={"trace": "4bf9", "raw": b"\x00\xff"})
+        client.publish(topic, b"other", headers={"tenant": "eu"})
+        client.publish_acked(topic, b"none again")
+
+
 def test_batch_read_has_the_headers_column(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
     hub = hubs("--data-dir", str(tmp_path / "hub"))
-    with sdk.connect_blocking(hub.address) as client:
-        client.publish("h", b"none")
-        client.publish("h", b"one", headers={"trace": "4bf9", "raw": b"\x00\xff"})
-        client.publish("h", b"two", headers={"trace": "4bf9", "raw": b"\x00\xff"})
-        client.publish("h", b"other", headers={"tenant": "eu"})
-        client.publish_acked("h", b"none again")
+    publish_headed(hub.address, "h")
     df = reader(spark, hub.address, subscribe="h")
     assert dict(df.dtypes)["headers"] == "map<string,binary>"
     rows = df.selectExpr("offset", "headers", "CAST(headers['trace'] AS STRING) AS trace").orderBy("offset").collect()
@@ -212,6 +218,21 @@ def test_batch_read_has_the_headers_column(spark: Any, hubs: Callable[..., HubPr
         None, {"trace": b"4bf9", "raw": b"\x00\xff"}, {"trace": b"4bf9", "raw": b"\x00\xff"}, {"tenant": b"eu"}, None,
     ]  # fmt: skip
     assert [r.trace for r in rows] == [None, "4bf9", "4bf9", None, None]
+
+
+def test_columns_option_narrows_the_schema(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    expected = publish_known(hub.address, {"narrow": 120})
+    df = reader(spark, hub.address, subscribe="narrow", columns="value, Offset,key", minPartitions="2")
+    assert df.columns == ["value", "offset", "key"]
+    got = sorted((r.offset, bytes(r.value), None if r.key is None else bytes(r.key)) for r in df.collect())
+    assert got == [(offset, value, key) for _, offset, _, key, value, _ in expected]
+    stream = (spark.readStream.format("pub0sub").option("hub", hub.address).option("subscribe", "narrow")
+              .option("startingOffsets", "earliest").option("columns", "timestamp,value").load())  # fmt: skip
+    assert stream.columns == ["timestamp", "value"]
+    other = spark.read.format("pub0sub").schema("value binary").option("hub", hub.address)
+    with pytest.raises(Exception, match="fixed schema"):
+        other.option("subscribe", "narrow").load().count()
 
 
 def test_batch_read_data_loss_is_clear(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
@@ -348,6 +369,36 @@ def test_write_and_read_a_hub_with_users_and_tls(
         reader(spark, hub.address, subscribe="sec.a", token="report:report-secret", connectTimeout="5").count()
 
 
+def test_write_has_the_headers_column(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
+    hub = hubs("--data-dir", str(tmp_path / "hub"))
+    publish_headed(hub.address, "h.in")
+
+    def read(topic: str) -> list[tuple[bytes, dict[str, bytes] | None]]:
+        rows = (spark.read.format("pub0sub").option("hub", hub.address).option("subscribe", topic).load()
+                .orderBy("offset").collect())  # fmt: skip
+        return [(bytes(r.value), None if r.headers is None else {k: bytes(v) for k, v in r.headers.items()})
+                for r in rows]  # fmt: skip
+
+    # A DataFrame read from pub0sub, written back as it is (its topic column overridden).
+    df = spark.read.format("pub0sub").option("hub", hub.address).option("subscribe", "h.in").load()
+    df.write.format("pub0sub").option("hub", hub.address).option("topic", "h.out").mode("append").save()
+    assert read("h.out") == read("h.in") == [
+        (b"none", None), (b"one", {"trace": b"4bf9", "raw": b"\x00\xff"}),
+        (b"two", {"trace": b"4bf9", "raw": b"\x00\xff"}), (b"other", {"tenant": b"eu"}), (b"none again", None),
+    ]  # fmt: skip
+    # MAP<STRING, STRING> works too: text values, which a subscriber gets back as str.
+    text = spark.createDataFrame([("a", {"lang": "fr"}), ("b", None)], "value string, headers map<string,string>")
+    text.coalesce(1).write.format("pub0sub").option("hub", hub.address).option("topic", "h.text").mode("append").save()
+    with sdk.connect_blocking(hub.address) as client, client.subscribe("h.text", start="earliest") as sub:
+        got: list[tuple[bytes, Any]] = []
+        while len(got) < 2:
+            got += [(m.data, m.headers) for m in sub.next_batch(timeout=10) or []]
+    assert [(data, dict(headers)) for data, headers in got] == [(b"a", {"lang": "fr"}), (b"b", {})]
+    wrong = spark.createDataFrame([("a", 1)], "value string, headers int")
+    with pytest.raises(Exception, match="column 'headers' must be MAP<STRING, BINARY> or MAP<STRING, STRING>"):
+        wrong.write.format("pub0sub").option("hub", hub.address).option("topic", "h.x").mode("append").save()
+
+
 def test_rewrite_with_same_write_id_is_stored_once(spark: Any, hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
     hub = hubs("--data-dir", str(tmp_path / "hub"))
     df = spark.range(3000).selectExpr("'idem' AS topic", "CAST(id AS STRING) AS value").repartition(2)
@@ -363,35 +414,6 @@ def test_rewrite_with_same_write_id_is_stored_once(spark: Any, hubs: Callable[..
     assert stored(hub.address, "idem") == 3000
     write()  # a new job id: a new producer, stored again (the guarantee is per write id)
     assert stored(hub.address, "idem") == 6000
-
-
-def test_task_retry_after_partial_publish_is_exactly_once(hubs: Callable[..., HubProcess], tmp_path: Path) -> None:
-    """What a retried Spark task does, without Spark: the first attempt dies mid-way, the second
-    (same producer id, same rows) completes it; the half-filled frame of the failed attempt is
-    never sent, so nothing is lost or doubled."""
-    hub = hubs("--data-dir", str(tmp_path / "hub"))
-    rows = [("retry", b"row-%05d" % i, None) for i in range(5000)]
-    pid = producer_id_for("batch", "job-1", 0)
-
-    def failing() -> Iterator[tuple[str, bytes, None]]:
-        yield from rows[:3333]
-        raise RuntimeError("executor lost")
-
-    kw: dict[str, Any] = {"hubs": (hub.address,), "partition": 0, "connect_timeout": 5.0, "flush_bytes": 4096}
-    with pytest.raises(RuntimeError, match="executor lost"):
-        publish_rows(failing(), producer_id=pid, **kw)
-    partial = stored(hub.address, "retry")
-    assert 0 < partial < 3333  # whole frames only
-    result = publish_rows(iter(rows), producer_id=pid, **kw)
-    assert result.rows == 5000 and not result.replayed
-    assert stored(hub.address, "retry") == 5000
-    with sdk.connect_blocking(hub.address) as client, client.subscribe("retry", start="earliest") as sub:
-        values = []
-        while len(values) < 5000:
-            values += [m.data for m in sub.next_batch(timeout=5) or []]
-    assert values == [r[1] for r in rows]
-    again = publish_rows(iter(rows), producer_id=pid, **kw)  # a replay of a task that had finished
-    assert again.replayed and stored(hub.address, "retry") == 5000
 
 
 @pytest.mark.filterwarnings("ignore:Cannot infer the eval type")

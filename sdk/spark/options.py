@@ -49,12 +49,15 @@ READ_OPTIONS = frozenset(
         "splittopics",
         "fetchoffset.numretries",
         "fetchoffset.retryintervalms",
+        "columns",
     }
 )
 #: How to reach a hub with ``--auth-file`` or TLS (docs/security.md), for reads and writes alike.
 ACCESS_OPTIONS = frozenset({"user", "password", "token", "tls", "cafile", "certfile", "keyfile"})
 READ_OPTIONS = READ_OPTIONS | ACCESS_OPTIONS
 WRITE_OPTIONS = frozenset({"hub", "topic", "writeid", "idempotent", "connecttimeout", "flushbytes"}) | ACCESS_OPTIONS
+#: The source's columns in schema order (docs/spark.md, "Schema"); option ``columns`` picks some.
+SOURCE_COLUMNS = ("topic", "offset", "timestamp", "key", "value", "origin", "headers")
 #: Set by Spark itself on some paths (e.g. ``path`` for ``load(path)``); never an error.
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -278,6 +281,8 @@ class ReadOptions:
     split_topics: bool = True
     fetch_retries: int = DEFAULT_FETCH_RETRIES
     fetch_retry_interval: float = DEFAULT_FETCH_RETRY_INTERVAL_MS / 1000
+    #: the columns the source returns, in this order (option ``columns``)
+    columns: tuple[str, ...] = SOURCE_COLUMNS
 
     def check_offset_topics(self) -> None:
         """JSON offsets for fixed topics must name subscribed topics (a typo would read nothing)."""
@@ -288,6 +293,24 @@ class ReadOptions:
                 extra = sorted(set(offsets) - set(self.subscription.topics))
                 if extra:
                     raise OptionError(f"option '{name}' names topics that are not subscribed: {extra}")
+
+
+def parse_columns(raw: Mapping[str, str]) -> tuple[str, ...]:
+    """Option ``columns``: the source's columns to return, in the order given (default: all).
+
+    Python data sources get no column pruning from Spark (PySpark 4.3), and the JVM copies every
+    column of every row out of Arrow: a query that needs only ``value`` saves that copy this way.
+    """
+    text = normalize(raw).get("columns", "").strip()
+    if not text:
+        return SOURCE_COLUMNS
+    names = tuple(name.strip().lower() for name in text.split(","))
+    unknown = [name for name in names if name not in SOURCE_COLUMNS]
+    if unknown or len(set(names)) != len(names):
+        raise OptionError(
+            f"option 'columns': {text!r} must name each column at most once, from {', '.join(SOURCE_COLUMNS)}"
+        )
+    return names
 
 
 def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -324,6 +347,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
                                         "fetchOffset.numRetries"),
         fetch_retry_interval=(_positive_int(options, "fetchoffset.retryintervalms", DEFAULT_FETCH_RETRY_INTERVAL_MS,
                                             "fetchOffset.retryIntervalMs") or DEFAULT_FETCH_RETRY_INTERVAL_MS) / 1000,
+        columns=parse_columns(options),
     )  # fmt: skip
     result.check_offset_topics()
     return result

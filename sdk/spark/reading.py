@@ -17,7 +17,7 @@ from wire.records import split_records
 from ..messages import Gap
 from .columns import HEADERS_TYPE, HeaderColumn, key_value_arrays, strings, u64_as_i64
 from .hubs import connect_first
-from .options import NO_ACCESS, DataLossError, HubAccess
+from .options import NO_ACCESS, SOURCE_COLUMNS, DataLossError, HubAccess
 
 #: The Arrow form of the source's Spark schema; read() output must match it exactly.
 ARROW_SCHEMA = pa.schema(
@@ -31,6 +31,13 @@ ARROW_SCHEMA = pa.schema(
         ("headers", HEADERS_TYPE),
     ]
 )
+
+
+def arrow_schema(columns: tuple[str, ...]) -> pa.Schema:
+    """The Arrow schema of the source's ``columns`` (option ``columns``), in that order."""
+    return ARROW_SCHEMA if columns == SOURCE_COLUMNS else pa.schema([ARROW_SCHEMA.field(c) for c in columns])
+
+
 SPARK_DDL = (
     "topic STRING, offset BIGINT, timestamp TIMESTAMP, key BINARY, value BINARY, origin STRING, "
     "headers MAP<STRING, BINARY>"
@@ -84,24 +91,32 @@ class _Columns:
         self.rows += count
         self.bytes += len(records)
 
-    def take(self) -> pa.RecordBatch:
+    def take(self, columns: tuple[str, ...] = SOURCE_COLUMNS) -> pa.RecordBatch:
+        """One Arrow batch of ``columns`` (option ``columns``): only those are built."""
         counts = np.array(self.counts, dtype=np.int64)
         total = int(counts.sum())
-        starts = np.cumsum(counts) - counts
-        within = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
-        origins = [f"{o:016x}" for o in self._origins]
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.repeat(pa.scalar(self.topic, pa.string()), total),
-                pa.array(np.repeat(np.array(self.base, dtype=np.int64), counts) + within),
-                pa.array(np.repeat(u64_as_i64(self.stamps), counts)).cast(pa.timestamp("us", tz="UTC")),
-                pa.concat_arrays(self.keys),
-                pa.concat_arrays(self.values),
-                strings(origins, np.repeat(np.array(self.origin, dtype=np.int32), counts)),
-                self.headers.take(counts, total),
-            ],
-            schema=ARROW_SCHEMA,
-        )
+
+        def offsets() -> pa.Array:
+            starts = np.cumsum(counts) - counts
+            within = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+            return pa.array(np.repeat(np.array(self.base, dtype=np.int64), counts) + within)
+
+        def origins() -> pa.Array:
+            names = [f"{o:016x}" for o in self._origins]
+            return strings(names, np.repeat(np.array(self.origin, dtype=np.int32), counts))
+
+        build = {
+            "topic": lambda: pa.repeat(pa.scalar(self.topic, pa.string()), total),
+            "offset": offsets,
+            "timestamp": lambda: pa.array(np.repeat(u64_as_i64(self.stamps), counts)).cast(
+                ARROW_SCHEMA.field("timestamp").type
+            ),
+            "key": lambda: pa.concat_arrays(self.keys),
+            "value": lambda: pa.concat_arrays(self.values),
+            "origin": origins,
+            "headers": lambda: self.headers.take(counts, total),
+        }
+        batch = pa.RecordBatch.from_arrays([build[c]() for c in columns], schema=arrow_schema(columns))
         self._reset()
         return batch
 
@@ -116,6 +131,7 @@ def read_range(
     read_timeout: float = 60.0,
     connect_timeout: float = 10.0,
     access: HubAccess = NO_ACCESS,
+    columns: tuple[str, ...] = SOURCE_COLUMNS,
 ) -> Iterator[pa.RecordBatch]:
     """Yield every message of ``topic`` with ``start <= offset < end``, in order, as Arrow batches.
 
@@ -138,8 +154,9 @@ def read_range(
 
     expected = start
     with (
-        connect_first(hubs, connect_timeout=connect_timeout, retry_for=connect_timeout, access=access,
-                      name="spark-reader") as client,
+        connect_first(
+            hubs, connect_timeout=connect_timeout, retry_for=connect_timeout, access=access, name="spark-reader"
+        ) as client,
         client.subscribe(topic, start={topic: start}, timeout=connect_timeout) as sub,
     ):
         quiet_since = time.monotonic()
@@ -176,6 +193,6 @@ def read_range(
             cols.add(first, item.timestamp, item.origin, records, count, item.headers)
             expected = first + count
             if cols.rows >= ROWS_PER_BATCH or cols.bytes >= BYTES_PER_BATCH:
-                yield cols.take()
+                yield cols.take(columns)
     if cols.rows:
-        yield cols.take()
+        yield cols.take(columns)

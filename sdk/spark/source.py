@@ -52,13 +52,14 @@ from .options import (
     TopicBounds,
     WriteOptions,
     limit_offsets,
+    parse_columns,
     parse_read_options,
     parse_write_options,
     plan_ranges,
     resolve_position,
 )
 from .reading import SPARK_DDL, read_range
-from .writing import PublishResult, producer_id_for, publish_rows, rows_of
+from .writing import PublishResult, producer_id_for, publish_batches
 
 log = logging.getLogger("pub0sub.spark")
 
@@ -91,6 +92,7 @@ class RangePartition(InputPartition):
         self.read_timeout = opts.read_timeout
         self.connect_timeout = opts.connect_timeout
         self.access = opts.access
+        self.columns = opts.columns
 
     def __repr__(self) -> str:
         return f"RangePartition({self.topic!r}, [{self.start}, {self.end}))"
@@ -108,6 +110,7 @@ def _read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         read_timeout=partition.read_timeout,
         connect_timeout=partition.connect_timeout,
         access=partition.access,
+        columns=partition.columns,
     )
 
 
@@ -116,11 +119,20 @@ def _partitions(opts: ReadOptions, ranges: dict[str, tuple[int, int]]) -> list[R
     return [RangePartition(topic, start, end, opts) for topic, start, end in planned]
 
 
-def _check_schema(schema: StructType | None) -> None:
+def schema_of(columns: tuple[str, ...]) -> StructType:
+    """The Spark schema of the source's ``columns`` (option ``columns``), in that order."""
+    fields = {f.name: f for f in SCHEMA.fields}
+    return StructType([fields[c] for c in columns])
+
+
+def _check_schema(schema: StructType | None, columns: tuple[str, ...]) -> None:
     if schema is None:
         return
-    if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in SCHEMA.fields]:
-        raise OptionError(f"the pub0sub source has a fixed schema ({SPARK_DDL}); do not pass another one")
+    if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in schema_of(columns).fields]:
+        raise OptionError(
+            f"the pub0sub source has a fixed schema ({SPARK_DDL}, or the columns of option 'columns'); "
+            "do not pass another one"
+        )
 
 
 class Pub0subBatchReader(DataSourceReader):
@@ -268,6 +280,12 @@ def _check_write_schema(schema: StructType, opts: WriteOptions) -> None:
                 f"pub0sub write: column '{name}' must be BINARY or STRING, not {types[name].simpleString()} "
                 f"(cast it, e.g. col('{name}').cast('string'))"
             )
+    if "headers" in types and types["headers"] not in (MapType(StringType(), BinaryType()),
+                                                      MapType(StringType(), StringType())):  # fmt: skip
+        raise OptionError(
+            f"pub0sub write: column 'headers' must be MAP<STRING, BINARY> or MAP<STRING, STRING>, "
+            f"not {types['headers'].simpleString()}"
+        )
     if opts.topic is None:
         if "topic" not in types:
             raise OptionError("pub0sub write: give option 'topic' or a 'topic' column (STRING)")
@@ -285,8 +303,9 @@ class _Publisher:
         partition = ctx.partitionId() if ctx is not None else 0
         opts = self.opts
         pid = producer_id_for(*producer_parts, partition) if opts.idempotent else None
-        result = publish_rows(
-            rows_of(batches, opts.topic),
+        result = publish_batches(
+            batches,
+            topic_option=opts.topic,
             hubs=opts.hubs,
             producer_id=pid,
             partition=partition,
@@ -351,15 +370,17 @@ class Pub0subDataSource(DataSource):
         return "pub0sub"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return schema_of(parse_columns(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        _check_schema(schema)
-        return Pub0subBatchReader(parse_read_options(self.options, streaming=False))
+        opts = parse_read_options(self.options, streaming=False)
+        _check_schema(schema, opts.columns)
+        return Pub0subBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        _check_schema(schema)
-        return Pub0subStreamReader(parse_read_options(self.options, streaming=True))
+        opts = parse_read_options(self.options, streaming=True)
+        _check_schema(schema, opts.columns)
+        return Pub0subStreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         opts = self._write_options(schema, overwrite)

@@ -27,6 +27,7 @@ from .peers import Server
 from .registry import Method, Params, Scenario, register_method, register_scenario, with_defaults
 from .results import FigureSpec, Measurement
 from .spark import TOOLING, hub_address, master_of, publish_raw, session_for, unavailable
+from .wireproto import CHANNEL
 
 WARM_UP_MESSAGES = 10_000
 POLL = 0.05
@@ -47,7 +48,7 @@ def _s2(which: str) -> Callable[[Server | None, Params], Measurement]:
         address, master = hub_address(server), master_of(server, which)
         spark = session_for(master, "pub0sub-bench-S2")
         # Start at the input's current end: earlier repeats' messages are not this one's.
-        topic = "bench"
+        topic = CHANNEL
         start = next_offsets(address).get(topic, 0)
         out = f"bench.out.{uuid.uuid4().hex[:8]}"
         root = Path(tempfile.mkdtemp(prefix="pub0sub-bench-s2-"))
