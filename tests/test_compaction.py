@@ -30,6 +30,16 @@ from tests.support.hubprocess import ROOT
 pytestmark = pytest.mark.slow
 
 
+def offsets_of(sub: sdk.BlockingSubscription, count: int) -> list[int]:
+    """The offsets of the next ``count`` messages; then one more wait, which settles the last
+    batch taken (``ack="auto"`` acknowledges a batch once the next is asked for)."""
+    got: list[int] = []
+    while len(got) < count and (batch := sub.next_batch(timeout=5)) is not None:
+        got.extend(m.offset for m in batch)
+    assert sub.next(timeout=0.3) is None
+    return got
+
+
 def test_keeps_the_latest_value_per_key_at_its_offset(start_hub: StartHub, tmp_path: Path) -> None:
     hub = compacting_hub(start_hub, tmp_path / "data")
     history = History()
@@ -125,11 +135,7 @@ def test_durable_position_survives_compaction(start_hub: StartHub, tmp_path: Pat
         assert 30 not in survivors
         expected = [o for o in survivors if o >= 30]
         with client.subscribe(TOPIC, durable="d") as sub:
-            got = []
-            while len(got) < len(expected) and (batch := sub.next_batch(timeout=5)) is not None:
-                got.extend(m.offset for m in batch)
-            assert got == expected  # resumed at the next surviving record, nothing twice
-            assert sub.next(timeout=0.3) is None  # settles the last batch (ack="auto")
+            assert offsets_of(sub, len(expected)) == expected  # resumed at the next survivor, nothing twice
             positions = sub.commit()
         # The durable position passed the removed offsets: it is at the end of the log.
         assert positions[TOPIC] == len(history.records)
@@ -143,11 +149,7 @@ def test_group_settles_offsets_compaction_removed(start_hub: StartHub, tmp_path:
         wait_compacted(hub.address)
         survivors = [m.offset for m in read_all(hub.address)]
         with client.subscribe(TOPIC, start="earliest", group="g") as sub:
-            got = []
-            while len(got) < len(survivors) and (batch := sub.next_batch(timeout=5)) is not None:
-                got.extend(m.offset for m in batch)
-            assert got == survivors
-            assert sub.next(timeout=0.3) is None  # settles the last batch (ack="auto")
+            assert offsets_of(sub, len(survivors)) == survivors
             sub.commit()
             group = next(g for g in client.status()["groups"] if g["group"] == "g")
         assert group["acked_floor"][TOPIC] == len(history.records)

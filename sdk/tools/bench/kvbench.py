@@ -84,12 +84,17 @@ def _figures(gets: list[float], puts: list[float], **details: Any) -> Measuremen
     return Measurement(figures=figures, details={"gets": len(gets), "puts": len(puts), **details})
 
 
-def measure_async_view(server: Server | None, p: Params) -> Measurement:
+def _filled(server: Server | None, p: Params) -> tuple[str, list[bytes]]:
+    """The hub's address once the topic holds every key, and the keys to ``get`` (random, fixed seed)."""
     assert server is not None
     address = _address(server)
     _fill(address)
     rng = random.Random(5)
-    keys = [b"k%05d" % rng.randrange(KEYS) for _ in range(p.messages or 1)]
+    return address, [b"k%05d" % rng.randrange(KEYS) for _ in range(p.messages or 1)]
+
+
+def measure_async_view(server: Server | None, p: Params) -> Measurement:
+    address, keys = _filled(server, p)
 
     async def run() -> Measurement:
         gets: list[float] = []
@@ -112,11 +117,7 @@ def measure_async_view(server: Server | None, p: Params) -> Measurement:
 
 
 def measure_blocking_view(server: Server | None, p: Params) -> Measurement:
-    assert server is not None
-    address = _address(server)
-    _fill(address)
-    rng = random.Random(5)
-    keys = [b"k%05d" % rng.randrange(KEYS) for _ in range(p.messages or 1)]
+    address, keys = _filled(server, p)
     gets: list[float] = []
     puts: list[float] = []
     clock = time.perf_counter
