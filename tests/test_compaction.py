@@ -168,3 +168,36 @@ def test_the_decoder_reads_a_compacted_segment(start_hub: StartHub, tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert "LOG_BATCH" in done.stdout and "SEGMENT_HEADER" in done.stdout
     assert first.stat().st_size < SEGMENT_BYTES * 4
+
+
+def test_the_spark_reader_counts_removed_offsets_as_no_loss(start_hub: StartHub, tmp_path: Path) -> None:
+    """A Spark partition's range over a compacted topic: every survivor, no DataLossError
+    (fail_on_data_loss=True), whatever its bounds fall on."""
+    from sdk.spark.reading import read_range
+
+    hub = compacting_hub(start_hub, tmp_path / "data")
+    history = History()
+    with sdk.connect_blocking(hub.address) as client:
+        history.publish_rounds(client, rounds=30, keys=20)
+    wait_compacted(hub.address)
+    survivors = [m.offset for m in read_all(hub.address)]
+    end = len(history.records)
+    for start, stop in [(0, end), (31, 400), (survivors[1] + 1, end)]:
+        batches = list(read_range([hub.address], TOPIC, start, stop, fail_on_data_loss=True))
+        offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+        assert offsets == [o for o in survivors if start <= o < stop]
+
+
+def test_compaction_settings_from_file_and_their_refusals(tmp_path: Path) -> None:
+    from hub.config import load_config
+
+    toml = tmp_path / "hub.toml"
+    toml.write_text(f'[hub]\ndata-dir = "{tmp_path}"\ncompact = ["kv.>", "config"]\ncompact-tombstone-seconds = 60\n')
+    config = load_config(file=toml, env={})
+    assert (config.compact, config.compact_tombstone_seconds) == (("kv.>", "config"), 60.0)
+    with pytest.raises(ValueError, match="data directory"):
+        load_config(env={}, overrides={"compact": ("kv.>",)})
+    with pytest.raises(ValueError, match="pattern"):
+        load_config(env={}, overrides={"data_dir": tmp_path, "compact": ("kv..x",)})
+    with pytest.raises(ValueError, match="compact_check_seconds"):
+        load_config(env={}, overrides={"data_dir": tmp_path, "compact": ("kv",), "compact_check_seconds": 0})
