@@ -201,3 +201,12 @@ def test_compaction_settings_from_file_and_their_refusals(tmp_path: Path) -> Non
         load_config(env={}, overrides={"data_dir": tmp_path, "compact": ("kv..x",)})
     with pytest.raises(ValueError, match="compact_check_seconds"):
         load_config(env={}, overrides={"data_dir": tmp_path, "compact": ("kv",), "compact_check_seconds": 0})
+
+
+def test_the_spark_reader_asks_which_topics_the_hub_compacts() -> None:
+    from sdk.spark.reading import hub_compacts
+
+    status = {"storage": {"compaction": {"patterns": ["kv.>", "config"]}}}
+    assert hub_compacts(status, "kv.a") and hub_compacts(status, "kv.a.b") and hub_compacts(status, "config")
+    assert not hub_compacts(status, "kv") and not hub_compacts(status, "configs")
+    assert not hub_compacts({"storage": {}}, "kv.a") and not hub_compacts({}, "kv.a")  # a jump there is loss
