@@ -193,7 +193,6 @@ class _Output:
         self.fd = os.open(self.temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.written = Written(self.temp, header.topic, first.base, first.end, [])
         self._last_indexed = -INDEX_INTERVAL
-        self._pending: list[bytes] = []
         self.write(SegmentHeader(topic=header.topic, base_offset=first.base, created=header.created).encode())
 
     def write(self, data: bytes) -> None:
