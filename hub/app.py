@@ -30,6 +30,7 @@ from .core.topic_budget import TopicLimits
 from .shell.auth import read_auth_file
 from .shell.clock import TrioClock
 from .shell.committer import run_committer
+from .shell.compactor import run_compaction
 from .shell.fdlimit import FdLimit, connection_limit, raise_fd_limit
 from .shell.listener import ClientListener, open_client_listeners
 from .shell.loops import (
@@ -42,6 +43,7 @@ from .shell.loops import (
 )
 from .shell.position_saver import run_position_saver
 from .shell.tls import server_context
+from .storage.compaction_policy import CompactionPolicy
 from .storage.store import LogStore
 from .storage.topic_log import LogSettings
 
@@ -151,6 +153,8 @@ class HubServer:
         store = LogStore(config.data_dir, settings, durability=config.durability,
                          max_open_files=config.max_open_files or None)  # fmt: skip
         store.open()
+        if config.compact:
+            store.compaction = CompactionPolicy(config.compact, tombstone_seconds=config.compact_tombstone_seconds)
         self.store = store
         self.consumers = ConsumerRegistry(config.data_dir, expiry_seconds=config.consumer_expiry_seconds)
         self.consumers.load()
@@ -232,6 +236,9 @@ class HubServer:
                 if self.store is not None:
                     nursery.start_soon(partial(run_committer, self.store, timings=self.fsync_seconds))
                     nursery.start_soon(run_retention, core, self.store, self.config.retention_check_seconds)
+                    if self.store.compaction is not None:
+                        nursery.start_soon(run_compaction, self.store, self.store.compaction, core.clock,
+                                           self.config.compact_check_seconds)  # fmt: skip
                 if self.consumers is not None:
                     nursery.start_soon(run_consumer_saves, self.consumers)
                     nursery.start_soon(run_position_saver, self.consumers)

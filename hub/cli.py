@@ -112,6 +112,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--retention-bytes", "per-topic retention by size; 0: unlimited", metavar="BYTES", type=int)
     option("--retention-seconds", "per-topic retention by age; 0: unlimited", metavar="SECONDS", type=float)
     option("--retention-check-seconds", "seconds between retention checks", metavar="SECONDS", type=float)
+    option("--compact", "a topic or pattern whose log keeps only the latest record per key (docs/compaction.md); "
+           "repeatable", metavar="TOPIC|PATTERN", action="append", shown="none")  # fmt: skip
+    option("--compact-tombstone-seconds", "seconds a deletion marker is kept on a compacted topic",
+           metavar="SECONDS", type=float)  # fmt: skip
+    option("--compact-check-seconds", "seconds between checks for compacted topics due for a pass",
+           metavar="SECONDS", type=float)  # fmt: skip
     option("--consumer-expiry-seconds", "forget durable subscriptions and groups idle this long",
            metavar="SECONDS", type=float)  # fmt: skip
     option("--ack-wait-seconds", "seconds a group waits for an ack before delivering again", metavar="SECONDS",
@@ -229,6 +235,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "retention_bytes": args.retention_bytes,
         "retention_seconds": args.retention_seconds,
         "retention_check_seconds": args.retention_check_seconds,
+        "compact": tuple(args.compact) if args.compact else None,
+        "compact_tombstone_seconds": args.compact_tombstone_seconds,
+        "compact_check_seconds": args.compact_check_seconds,
         "consumer_expiry_seconds": args.consumer_expiry_seconds,
         "ack_wait_seconds": args.ack_wait_seconds,
         "mesh_listen": args.mesh_listen,

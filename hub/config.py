@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wire.limits import DEFAULT_MAX_CLIENT_BODY
+from wire.topics import check_topic
 
 from .core.connect_rate import ConnectRateLimits
 
@@ -80,6 +81,13 @@ class HubConfig:
     retention_seconds: float = 0.0
     #: Seconds between retention checks.
     retention_check_seconds: float = 30.0
+    #: Compacted topics (docs/compaction.md): names or patterns whose logs keep only the latest
+    #: record per key (Kafka's ``cleanup.policy=compact``); needs a data directory.
+    compact: tuple[str, ...] = ()
+    #: Seconds a tombstone (a deletion marker) is kept on a compacted topic after it was appended.
+    compact_tombstone_seconds: float = 24 * 3600.0
+    #: Seconds between checks for compacted topics due for a pass.
+    compact_check_seconds: float = 10.0
     #: Durable subscriptions and groups nobody attached to for this long are forgotten.
     consumer_expiry_seconds: float = 7 * 24 * 3600.0
     #: Default seconds a group waits for an ack before redelivering.
@@ -179,6 +187,12 @@ class HubConfig:
             raise ValueError("max_open_files must be >= 0 (0: derived from the descriptor limit)")
         if self.mesh_write_interval < 0:
             raise ValueError("mesh_write_interval must be >= 0")
+        if self.compact and self.data_dir is None:
+            raise ValueError("compact needs a data directory: a hub without one keeps no log to compact")
+        for name in self.compact:
+            check_topic(name, pattern=True)
+        if self.compact_tombstone_seconds < 0 or self.compact_check_seconds <= 0:
+            raise ValueError("compact_tombstone_seconds must be >= 0 and compact_check_seconds positive")
         if self.durability not in ("received", "fsync"):
             raise ValueError(f"durability must be 'received' or 'fsync', got {self.durability!r}")
         self.connect_rate  # noqa: B018 - checks the rate, the burst and every exempt CIDR

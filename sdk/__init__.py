@@ -29,17 +29,21 @@ from .errors import (
     SubscriptionClosedError,
     TlsError,
 )
+from .kv import BlockingKeyValue, KeyValue, KVEntry
 from .messages import Gap, Message, PublishAck, Reconnect
 from .subscription import Subscription
 
 __all__ = [
     "BlockingClient",
+    "BlockingKeyValue",
     "BlockingSubscription",
     "Client",
     "ConnectionLostError",
     "Gap",
     "HubError",
     "InvalidTopicError",
+    "KeyValue",
+    "KVEntry",
     "Message",
     "NotAHubError",
     "ProtocolError",

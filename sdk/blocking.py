@@ -32,6 +32,7 @@ from .batching import DEFAULT_FLUSH_BYTES, AckTicket, Ticket
 from .blocking_subscription import BlockingSubscription
 from .errors import ConnectionLostError, HubError, Pub0subError, PublishTimeoutError
 from .handshake import DEFAULT_HANDSHAKE_TIMEOUT, HandshakeWatch
+from .kv import BlockingKeyValue
 from .messages import PublishAck, Reconnect
 from .protocol import DEFAULT_MAX_PENDING_BYTES, FATAL_CODES, ClientProtocol, State
 from .security import PathLike, hello_token, tls_context, tls_failure
@@ -405,6 +406,10 @@ class BlockingClient:
         self._send()
         sub.start_offsets = self._await_ticket(ticket, timeout, "SUB_OK")
         return sub
+
+    def kv(self, topic: str, *, timeout: float = 30.0) -> BlockingKeyValue:
+        """A key-value view of ``topic`` (see :meth:`sdk.Client.kv`); also a context manager."""
+        return BlockingKeyValue(self, topic, timeout=timeout)
 
     def status(self, *, timeout: float = 10.0) -> dict[str, Any]:
         """The hub's status document as a dict."""

@@ -32,6 +32,7 @@ from .address import parse_address
 from .batching import DEFAULT_FLUSH_BYTES, Ticket
 from .errors import ConnectionLostError, HubError, Pub0subError, PublishTimeoutError
 from .handshake import DEFAULT_HANDSHAKE_TIMEOUT, HandshakeWatch
+from .kv import KeyValue
 from .messages import PublishAck, Reconnect
 from .protocol import DEFAULT_MAX_PENDING_BYTES, FATAL_CODES, ClientProtocol, State
 from .security import PathLike, hello_token, tls_context, tls_failure
@@ -523,6 +524,17 @@ class Client:
             key_prefixes=key_prefixes,
             query=query,
         )
+
+    def kv(self, topic: str, *, timeout: float = 30.0) -> KeyValue:
+        """A key-value view of ``topic`` (best on a compacted topic, docs/compaction.md); use it as
+        ``async with``.  ``get``/``keys`` answer from memory once the view has caught up;
+        ``put``/``delete`` publish and return once the view holds the write.
+
+        >>> async with client.kv("config") as kv:  # doctest: +SKIP
+        ...     await kv.put("mode", b"fast")
+        ...     assert await kv.get("mode") == b"fast"
+        """
+        return KeyValue(self, topic, timeout=timeout)
 
     # timeout= as in nats.py, ending in a TimeoutError that says what went unanswered.
     async def status(self, *, timeout: float = 10.0) -> dict[str, Any]:  # noqa: ASYNC109

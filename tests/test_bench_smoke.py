@@ -202,3 +202,18 @@ def test_k1_filtered_subscribers_get_exactly_their_key(capsys: pytest.CaptureFix
     assert [r["config"] for r in rounds] == ["none", "filtered"]
     filtered = rounds[1]
     assert filtered["received"] == [3, 3] and filtered["wrong_keys"] == 0 and filtered["msgs_per_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("scenario", "systems"),
+    [("KV1", {"pub0sub:storage"}), ("KV2", {"pub0sub:async", "pub0sub:blocking"}),
+     ("KV3", {"pub0sub:compacting", "pub0sub:plain"})],
+)  # fmt: skip
+def test_compaction_and_kv_scenarios(scenario: str, systems: set[str], capsys: pytest.CaptureFixture[str]) -> None:
+    lines = run_quick(scenario, capsys)
+    assert set(by_system(lines)) == systems
+    for line in lines:
+        assert_sane(line)
+    if scenario == "KV1":
+        details = lines[0]["details"][0]
+        assert details["records_left"] <= 10_000 and details["bytes_after"] < details["bytes_before"]

@@ -97,7 +97,8 @@ EXPECTED: dict[tuple[str, int], list[str]] = {
                            'pub0sub_topic_messages_total{topic="sensors.t1"} 3.0'],
     ("sdk.md", 1): ["orders.eu 0 b'cust-9' b'{\"id\": 1}'", "orders.us 0 None b'{\"id\": 2}'"],
     ("sdk.md", 2): ["stored at 0 at"],
-    ("sdk.md", 3): ["jobs.build 0 b'repo@abc'", "[{'rows': 0}, {'rows': 1}]"],
+    ("sdk.md", 3): ["b'dark' [b'theme']"],
+    ("sdk.md", 4): ["jobs.build 0 b'repo@abc'", "[{'rows': 0}, {'rows': 1}]"],
 }  # fmt: skip
 
 

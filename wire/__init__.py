@@ -62,7 +62,7 @@ from .frames.mesh_v3 import (
     Sync,
     Watch,
 )
-from .headers import decode_headers, encode_headers
+from .headers import TOMBSTONE_HEADER, decode_headers, encode_headers, is_tombstone_block
 from .limits import Limits
 from .opcodes import (
     ALL_OPCODES,
@@ -96,6 +96,8 @@ __all__ = [
     "Credit",
     "Deliver",
     "decode_headers",
+    "is_tombstone_block",
+    "TOMBSTONE_HEADER",
     "DeliverHeaders",
     "deliver_prefix",
     "encode_record",

@@ -29,6 +29,11 @@ BYTES = 1
 #: What a set without headers carries where a block is due.
 EMPTY_BLOCK = b"\x00\x00"
 
+#: A set carrying this header (any value) marks its records with empty data as deletions of
+#: their keys: on a compacted topic a tombstone removes every earlier value of its key and is
+#: itself removed after the hub's ``--compact-tombstone-seconds`` (docs/compaction.md).
+TOMBSTONE_HEADER = "pub0sub.tombstone"
+
 _u16 = struct.Struct(">H")
 
 HeaderValue = str | bytes
@@ -120,6 +125,11 @@ def decode_headers(block: bytes) -> dict[str, HeaderValue]:
     if not block:
         return {}
     return {name: value.decode("utf-8") if kind == TEXT else value for name, kind, value in _entries(block)}
+
+
+def is_tombstone_block(block: bytes) -> bool:
+    """Does a validated block carry :data:`TOMBSTONE_HEADER`?"""
+    return bool(block) and any(name == TOMBSTONE_HEADER for name, _, _ in _entries(block))
 
 
 def headers_plain(block: bytes) -> list[dict[str, Any]]:

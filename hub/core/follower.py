@@ -203,6 +203,9 @@ class LogFollower:
         """Deliver (or skip) one stored batch; False when credit ran out mid-way."""
         batch = stored.batch
         end = batch.base_offset + batch.count
+        if batch.base_offset > self.positions.get(topic, batch.base_offset):
+            # Offsets a compaction removed (docs/compaction.md): nothing to deliver, settled.
+            self._advance(topic, batch.base_offset, acked=True)
         if len(stored.topics) > 1 and first_matching(stored.topics, self._selection.matches) != topic:
             # This message reaches the subscription through an earlier topic's log.
             self._advance(topic, end, acked=True)

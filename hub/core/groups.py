@@ -261,7 +261,10 @@ class ConsumerGroup:
                     if hole_end < last:
                         self.redeliver.appendleft((topic, hole_end + 1, last, deliveries, avoid))
                     break
-                if item.base_offset > last:
+                if item.base_offset > first:  # offsets a compaction removed: settled
+                    self.state.positions[topic].ack(first, min(item.base_offset, last + 1) - 1)
+                    if item.base_offset <= last:
+                        self.redeliver.appendleft((topic, item.base_offset, last, deliveries, avoid))
                     break
                 batch = item.batch
                 if batch.base_offset + batch.count - 1 > last:
@@ -290,6 +293,9 @@ class ConsumerGroup:
                     continue
                 batch = item.batch
                 end = batch.base_offset + batch.count
+                if batch.base_offset > self.cursor[topic]:  # offsets a compaction removed: settled
+                    tracker.ack(self.cursor[topic], batch.base_offset - 1)
+                    self.cursor[topic] = batch.base_offset
                 if len(item.topics) > 1 and first_matching(item.topics, self._selection.matches) != topic:
                     tracker.ack(batch.base_offset, end - 1)
                     self.cursor[topic] = end

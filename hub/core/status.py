@@ -69,6 +69,8 @@ def hub_status(core: HubCore, *, listen: str) -> dict[str, Any]:
                 if r.truncated_bytes or r.bad_ranges or r.corrupt_copy
             ],
         }
+        if store.compaction is not None:
+            doc["storage"]["compaction"] = store.compaction.status(store.logs, core.clock.wall_us())
     groups = core.subscriptions.groups
     if groups:
         doc["groups"] = [g.status() for g in groups.values()]

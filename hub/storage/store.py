@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .compaction_policy import CompactionPolicy
 from .file_cache import FileCache, fsync_path
 from .segment import RecoveryReport, Segment
 from .statefile import replace_atomically, sync_directory
@@ -111,6 +112,8 @@ class LogStore:
         self.on_commit_wanted: Callable[[], None] | None = None
         self.fsyncs = 0
         self.storage_error: OSError | None = None
+        #: Which topics are compacted and what compaction did (None: no topic is; hub/shell/compactor.py)
+        self.compaction: CompactionPolicy | None = None
         self._lock = DataDirLock(root)
         journal = os.environ.get(SYNC_JOURNAL_ENV)
         self._journal = open(journal, "a") if journal else None  # noqa: SIM115 - lives as long as the store

@@ -24,6 +24,7 @@ from wire import FRAME_TYPES, Limits, LogBatch, LogBatchHeaders, Opcode, Protoco
 from wire.frames import HEADER, HEADER_SIZE, log_batch_head
 from wire.opcodes import LOG_OPCODES
 
+from . import compaction_files
 from .batches import Hole, SharedBatch, StoredBatch
 from .file_cache import FileCache
 from .origin_index import OriginIndex
@@ -95,6 +96,7 @@ class TopicLog:
     ) -> tuple[TopicLog | None, list[RecoveryReport]]:
         reports: list[RecoveryReport] = []
         segments: list[Segment] = []
+        compaction_files.recover(directory)  # a crash mid-compaction: finish or undo it first
         for path in sorted(directory.glob(f"*{SUFFIX}")):
             if path.stat().st_size == 0:
                 log.warning("%s: empty segment file (never written to disk before a crash): removed", path,
@@ -188,6 +190,13 @@ class TopicLog:
         self._tail_bytes += len(stored.batch.records)
         while self._tail_bytes > self.settings.tail_bytes and len(self.tail) > 1:
             gone = self.tail.popleft()
+            self._tail_bytes -= len(gone.batch.records)
+
+    def forget_tail_below(self, offset: int) -> None:
+        """Drop cached batches below ``offset`` (compaction rewrote them: readers go to the files)."""
+        tail = self.tail
+        while tail and tail[0].base_offset < offset:
+            gone = tail.popleft()
             self._tail_bytes -= len(gone.batch.records)
 
     # -- reading -----------------------------------------------------------------------

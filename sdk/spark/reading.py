@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from wire.records import split_records
+from wire.topics import pattern_matches, pattern_tokens
 
+from ..errors import Pub0subError
 from ..messages import Gap
 from .columns import HEADERS_TYPE, HeaderColumn, key_value_arrays, strings, u64_as_i64
 from .hubs import connect_first
@@ -121,6 +124,26 @@ class _Columns:
         return batch
 
 
+def hub_compacts(status: dict[str, Any], topic: str) -> bool:
+    """Does the hub whose STATUS document this is compact ``topic`` (its ``--compact`` list)?"""
+    patterns = status.get("storage", {}).get("compaction", {}).get("patterns", [])
+    tokens = topic.split(".")
+    for name in patterns:
+        wild = pattern_tokens(name)
+        if name == topic or (wild is not None and pattern_matches(wild, tokens)):
+            return True
+    return False
+
+
+def _compacts(client: Any, topic: str) -> bool | None:
+    """:func:`hub_compacts` for the hub ``client`` is connected to; None (ask again at the next
+    skip) when it does not answer: the skip then counts as loss, as on a topic not compacted."""
+    try:
+        return hub_compacts(client.status(timeout=5.0), topic)
+    except (Pub0subError, OSError):  # TimeoutError is an OSError
+        return None
+
+
 def read_range(
     hubs: Sequence[str],
     topic: str,
@@ -135,8 +158,10 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Yield every message of ``topic`` with ``start <= offset < end``, in order, as Arrow batches.
 
-    Every offset is accounted for: a message, or a gap notice from the hub (retention,
-    corrupted batch) that fails with :class:`DataLossError` unless ``fail_on_data_loss``
+    Every offset is accounted for: a message, a jump between two batches of a topic the hub
+    compacts (offsets a pass removed; the hub's status says which topics it compacts), or a gap
+    notice from the hub (retention, corrupted batch) or a jump on any other topic, which fail
+    with :class:`DataLossError` unless ``fail_on_data_loss``
     is false, in which case the missing offsets are skipped.  Works on the delivered record
     batches themselves (offsets inside one are consecutive): their regions become Arrow
     columns with numpy (:mod:`sdk.spark.columns`), never a Python object per message.
@@ -153,6 +178,7 @@ def read_range(
         return to
 
     expected = start
+    compacted: bool | None = None  # asked of the hub at the first skip
     with (
         connect_first(
             hubs, connect_timeout=connect_timeout, retry_for=connect_timeout, access=access, name="spark-reader"
@@ -178,7 +204,11 @@ def read_range(
                 continue
             first, count, records = item.base_offset, item.count, item.records
             if first > expected:
-                expected = skip(expected, first, "not delivered")
+                # On a compacted topic (docs/compaction.md) offsets a pass removed are skipped
+                # without a gap notice: no loss.  Anywhere else a skip is unexplained: loss.
+                if compacted is None:
+                    compacted = _compacts(client, topic)
+                expected = min(first, end) if compacted else skip(expected, first, "not delivered")
             if first < expected:  # already had these (cannot happen on one follower; cheap)
                 if first + count <= expected:
                     continue

@@ -173,6 +173,7 @@ for _figure, (_ours, _bare) in wirebench.MEASURES.items():
 
 # pub0sub's own methods (and its R1/D1 scenarios) register themselves on import.
 from . import c1 as _c1  # noqa: E402, F401
+from . import kvbench as _kvbench  # noqa: E402, F401
 from . import mesh as _mesh  # noqa: E402, F401
 from . import pub0sub as _pub0sub  # noqa: E402, F401
 from . import spark as _spark  # noqa: E402, F401
