@@ -111,7 +111,8 @@ class MeshCore:
             if link.version is MeshVersion.V3:
                 continue  # an overlay link: the overlay routes this set (overlay_driver.py)
             if key not in targets:
-                link.counters.messages_skipped_no_interest += count
+                if link.version is not None:  # a peer not yet spoken to announced nothing to skip
+                    link.counters.messages_skipped_no_interest += count
                 continue
             protocol = link.protocol
             if link.version is not None and link.version.sequenced:
