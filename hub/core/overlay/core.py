@@ -134,7 +134,7 @@ class Overlay:
 
     def may_accept(self, hub: int) -> bool:
         """May a link from ``hub`` be accepted (``max_peers`` bounds inbound links too)?"""
-        return hub != self.hub_id and self.policy.may_accept(hub)
+        return hub != self.hub_id and self.policy.may_accept(hub, self.clock.monotonic())
 
     def link_up(self, hub: int) -> None:
         if not self.policy.link_up(hub):

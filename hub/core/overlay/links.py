@@ -23,6 +23,9 @@ import wire
 from .config import OverlayConfig
 from .membership import Membership
 
+#: A known hub the graph has not reached for this long is on the other side of a split (a hub
+#: that joins is unreachable for the second or so its neighbours take to advertise it).
+SPLIT_AFTER = 3.0
 #: A dial not reported back within this many seconds counts as failed.
 DIAL_TIMEOUT = 30.0
 #: A hub short of links looks for hubs to dial at most this often: the search reads the whole
@@ -47,11 +50,25 @@ class LinkPolicy:
     #: a link to close at once: this hub took one past ``max_peers`` to heal a split
     _evict: int | None = None
 
-    def may_accept(self, hub: int) -> bool:
-        if hub in self.links or len(self.links) < self.config.max_peers:
+    def may_accept(self, hub: int, now: float) -> bool:
+        """One link past ``degree`` is taken (a hub joining between two linked hubs needs it; the
+        pair then drops their own link), more only from a hub the graph does not reach.
+        Accepting any hub up to ``max_peers`` let every hub that advertised room be dialled by
+        many joining hubs at once: 300 hubs formed at a mean degree of 11-12."""
+        config = self.config
+        held = len(self.links)
+        if hub in self.links or held < min(config.max_peers, config.degree + 1):
             return True
-        # Full: a hub from the other side of a split still gets in, if a link can be spared.
-        return not self.membership.is_reachable(hub) and self.spare_link() is not None
+        membership = self.membership
+        if membership.is_reachable(hub):
+            return False
+        if held < config.max_peers:
+            # Past degree + 1 only across a split; a hub that joins (unknown, or its links not
+            # advertised yet) is unreachable too, for the second or so that takes.
+            return membership.unreachable_for(hub, now) >= SPLIT_AFTER
+        # Full (always so when degree == max_peers): a joining hub or the other side of a split
+        # gets in, in place of a link this hub can spare.
+        return self.spare_link() is not None
 
     def spare_link(self) -> int | None:
         """A neighbour the graph still reaches without its link to this hub (the best-linked one)."""
@@ -96,23 +113,73 @@ class LinkPolicy:
         unreachable = [h for h in known if h not in reachable]
         chosen: list[int] = []
         if want > 0:
-            # Hubs with room first (fewer dials end in a refusal, fewer hubs end up crowded),
-            # random among equals so the overlay is a random graph.
-            def crowded(hub: int) -> bool:
-                state = membership.get(hub)
-                return state is None or len(state.neighbors) >= config.degree
-
-            self.rng.shuffle(unreachable)
-            others = [h for h in known if h in reachable]
-            self.rng.shuffle(others)
-            ranked = sorted(unreachable + others, key=crowded)  # stable: the shuffles stay
-            chosen = ranked[: min(want, room)]
+            chosen = self._fill(known, reachable, min(want, room))
         elif unreachable and self._heals(reachable) and (held < config.max_peers or self.spare_link() is not None):
             chosen = [self.rng.choice(unreachable)]
         for hub in chosen:
             self.dialing[hub] = now
             self.last_dial[hub] = now
         return [s for s in (membership.get(h) for h in chosen) if s is not None]
+
+    def _fill(self, known: list[int], reachable: set[int], count: int) -> list[int]:
+        """``count`` hubs to dial for links this hub lacks.
+
+        First hubs the graph does not reach (a split heals), then hubs short of links
+        themselves, then both ends of links that exist: a hub that joins between two linked
+        hubs lets them drop their own link afterwards (:meth:`surplus`), so every hub it joined
+        keeps its degree (the edge splitting of Law and Siu's random expanders, and what
+        HyParView's join does by random walk).  Dialling random full hubs instead raised the
+        degree of each hub a newcomer chose, and 300 hubs formed at a mean degree of 11-12
+        whose floods cost accordingly.  Random among equals: the overlay stays a random graph.
+        """
+        membership = self.membership
+        degree = self.config.degree
+        rng = self.rng
+        candidates = set(known)
+        chosen: list[int] = []
+
+        def take(hub: int) -> None:
+            chosen.append(hub)
+            candidates.discard(hub)
+
+        unreachable = [h for h in known if h not in reachable]
+        rng.shuffle(unreachable)
+        for hub in unreachable[:count]:
+            take(hub)
+        roomy = [h for h in known if h in candidates and len(self._neighbors(h)) < degree]
+        rng.shuffle(roomy)
+        for hub in roomy[: count - len(chosen)]:
+            take(hub)
+        # A neighbour holding more links than it keeps: join one of its links, so it can drop it.
+        for hub in sorted(self.links):
+            if len(chosen) >= count:
+                break
+            near = self._neighbors(hub)
+            if len(near) > degree:
+                ends = sorted(h for h in near if h in candidates and membership.linked(hub, h))
+                if ends:
+                    take(rng.choice(ends))
+        pool = [h for h in known if h in candidates]
+        rng.shuffle(pool)
+        for hub in pool:
+            if len(chosen) + 2 > count:
+                break
+            if hub not in candidates:
+                continue
+            ends = sorted(h for h in self._neighbors(hub) if h in candidates and membership.linked(hub, h))
+            if ends:
+                take(hub)
+                take(rng.choice(ends))
+        for hub in pool:
+            if len(chosen) >= count:
+                break
+            if hub in candidates:
+                take(hub)
+        return chosen
+
+    def _neighbors(self, hub: int) -> tuple[int, ...]:
+        state = self.membership.get(hub)
+        return () if state is None else state.neighbors
 
     def wants_dials(self) -> bool:
         """Short of links, or some known hub unreachable?  (Cheap: this runs on every event.)"""
@@ -144,11 +211,14 @@ class LinkPolicy:
         for hub in self.links:
             state = self.membership.get(hub)
             if state is not None and len(state.neighbors) > degree and self.membership.linked(hub, me):
-                crowded.append((len(state.neighbors), hub))
+                # A link of a triangle first (a hub joined between us, see _fill): we stay two
+                # hops apart through the hub that joined.
+                shared = not self.links.isdisjoint(state.neighbors)
+                crowded.append((shared, len(state.neighbors), hub))
         if not crowded:
             return None
         self._pruned_at = now
-        return max(crowded)[1]
+        return max(crowded)[2]
 
     def _heals(self, reachable: set[int]) -> bool:
         """Is this hub one of the two lowest ids of its side of a split?"""

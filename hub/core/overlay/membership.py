@@ -108,6 +108,14 @@ class Membership:
         entry = self.entries.get(hub_id)
         return None if entry is None else entry.state.boot
 
+    def unreachable_for(self, hub_id: int, now: float) -> float:
+        """Seconds the graph has not reached a known hub (0 while it does, or for an unknown hub)."""
+        entry = self.entries.get(hub_id)
+        if entry is None or self.is_reachable(hub_id):
+            return 0.0
+        since = entry.unreachable_since
+        return 0.0 if since is None else now - since
+
     def note_reachability(self, now: float) -> tuple[list[int], list[int], list[int]]:
         """Stamp hubs the graph stopped reaching; forget long-gone ones.  Returns (lost, found, gone)."""
         self._routes()

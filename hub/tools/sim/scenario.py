@@ -110,14 +110,12 @@ def _cut(run: Run) -> None:
     world.cut(a, b, world.rng.uniform(*run.settings.cut_for))
 
 
-def execute(settings: SimSettings, progress: Callable[[str, float, Run], None] | None = None) -> Report:
-    run = build(settings)
+def schedule_starts(run: Run) -> None:
+    """Phase 1, *form*: hubs start one after another over the first half of ``form``, each
+    bootstrapped from two hubs already up."""
     world = run.world
-    loop = world.loop
-    s = settings
     ids = world.order
-    # 1. form: staggered starts, each bootstrapped from two hubs already up
-    spread = s.form / 2
+    spread = run.settings.form / 2
     for index, hub in enumerate(ids):
         started = ids[:index]
 
@@ -125,7 +123,15 @@ def execute(settings: SimSettings, progress: Callable[[str, float, Run], None] |
             up = [h for h in started if world.hubs[h].up]
             world.start(hub, world.rng.sample(up, min(2, len(up))))
 
-        loop.at(spread * index / max(1, len(ids)), start)
+        world.loop.at(spread * index / max(1, len(ids)), start)
+
+
+def execute(settings: SimSettings, progress: Callable[[str, float, Run], None] | None = None) -> Report:
+    run = build(settings)
+    world = run.world
+    loop = world.loop
+    s = settings
+    schedule_starts(run)
     t = 0.0
 
     def phase(name: str, length: float) -> float:
