@@ -182,10 +182,10 @@ class OverlayLinks:
         driver = self.driver
         self.mesh.core.refused_inbound += 1
         if driver is not None and not self.mesh._closing:
-            states = driver.overlay.membership.states()
+            frames = driver.overlay.membership.frames()
             with trio.move_on_after(self.mesh.config.hello_timeout):
                 try:
-                    await stream.write(b"".join(state.encode() for state in states))
+                    await stream.write(b"".join(frames))
                     await stream.close()
                     return
                 except Exception:  # the dialler went: nothing to refer it to

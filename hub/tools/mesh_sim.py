@@ -2,6 +2,7 @@
 
     python -m hub.tools.mesh_sim --hubs 1000 --seed 7
     python -m hub.tools.mesh_sim --hubs 50 --faults 60 --json sim.json --plot sim.png
+    python -m hub.tools.mesh_sim --hubs 300 --form 10 --formation
 
 Deterministic by seed: the same seed and settings print the same figures (except the
 CPU time).  See ``hub/tools/sim/scenario.py`` for the phases and the topic mix, and
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .sim.scenario import Run, SimSettings, execute
+from .sim.scenario import Run, SimSettings, execute, formation
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, help="write the figures here")
     p.add_argument("--plot", type=Path, help="draw latency and delivery over time here (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--formation", action="store_true", help="only the overlay forming (--form seconds): its "
+                   "degree, advertisements and link changes, as JSON")  # fmt: skip
     return p
 
 
@@ -72,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         few_rate=args.few_rate,
         pair_rate=args.pair_rate,
     )
+    if args.formation:
+        print(json.dumps(formation(settings)))
+        return 0
     started = time.monotonic()
 
     def progress(phase: str, t: float, run: Run) -> None:

@@ -52,6 +52,13 @@ class _Entry:
     state: wire.LinkState
     #: When the graph last reached this hub (monotonic seconds); None while it does.
     unreachable_since: float | None = None
+    #: The advertisement as a frame, made once: every new link is sent the whole map.
+    frame: bytes | None = None
+
+    def encoded(self) -> bytes:
+        if self.frame is None:
+            self.frame = self.state.encode()
+        return self.frame
 
 
 @dataclass
@@ -75,12 +82,13 @@ class Membership:
 
     # -- advertisements -------------------------------------------------------------
 
-    def offer(self, state: wire.LinkState) -> bool:
-        """An advertisement received (or our own); True if it is news (keep it, flood it on)."""
+    def offer(self, state: wire.LinkState, frame: bytes | None = None) -> bool:
+        """An advertisement received (or our own; ``frame``: it encoded, if at hand); True if it
+        is news (keep it, flood it on)."""
         known = self.entries.get(state.hub_id)
         if known is not None and known.state.seq >= state.seq:
             return False
-        self.entries[state.hub_id] = _Entry(state, known.unreachable_since if known else None)
+        self.entries[state.hub_id] = _Entry(state, known.unreachable_since if known else None, frame)
         if known is None or known.state.neighbors != state.neighbors:
             if self._routes_at == self.generation or self.deferred:
                 self.deferred = state.hub_id != self.self_id
@@ -103,6 +111,13 @@ class Membership:
 
     def states(self) -> list[wire.LinkState]:
         return [e.state for e in self.entries.values()]
+
+    def frames(self) -> list[bytes]:
+        """Every advertisement, as frames (the map a new neighbour or a refused dialler gets)."""
+        return [e.encoded() for e in self.entries.values()]
+
+    def frame_of(self, hub_id: int) -> bytes:
+        return self.entries[hub_id].encoded()
 
     def boot_of(self, hub_id: int) -> int | None:
         entry = self.entries.get(hub_id)

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 
 import wire
+from wire.frames.mesh_v3 import link_state_head
 
 from ...core.overlay.config import OverlayConfig
 from ...core.overlay.membership import rendezvous_key
@@ -124,6 +125,38 @@ def schedule_starts(run: Run) -> None:
             world.start(hub, world.rng.sample(up, min(2, len(up))))
 
         world.loop.at(spread * index / max(1, len(ids)), start)
+
+
+def formation(settings: SimSettings) -> dict[str, float]:
+    """Phase 1 alone (``form`` simulated seconds): what forming the overlay cost and left."""
+    import time
+
+    run = build(settings)
+    world = run.world
+    adverts: set[tuple[int, int]] = set()
+
+    def count(frame: bytes) -> None:
+        if frame[0] == wire.Opcode.LINK_STATE:
+            adverts.add(link_state_head(frame[wire.HEADER_SIZE :]))
+
+    world.taps.append(count)
+    started = time.process_time()
+    schedule_starts(run)
+    world.loop.run_until(settings.form)
+    degrees = world.degrees()
+    hubs = len(world.hubs)
+    return {
+        "hubs": hubs,
+        "hubs_up": len(degrees),
+        "degree_mean": sum(degrees) / max(1, len(degrees)),
+        "degree_max": max(degrees, default=0),
+        "link_state_frames": world.counters().get("LINK_STATE", 0),
+        "advertisements_per_hub": len(adverts) / hubs,
+        "links_made_per_hub": world.links_made / hubs,
+        "links_ended_per_hub": world.links_ended / hubs,
+        "events": world.loop.events,
+        "cpu_s": time.process_time() - started,
+    }
 
 
 def execute(settings: SimSettings, progress: Callable[[str, float, Run], None] | None = None) -> Report:
