@@ -37,6 +37,8 @@ _PUBLISH_HEAD_BYTES = 19
 _SET_FIXED_BYTES = 9
 #: Most sets one PUBLISH frame can carry (u16 count).
 _MAX_SETS = 0xFFFF
+#: Where a PUBLISH frame's flags byte sits: after the 5-byte frame header, the producer id and the sequence.
+_FLAGS_AT = 5 + 16
 #: Flush when this much is buffered: big enough to amortise the per-frame cost,
 #: small enough to keep latency and hub-side buffering low (BENCHMARKS.md: ~64 KiB batches).
 DEFAULT_FLUSH_BYTES = 64 * 1024
@@ -179,6 +181,9 @@ class PublishBuffer:
         self._last_block = b""
         self.buffered = 0
         self._budget = self.max_body - _PUBLISH_HEAD_BYTES
+        #: set while the connection speaks a client protocol without headers: makes the error a
+        #: publish with headers raises (sdk.versions); checked only when a publish has headers
+        self.headers_refusal: Callable[[], BaseException] | None = None
 
     def set_max_body(self, max_body: int) -> None:
         self.max_body = max_body
@@ -280,6 +285,8 @@ class PublishBuffer:
 
     def _block_for(self, headers: Any) -> bytes:
         """The headers block of ``headers``; the same object as last time when they are equal."""
+        if self.headers_refusal is not None:
+            raise self.headers_refusal()
         if headers == self._last_headers:
             return self._last_block
         try:
@@ -304,6 +311,10 @@ class PublishBuffer:
     @property
     def empty(self) -> bool:
         return not self._sets
+
+    def holds_headers(self) -> bool:
+        """Whether a message buffered or awaiting its PUBLISH_ACK carries headers."""
+        return any(headers for _, _, headers in self._sets) or any(has_headers(b.frame) for b in self.pending)
 
     def take_frame(self) -> tuple[bytes, PendingBatch | None]:
         """The buffered messages as one PUBLISH frame, and its pending entry if it wants an ack."""
@@ -372,6 +383,11 @@ class PublishBuffer:
         self._topics = ()
         self._headers = b""
         self.buffered = 0
+
+
+def has_headers(frame: bytes) -> bool:
+    """Whether a PUBLISH frame has flag HEADERS (its sets carry headers blocks)."""
+    return bool(frame[_FLAGS_AT] & wire.PublishFlags.HEADERS)
 
 
 class _UnexpectedAck(Pub0subError):
