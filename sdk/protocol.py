@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import json
-import random
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -105,7 +105,9 @@ class ClientProtocol:
         #: down to an older hub (sdk.versions)
         self.hello_version = wire.CLIENT_PROTOCOL_VERSION
         # An idempotent producer id by default, so publishes resent after a reconnect are not stored twice.
-        pid = (random.getrandbits(63) or 1) if producer_id is None else producer_id
+        # From the OS, not `random`: two processes that seed `random` alike (a simulation, a test run)
+        # would get one id, and the hub would take the second one's frames for resends of the first's.
+        pid = (secrets.randbits(63) or 1) if producer_id is None else producer_id
         self.buffer = PublishBuffer(producer_id=pid, flush_bytes=flush_bytes, emit=self.flush)
         # The per-message call goes straight to the buffer: no extra Python frame on the hot path.
         self.publish: Callable[..., bool] = self.buffer.add

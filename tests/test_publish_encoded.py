@@ -64,8 +64,7 @@ def sent_by(recorder: Recorder) -> list[Any]:
 
 async def publish_runs(hub: HubProcess, runs: list[Run], flush: int, *, encoded: bool) -> list[Any]:
     recorder = Recorder((hub.host, hub.port))
-    # A fresh producer id each time (hypothesis seeds `random`, and the SDK's default comes from it):
-    # the hub would take a repeated one's frames for resends and store nothing.
+    # A fresh producer id each time: the hub would take a repeated one's frames for resends.
     producer_id = int.from_bytes(os.urandom(7)) + 1
     address = f"127.0.0.1:{recorder.port}"
     async with sdk.connect(address, producer_id=producer_id, flush_bytes=flush, reconnect=None) as client:
