@@ -182,8 +182,17 @@ class PublishBuffer:
         self.buffered = 0
         self._budget = self.max_body - _PUBLISH_HEAD_BYTES
         #: set while the connection speaks a client protocol without headers: makes the error a
-        #: publish with headers raises (sdk.versions); checked only when a publish has headers
+        #: publish with headers raises (sdk.versions); see refuse_headers()
         self.headers_refusal: Callable[[], BaseException] | None = None
+
+    def refuse_headers(self, refusal: Callable[[], BaseException] | None) -> None:
+        """Refuse publishes with headers with ``refusal()`` from now on (None: accept them again).
+
+        Checked where a headers block is encoded, so a publisher repeating its headers pays
+        nothing per message; the last block is forgotten so that the next publish encodes again.
+        """
+        self.headers_refusal = refusal
+        self._last_headers, self._last_block = {}, b""
 
     def set_max_body(self, max_body: int) -> None:
         self.max_body = max_body
@@ -285,10 +294,10 @@ class PublishBuffer:
 
     def _block_for(self, headers: Any) -> bytes:
         """The headers block of ``headers``; the same object as last time when they are equal."""
-        if self.headers_refusal is not None:
-            raise self.headers_refusal()
         if headers == self._last_headers:
             return self._last_block
+        if self.headers_refusal is not None:  # here, not per message: refuse_headers() empties the cache
+            raise self.headers_refusal()
         try:
             block = wire.encode_headers(headers)
         except wire.ProtocolError as exc:

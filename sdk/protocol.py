@@ -557,7 +557,7 @@ class ClientProtocol:
         # The next connection offers the newest version again: a hub upgraded meanwhile speaks it.
         self.hello_version = wire.CLIENT_PROTOCOL_VERSION
         feature, needs = HEADERS
-        self.buffer.headers_refusal = (
+        self.buffer.refuse_headers(
             None
             if frame.version >= needs
             else partial(UnsupportedFeatureError, feature, needs=needs, version=frame.version, address=self.address)

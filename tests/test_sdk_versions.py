@@ -315,3 +315,20 @@ def test_both_clients_step_down_to_a_hub_from_before_version_3(version_2_hub: Hu
         expect_refused(lambda: client.kv("old"), "kv views", 2)
         assert client.connections == 1
         assert opened_connections(client) == 4
+
+
+def test_headers_encoded_on_a_newer_connection_are_refused_on_an_older_one() -> None:
+    """The buffer reuses the last headers block it encoded: after a step down that block must
+    not slip through (the refusal is checked where a block is encoded)."""
+    proto = ClientProtocol(name="t", producer_id=9, clock=FakeClock())
+    handshake(proto)
+    proto.receive_data(welcome())
+    proto.publish_acked("t", b"x", None, {"trace": "1"})
+    proto.flush()
+    proto.receive_data(wire.PublishAck(producer_id=9, sequence=1, timestamp=1, ranges=()).encode())
+    proto.connection_lost()
+    handshake(proto)
+    proto.receive_data(welcome(version=2))
+    with pytest.raises(sdk.UnsupportedFeatureError, match="headers on publish"):
+        proto.publish("t", b"y", None, {"trace": "1"})
+    assert proto.buffer.empty
