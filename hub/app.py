@@ -64,6 +64,7 @@ def core_settings(config: HubConfig, fds: FdLimit) -> CoreSettings:
         heartbeat_interval=config.heartbeat_interval,
         heartbeat_misses=config.heartbeat_misses,
         hello_timeout=config.hello_timeout,
+        max_client_version=config.max_client_version,
         subscriptions=SubscriptionLimits(
             max_subscriptions=config.max_subscriptions,
             max_topics_per_connection=config.max_topics_per_connection,

@@ -98,6 +98,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--heartbeat-misses", "silent intervals before a client is declared dead", metavar="N", type=int)
     option("--hello-timeout", "seconds from accept (TLS handshake included) to WELCOME; a client not welcomed by "
            "then is closed", metavar="SECONDS", type=float)  # fmt: skip
+    option("--max-client-version", "newest client protocol version accepted (default: the newest this hub "
+           "speaks); pin an older one while a rolling upgrade goes on: clients step down to it",
+           metavar="N", type=int)  # fmt: skip
     option("--auth-file", "users, hashed secrets and topic grants (TOML, docs/security.md; `pub0sub auth` makes "
            "entries); SIGHUP reloads it; none: an OPEN hub, anyone may publish and subscribe to anything",
            metavar="FILE", type=Path)  # fmt: skip
@@ -226,6 +229,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "heartbeat_interval": args.heartbeat_interval,
         "heartbeat_misses": args.heartbeat_misses,
         "hello_timeout": args.hello_timeout,
+        "max_client_version": args.max_client_version,
         "auth_file": args.auth_file,
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,

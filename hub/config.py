@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wire import CLIENT_PROTOCOL_VERSION
 from wire.limits import DEFAULT_MAX_CLIENT_BODY
 from wire.topics import check_topic
 
@@ -62,6 +63,9 @@ class HubConfig:
     heartbeat_misses: int = 3
     #: Seconds from accept (TLS handshake included) until the hub must have welcomed the client.
     hello_timeout: float = 3.0
+    #: The newest client protocol version the hub accepts (docs/operations.md, "Rolling upgrades"):
+    #: a newer client is answered UNSUPPORTED_VERSION, and the SDK reconnects with this one.
+    max_client_version: int = CLIENT_PROTOCOL_VERSION
     #: Users, hashed secrets and topic grants (docs/security.md); None = an open hub. SIGHUP reloads it.
     auth_file: Path | None = None
     #: Certificate chain and private key (PEM): with both, the client port speaks TLS only.
@@ -177,6 +181,8 @@ class HubConfig:
             raise ValueError("heartbeat_interval must be positive")
         if self.hello_timeout <= 0:
             raise ValueError("hello_timeout must be positive")
+        if not 1 <= self.max_client_version <= CLIENT_PROTOCOL_VERSION:
+            raise ValueError(f"max_client_version must be 1..{CLIENT_PROTOCOL_VERSION}, got {self.max_client_version}")
         if self.slow_consumer_deadline <= 0:
             raise ValueError("slow_consumer_deadline must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -28,6 +28,7 @@ from .errors import (
     SlowConsumerError,
     SubscriptionClosedError,
     TlsError,
+    UnsupportedFeatureError,
 )
 from .kv import BlockingKeyValue, KeyValue, KVEntry
 from .messages import Gap, Message, PublishAck, Reconnect
@@ -56,6 +57,7 @@ __all__ = [
     "Subscription",
     "SubscriptionClosedError",
     "TlsError",
+    "UnsupportedFeatureError",
     "connect",
     "connect_blocking",
 ]

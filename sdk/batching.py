@@ -37,6 +37,8 @@ _PUBLISH_HEAD_BYTES = 19
 _SET_FIXED_BYTES = 9
 #: Most sets one PUBLISH frame can carry (u16 count).
 _MAX_SETS = 0xFFFF
+#: Where a PUBLISH frame's flags byte sits: after the 5-byte frame header, the producer id and the sequence.
+_FLAGS_AT = 5 + 16
 #: Flush when this much is buffered: big enough to amortise the per-frame cost,
 #: small enough to keep latency and hub-side buffering low (BENCHMARKS.md: ~64 KiB batches).
 DEFAULT_FLUSH_BYTES = 64 * 1024
@@ -179,6 +181,18 @@ class PublishBuffer:
         self._last_block = b""
         self.buffered = 0
         self._budget = self.max_body - _PUBLISH_HEAD_BYTES
+        #: set while the connection speaks a client protocol without headers: makes the error a
+        #: publish with headers raises (sdk.versions); see refuse_headers()
+        self.headers_refusal: Callable[[], BaseException] | None = None
+
+    def refuse_headers(self, refusal: Callable[[], BaseException] | None) -> None:
+        """Refuse publishes with headers with ``refusal()`` from now on (None: accept them again).
+
+        Checked where a headers block is encoded, so a publisher repeating its headers pays
+        nothing per message; the last block is forgotten so that the next publish encodes again.
+        """
+        self.headers_refusal = refusal
+        self._last_headers, self._last_block = {}, b""
 
     def set_max_body(self, max_body: int) -> None:
         self.max_body = max_body
@@ -282,6 +296,8 @@ class PublishBuffer:
         """The headers block of ``headers``; the same object as last time when they are equal."""
         if headers == self._last_headers:
             return self._last_block
+        if self.headers_refusal is not None:  # here, not per message: refuse_headers() empties the cache
+            raise self.headers_refusal()
         try:
             block = wire.encode_headers(headers)
         except wire.ProtocolError as exc:
@@ -304,6 +320,10 @@ class PublishBuffer:
     @property
     def empty(self) -> bool:
         return not self._sets
+
+    def holds_headers(self) -> bool:
+        """Whether a message buffered or awaiting its PUBLISH_ACK carries headers."""
+        return any(headers for _, _, headers in self._sets) or any(has_headers(b.frame) for b in self.pending)
 
     def take_frame(self) -> tuple[bytes, PendingBatch | None]:
         """The buffered messages as one PUBLISH frame, and its pending entry if it wants an ack."""
@@ -372,6 +392,11 @@ class PublishBuffer:
         self._topics = ()
         self._headers = b""
         self.buffered = 0
+
+
+def has_headers(frame: bytes) -> bool:
+    """Whether a PUBLISH frame has flag HEADERS (its sets carry headers blocks)."""
+    return bool(frame[_FLAGS_AT] & wire.PublishFlags.HEADERS)
 
 
 class _UnexpectedAck(Pub0subError):

@@ -36,6 +36,7 @@ from .kv import BlockingKeyValue
 from .messages import PublishAck, Reconnect
 from .protocol import DEFAULT_MAX_PENDING_BYTES, FATAL_CODES, ClientProtocol, State
 from .security import PathLike, hello_token, tls_context, tls_failure
+from .versions import KV_VIEWS
 
 _READ_SIZE = 256 * 1024
 #: chunks read per service call when data keeps arriving, so a flood cannot starve the caller
@@ -120,6 +121,7 @@ class BlockingClient:
             heartbeat=heartbeat,
             max_pending_bytes=max_pending_bytes,
             flush_bytes=flush_bytes,
+            address=address,
         )
         self._sock: socket.socket | None = None
         self.connections = 0
@@ -146,6 +148,11 @@ class BlockingClient:
         self._drop_socket()
 
     @property
+    def protocol_version(self) -> int | None:
+        """The client protocol version this client and the hub agreed on (docs/sdk.md, "Older hubs")."""
+        return self._proto.version
+
+    @property
     def hub_id(self) -> int | None:
         welcome = self._proto.welcome
         return welcome.hub_id if welcome else None
@@ -155,6 +162,16 @@ class BlockingClient:
         return self._proto
 
     def _open(self) -> None:
+        """Connect; an older hub's UNSUPPORTED_VERSION is met with an older version (sdk.versions)."""
+        while True:
+            try:
+                self._dial()
+                return
+            except HubError as exc:
+                if not self._proto.step_down(exc):
+                    raise
+
+    def _dial(self) -> None:
         """One connection attempt: TCP connect (``connect_timeout``), HELLO, WELCOME (``handshake_timeout``)."""
         proto = self._proto
         try:
@@ -409,6 +426,7 @@ class BlockingClient:
 
     def kv(self, topic: str, *, timeout: float = 30.0) -> BlockingKeyValue:
         """A key-value view of ``topic`` (see :meth:`sdk.Client.kv`); also a context manager."""
+        self._proto.require(KV_VIEWS)
         return BlockingKeyValue(self, topic, timeout=timeout)
 
     def status(self, *, timeout: float = 10.0) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from .messages import PublishAck, Reconnect
 from .protocol import DEFAULT_MAX_PENDING_BYTES, FATAL_CODES, ClientProtocol, State
 from .security import PathLike, hello_token, tls_context, tls_failure
 from .subscription import Subscription
+from .versions import KV_VIEWS
 
 _READ_SIZE = 256 * 1024
 #: How long the TCP connect of connect() and of each reconnect attempt may take (the
@@ -166,6 +167,7 @@ class Client:
             heartbeat=heartbeat,
             max_pending_bytes=max_pending_bytes,
             flush_bytes=flush_bytes,
+            address=address,
         )
         self._stream: anyio.abc.ByteStream | None = None
         self._send_lock = anyio.Lock()
@@ -183,11 +185,26 @@ class Client:
         return self._proto.state == State.READY
 
     @property
+    def protocol_version(self) -> int | None:
+        """The client protocol version this client and the hub agreed on (docs/sdk.md, "Older hubs")."""
+        return self._proto.version
+
+    @property
     def hub_id(self) -> int | None:
         welcome = self._proto.welcome
         return welcome.hub_id if welcome else None
 
     async def _open(self) -> None:
+        """Connect; an older hub's UNSUPPORTED_VERSION is met with an older version (sdk.versions)."""
+        while True:
+            try:
+                await self._dial()
+                return
+            except HubError as exc:
+                if not self._proto.step_down(exc):
+                    raise
+
+    async def _dial(self) -> None:
         """One connection attempt: TCP connect (``connect_timeout``), HELLO, WELCOME (``handshake_timeout``)."""
         proto = self._proto
         stream: anyio.abc.ByteStream
@@ -406,6 +423,40 @@ class Client:
             self._flush_armed = True
             self._flush_wanted.set()
 
+    async def publish_encoded(
+        self,
+        topics: str | Sequence[str],
+        records: Any,
+        ends: Sequence[int],
+        *,
+        headers: Mapping[str, str | bytes] | None = None,
+    ) -> int:
+        """Publish records already in the wire layout (:meth:`PublishBuffer.add_encoded
+        <sdk.batching.PublishBuffer.add_encoded>`), all to ``topics`` with ``headers``; return how many.
+
+        Record ``i`` is ``records[ends[i]:ends[i + 1]]``, ``[u16 key_len][u32 data_len][key][data]``.
+        The frames are those :meth:`publish` would have made of the same records one by one (an
+        idempotent producer's retry may mix the two).  Every frame that fills meanwhile goes out
+        in one write before this returns, waiting for the connection as a full :meth:`publish`
+        does; the rest waits in the buffer like any publish.
+
+        >>> count, region = wire.encode_records([(b"k", b"a"), (b"", b"b")])  # doctest: +SKIP
+        >>> await client.publish_encoded("orders", region, [0, 8, 15])         # doctest: +SKIP
+        2
+        """
+        self._check()
+        proto = self._proto
+        framed = proto.buffer.sequence
+        count = proto.publish_encoded(topics, records, ends, headers)
+        if proto.buffer.sequence != framed:  # frames filled: send them now, as publish() does
+            while self._stream is None and proto.failed is None:
+                await self._connected.wait()
+            self._check()
+            await self._write()
+        if not proto.buffer.empty:
+            self._kick()
+        return count
+
     async def flush(self) -> None:
         """Send every buffered publish now (returns once written to the socket, not acked)."""
         self._check()
@@ -534,6 +585,7 @@ class Client:
         ...     await kv.put("mode", b"fast")
         ...     assert await kv.get("mode") == b"fast"
         """
+        self._proto.require(KV_VIEWS)
         return KeyValue(self, topic, timeout=timeout)
 
     # timeout= as in nats.py, ending in a TimeoutError that says what went unanswered.

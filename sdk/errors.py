@@ -136,6 +136,25 @@ class InvalidTopicError(Pub0subError, wire.InvalidTopicError):
             raise cls(exc.name, exc.problem, pattern=exc.pattern) from None
 
 
+class UnsupportedFeatureError(Pub0subError):
+    """The connection speaks an older client protocol version than a feature needs.
+
+    The SDK steps down to the version an older hub speaks (docs/sdk.md, "Older hubs"); on such a
+    connection a call that needs more (``headers=`` on a publish, ``keys=``/``query=`` on a
+    subscribe, ``kv()``, ``commit()``) raises this before anything is sent.  ``feature`` names
+    it, ``needs`` is the first version that has it, ``version`` the one negotiated.
+    """
+
+    def __init__(self, feature: str, *, needs: int, version: int, address: str = "") -> None:
+        self.feature = feature
+        self.needs = needs
+        self.version = version
+        hub = f"the hub at {address}" if address else "the hub"
+        super().__init__(
+            f"{feature}: needs client protocol {needs}, and {hub} speaks {version} (upgrade the hub, or do without it)"
+        )
+
+
 class PublishTimeoutError(Pub0subError, TimeoutError):
     """No PUBLISH_ACK arrived in time; the outcome of the publish is unknown (it may be stored)."""
 

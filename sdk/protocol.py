@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import enum
 import json
-import random
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, cast
 
 import wire
@@ -29,9 +30,16 @@ from wire import ErrorCode, Opcode
 from wire.limits import DEFAULT_MAX_PEER_BODY
 from wire.query import parse as parse_query
 
-from .batching import DEFAULT_FLUSH_BYTES, AckTicket, PendingBatch, PublishBuffer, Ticket
+from .batching import DEFAULT_FLUSH_BYTES, AckTicket, PendingBatch, PublishBuffer, Ticket, has_headers
 from .commits import PendingCommits
-from .errors import ConnectionLostError, HubError, ProtocolError, SlowConsumerError, SubscriptionClosedError
+from .errors import (
+    ConnectionLostError,
+    HubError,
+    ProtocolError,
+    SlowConsumerError,
+    SubscriptionClosedError,
+    UnsupportedFeatureError,
+)
 from .messages import Gap, Message
 from .subscriptions import (
     MAX_SENT_RANGES,
@@ -43,6 +51,7 @@ from .subscriptions import (
     parse_start,
     resolve_ack,
 )
+from .versions import COMMIT, HEADERS, KEY_FILTERS, QUERIES, next_version, require
 
 #: A subscription without a key filter: every key (what KEY_FILTER's ADD and REMOVE start from).
 _EVERY_KEY = wire.KeyFilter(all=True)
@@ -78,8 +87,11 @@ class ClientProtocol:
         flush_bytes: int = DEFAULT_FLUSH_BYTES,
         max_frame: int = DEFAULT_MAX_PEER_BODY,
         clock: Callable[[], float] = time.monotonic,
+        address: str = "",
     ) -> None:
         self.name = name
+        #: the hub's address, for errors
+        self.address = address
         self.token = token
         self.clock = clock
         self.max_pending_bytes = max_pending_bytes
@@ -89,8 +101,13 @@ class ClientProtocol:
         self.heartbeat = 0.0
         self.state = State.DISCONNECTED
         self.welcome: wire.Welcome | None = None
+        #: the client protocol version the next HELLO offers: the newest, lower while stepping
+        #: down to an older hub (sdk.versions)
+        self.hello_version = wire.CLIENT_PROTOCOL_VERSION
         # An idempotent producer id by default, so publishes resent after a reconnect are not stored twice.
-        pid = (random.getrandbits(63) or 1) if producer_id is None else producer_id
+        # From the OS, not `random`: two processes that seed `random` alike (a simulation, a test run)
+        # would get one id, and the hub would take the second one's frames for resends of the first's.
+        pid = (secrets.randbits(63) or 1) if producer_id is None else producer_id
         self.buffer = PublishBuffer(producer_id=pid, flush_bytes=flush_bytes, emit=self.flush)
         # The per-message call goes straight to the buffer: no extra Python frame on the hot path.
         self.publish: Callable[..., bool] = self.buffer.add
@@ -121,8 +138,51 @@ class ClientProtocol:
         self._decoder = wire.FrameDecoder(
             limits=wire.Limits(max_body=self.max_frame), accept=wire.HUB_TO_CLIENT_OPCODES
         )
-        self._hello = wire.Hello(client_name=self.name, token=self.token).encode()
+        self._hello = wire.Hello(version=self.hello_version, client_name=self.name, token=self.token).encode()
         self.last_sent = self.last_received = self.clock()
+
+    @property
+    def version(self) -> int | None:
+        """The client protocol version of the last connection (None before the first WELCOME)."""
+        return self.welcome.version if self.welcome is not None else None
+
+    def require(self, feature: tuple[str, int]) -> None:
+        """Raise :class:`UnsupportedFeatureError` if the connection's version lacks ``feature``
+        (one of :mod:`sdk.versions`' features)."""
+        require(feature, self.version, self.address)
+
+    def step_down(self, error: BaseException) -> bool:
+        """The hub refused HELLO with ``error``: True if a fresh connection should offer the older
+        version now in :attr:`hello_version`; False to give up with ``error``.
+
+        Raises a :class:`HubError` ``UNSUPPORTED_VERSION`` naming what this client holds when the
+        older version could not carry it (a subscription with a key filter, a publish with
+        headers not yet acknowledged): such a client fails rather than lose its filter or headers.
+        """
+        lower = next_version(self.hello_version, error)
+        held = self._held_feature()
+        if lower is None or (held is not None and lower < held[1]):
+            self.hello_version = wire.CLIENT_PROTOCOL_VERSION
+            if lower is None or held is None:
+                return False
+            assert isinstance(error, HubError)
+            raise HubError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"{error.hub_reason}; this client holds {held[0]}, which need client protocol {held[1]}",
+            ) from error
+        self.hello_version = lower
+        return True
+
+    def _held_feature(self) -> tuple[str, int] | None:
+        """A feature of the newest version this client's state relies on, if any."""
+        for state in self.subs.values():
+            if state.key_filter is not None:
+                return KEY_FILTERS
+            if state.query is not None:
+                return QUERIES
+        if self.buffer.holds_headers() or any(publish and has_headers(frame) for frame, _, publish in self._out):
+            return HEADERS
+        return None
 
     def connection_lost(self, error: BaseException | None = None) -> None:
         """The transport is gone; keep what a reconnect can restore."""
@@ -253,6 +313,10 @@ class ClientProtocol:
             raise ValueError("credit must be >= 0")
         if ack_wait is not None and not (0 < ack_wait <= 0xFFFFFFFF / 1000):
             raise ValueError(f"ack_wait must be a positive number of seconds, got {ack_wait!r}")
+        if keys is not None or key_prefixes is not None:
+            self.require(KEY_FILTERS)
+        if query is not None:
+            self.require(QUERIES)
         position, value, offsets = parse_start(start)
         state = SubState(
             self._next_sub_id,
@@ -296,6 +360,7 @@ class ClientProtocol:
     def update_keys(self, state: SubState, op: wire.KeyOp, change: wire.KeyFilter) -> Ticket:
         """Change the keys a subscription delivers (KEY_FILTER); the ticket completes with its SUB_OK."""
         self._check_open(state)
+        self.require(KEY_FILTERS)
         state.key_filter = (state.key_filter or _EVERY_KEY).apply(op, change)
         return self._send_update(state, wire.KeyFilterUpdate(sub_id=state.sub_id, op=op, filter=change))
 
@@ -392,6 +457,7 @@ class ClientProtocol:
             raise self.failed
         if not (state.durable or state.group):
             raise ValueError("only durable subscriptions and groups keep a position to commit")
+        self.require(COMMIT)
         if state.closed:
             raise state.error or SubscriptionClosedError(
                 state.sub_id, ErrorCode.UNSUBSCRIBED, "subscription is closed", topics=state.topics
@@ -488,6 +554,14 @@ class ClientProtocol:
             raise wire.RemoteProtocolError("WELCOME twice", code=ErrorCode.UNEXPECTED_FRAME)
         self.welcome = frame
         self.state = State.READY
+        # The next connection offers the newest version again: a hub upgraded meanwhile speaks it.
+        self.hello_version = wire.CLIENT_PROTOCOL_VERSION
+        feature, needs = HEADERS
+        self.buffer.refuse_headers(
+            None
+            if frame.version >= needs
+            else partial(UnsupportedFeatureError, feature, needs=needs, version=frame.version, address=self.address)
+        )
         self.buffer.set_max_body(frame.max_body)
         override = self._heartbeat_override
         self.heartbeat = override if override is not None else frame.heartbeat_ms / 1000

@@ -402,3 +402,15 @@ def test_reconnect_policy_delays() -> None:
     assert list(Reconnect(0).delays()) == []
     forever = Reconnect(None, 0.01, 0.01, jitter=0).delays()
     assert [next(forever) for _ in range(100)] == [0.01] * 100
+
+
+def test_default_producer_ids_do_not_follow_a_seeded_random() -> None:
+    """Two processes that seed ``random`` alike must not share a producer id: the hub would take
+    the second one's frames for resends of the first one's and store none of them."""
+    import random
+
+    ids = []
+    for _ in range(2):
+        random.seed(7)
+        ids.append(ClientProtocol().buffer.producer_id)
+    assert ids[0] != ids[1] and all(0 < i < 1 << 63 for i in ids)

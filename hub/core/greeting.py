@@ -23,10 +23,12 @@ from .stats import HubStats
 #: many times over, and an unauthenticated peer cannot make the hub buffer more.
 GREETING_LIMITS = Limits(max_body=4096)
 
-#: Version 2 added COMMIT and COMMITTED, version 3 headers (PUBLISH flag HEADERS, DELIVER_HEADERS);
-#: docs/protocol.md §11.  Older clients are served as before (a version 1 or 2 subscriber gets
-#: batches that carried headers as plain DELIVERs, without them).
-SUPPORTED_CLIENT_VERSIONS = frozenset(range(1, CLIENT_PROTOCOL_VERSION + 1))
+#: Version 2 added COMMIT and COMMITTED, version 3 headers (PUBLISH flag HEADERS, DELIVER_HEADERS)
+#: and key filters; docs/protocol.md §11.  Older clients are served as before (a version 1 or 2
+#: subscriber gets batches that carried headers as plain DELIVERs, without them).  A hub speaks
+#: 1..``max_client_version`` (default: all of them); an operator pins an older one during a
+#: rolling upgrade, and the refusal's reason says which versions the hub speaks, in the words
+#: hubs have always used, so that the SDK steps down to one of them (sdk/versions.py).
 
 
 class Greeting:
@@ -39,6 +41,7 @@ class Greeting:
         max_body: int,
         hello_timeout: float,
         end_subscription: EndSubscription,
+        max_version: int = CLIENT_PROTOCOL_VERSION,
     ) -> None:
         self.auth = auth
         self.stats = stats
@@ -46,6 +49,7 @@ class Greeting:
         self._limits = Limits(max_body=max_body)
         self.hello_timeout = hello_timeout
         self._end = end_subscription
+        self.max_version = max_version
 
     def opened(self, session: ClientSession) -> None:
         session.decoder.limits = GREETING_LIMITS
@@ -54,10 +58,10 @@ class Greeting:
         if session.greeted or session.auth_job is not None:
             session.fail(ErrorCode.UNEXPECTED_FRAME, "HELLO sent twice")
             return
-        if frame.version not in SUPPORTED_CLIENT_VERSIONS:
+        if not 1 <= frame.version <= self.max_version:
             session.fail(
                 ErrorCode.UNSUPPORTED_VERSION,
-                f"client protocol version {frame.version} not supported (hub speaks 1..{CLIENT_PROTOCOL_VERSION})",
+                f"client protocol version {frame.version} not supported (hub speaks 1..{self.max_version})",
             )
             return
         session.version = frame.version

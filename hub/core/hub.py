@@ -1,15 +1,13 @@
 """The hub's decisions in one object: client sessions, frames, time, and what the mesh brings.
 
-:class:`HubCore` is what the I/O shell drives, in the manner of h11's
-``Connection``:
+:class:`HubCore` is what the I/O shell drives, in the manner of h11's ``Connection``:
 
 * ``open_session(peer)`` when a connection arrives (or the refusal to send it);
 * ``receive_data(session, data)`` with every chunk a connection reads: frames are
   decoded and handled synchronously, and replies and deliveries are queued on the
   sessions concerned, announced to their transports at the end of the chunk;
 * ``session_ended(session)`` when the connection is gone;
-* ``tick_heartbeats()``, ``tick_groups()``, ``tick_rates()`` on the shell's timers,
-  and the :attr:`work` queue for the pump;
+* ``tick_heartbeats()``, ``tick_groups()``, ``tick_rates()`` on the shell's timers, and the :attr:`work` queue;
 * ``mesh`` (:class:`~hub.core.mesh_link.MeshLink`): what the mesh delivers and asks.
 
 It never awaits and never touches a socket; its clock is passed in.
@@ -23,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wire import (
+    CLIENT_PROTOCOL_VERSION,
     PING,
     PONG,
     Ack,
@@ -101,6 +100,8 @@ class CoreSettings:
     heartbeat_misses: int = 3
     #: Seconds from accept (TLS handshake included) to WELCOME: a client still without one is closed.
     hello_timeout: float = 3.0
+    #: Newest client protocol version accepted (1 .. wire.CLIENT_PROTOCOL_VERSION; hub.core.greeting).
+    max_client_version: int = CLIENT_PROTOCOL_VERSION
     #: Seconds a connection may go unread for its unread replies before it is closed (hub.core.read_pause).
     slow_consumer_deadline: float = 10.0
     subscriptions: SubscriptionLimits = field(default_factory=SubscriptionLimits)
@@ -170,6 +171,7 @@ class HubCore:
         self.greeting = Greeting(
             auth=self.auth, stats=self.stats, welcome=self._welcome, max_body=settings.max_body,
             hello_timeout=settings.hello_timeout, end_subscription=self.subscriptions.end,
+            max_version=settings.max_client_version,
         )
         subs = self.subscriptions
         self.commits = Commits(consumers, self.stats)
@@ -273,11 +275,10 @@ class HubCore:
     def receive_data(self, session: ClientSession, data: bytes) -> bool:
         """Bytes ``session``'s connection read: decode and handle every complete frame.
 
-        Handling is synchronous; the output it makes leaves when the chunk is done.
-        Returns True when it stopped early with frames left -- after :data:`FRAMES_PER_TURN`
-        frames, or frames that created many topics (see
-        :data:`~hub.core.topic_budget.YIELD_AFTER_NEW_TOPICS`): the shell lets other
-        connections run, then calls again with ``b""``.
+        Handling is synchronous; the output it makes leaves when the chunk is done.  Returns True
+        when it stopped early with frames left -- after :data:`FRAMES_PER_TURN` frames, or frames that
+        created many topics (:data:`~hub.core.topic_budget.YIELD_AFTER_NEW_TOPICS`): the shell lets
+        other connections run, then calls again with ``b""``.
 
         Complete frames, not bytes, are signs of life: a client that drips one byte a
         second is still silent for the heartbeat deadline.

@@ -31,9 +31,9 @@ def frames_of(data: bytes) -> list[Any]:
     return frames
 
 
-def welcome(heartbeat_ms: int = 1000, max_body: int = 1 << 20) -> bytes:
-    """A hub's WELCOME (hub id 42)."""
-    return wire.Welcome(version=1, hub_id=42, max_body=max_body, heartbeat_ms=heartbeat_ms, hub_name="h").encode()
+def welcome(heartbeat_ms: int = 1000, max_body: int = 1 << 20, version: int = wire.CLIENT_PROTOCOL_VERSION) -> bytes:
+    """A hub's WELCOME (hub id 42) at ``version`` (a hub answers with the version the client offered)."""
+    return wire.Welcome(version=version, hub_id=42, max_body=max_body, heartbeat_ms=heartbeat_ms, hub_name="h").encode()
 
 
 def ready(clock: FakeClock | None = None, **kwargs: object) -> ClientProtocol:

@@ -23,8 +23,11 @@ HUB_START_TIMEOUT = 20.0
 class HubProcess:
     """A ``python -m hub`` subprocess; stopped by its PID, never by name."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, nofile: int | None = None) -> None:
-        """``nofile``: the hub's descriptor limit (``ulimit -n``), for resource-bound tests."""
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, nofile: int | None = None, root: Path = ROOT
+    ) -> None:
+        """``nofile``: the hub's descriptor limit (``ulimit -n``), for resource-bound tests; ``root``:
+        the tree whose ``hub`` runs (another commit's, unpacked, for compatibility tests)."""
         self.args = ["--listen", "127.0.0.1:0", *args]
         # stderr to a file: the hub logs at INFO, and a pipe nobody reads would block it once full.
         self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the hub stops; GC closes it
@@ -33,7 +36,7 @@ class HubProcess:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
-            cwd=ROOT,
+            cwd=root,
             env={**os.environ, **(env or {})},
             preexec_fn=None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)),
         )
