@@ -76,8 +76,8 @@ def test_same_seed_same_run() -> None:
 
 def test_a_lost_interest_is_sent_again_until_its_owners_acknowledge_it() -> None:
     """An INTEREST lost on the way (a relay without a route yet, a link that drops it) would leave
-    its owners without the subscriber until the next recheck (a minute): each owner acknowledges
-    it, and one not acknowledged goes again after ``watch_retry``."""
+    its owners without the subscriber: each owner acknowledges it, and one not acknowledged goes
+    again after ``watch_retry``."""
     world = World(hubs=8, seed=4, config=OverlayConfig(degree=3, max_peers=4))
     for index, hub in enumerate(world.order):
         world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
@@ -107,3 +107,19 @@ def test_a_lost_interest_is_sent_again_until_its_owners_acknowledge_it() -> None
     world.loop.run_until(30.0)
     got = [d.origin_seq for d in world.deliveries if d.hub == subscriber and d.topic == "orders.eu"]
     assert got == seqs
+
+
+def test_a_quiet_overlay_sends_no_interest_again() -> None:
+    """Acknowledged INTEREST is not re-sent every recheck interval: once every owner holds every
+    hub's patterns and nothing changes, no INTEREST goes anywhere (it used to go to every owner
+    of every key each minute, most of a formed overlay's interest traffic)."""
+    world = World(hubs=12, seed=6, config=OverlayConfig(degree=3, max_peers=6))
+    for index, hub in enumerate(world.order):
+        world.subscribe(hub, f"team{index % 4}.updates")
+        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
+    world.loop.run_until(30.0)
+    before = world.counters()
+    assert before.get("INTEREST", 0) >= 12
+    world.loop.run_until(200.0)  # three recheck intervals
+    after = world.counters()
+    assert after.get("INTEREST", 0) == before.get("INTEREST", 0)

@@ -31,15 +31,15 @@ class OverlayConfig:
     #: no HEADS.
     heads_delay: float = 1.0
     heads_window: float = 10.0
-    #: Interest frames lost in such a break are found the same way: once the graph is quiet,
-    #: each hub tells its keys' owners its patterns again (they ignore a repeat) and asks the
-    #: owner of each key it publishes under whether it holds that owner's latest version.
-    #: A WATCH not answered within ``watch_retry`` seconds goes again.
+    #: Interest changes pushed by an owner and lost in such a break are found the same way:
+    #: once the graph is quiet, each hub asks the owner of each key it publishes under whether
+    #: it holds that owner's latest version (WATCH).  A WATCH not answered within
+    #: ``watch_retry`` seconds goes again.  (INTEREST needs no such check: it is acknowledged.)
     watch_retry: float = 2.0
-    #: And every ``recheck_interval`` seconds whatever happened: a control frame can also be
+    #: And every ``recheck_interval`` seconds whatever happened: a pushed change can also be
     #: lost without a break this hub sees (a relay that had no route yet while the overlay
-    #: formed drops it, counted there), so owners are told again (they ignore a repeat) and
-    #: watches checked.  Costs two small routed frames per rendezvous key per interval.
+    #: formed drops it, counted there), so watches are checked.  Costs two small routed frames
+    #: per watched key per interval.
     recheck_interval: float = 60.0
     #: A publish under a key whose watch is not answered yet waits at most this long for the
     #: answer (then goes where the hubs known by then are; the others repair from JOINED).

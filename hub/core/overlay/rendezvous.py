@@ -135,13 +135,6 @@ class Registrations:
                 sends.extend(self._tell(key, tuple(fresh)))
         return sends
 
-    def recheck(self) -> list[Send]:
-        """Frames may have been lost in a break: tell every owner again (it ignores a repeat)."""
-        sends = []
-        for key in self.patterns:
-            sends.extend(self._tell(key, self.membership.owners(key)))
-        return sends
-
     def _tell(self, key: str, owners: tuple[int, ...]) -> list[Send]:
         told = self._told.setdefault(key, {})
         now = self.clock()
