@@ -75,6 +75,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            type=float)  # fmt: skip
     option("--connect-burst-per-address", "connections one source address may open at once before its rate "
            "applies", metavar="N", type=int)  # fmt: skip
+    option("--max-accepts-per-second", "connections accepted a second from all addresses together, after a "
+           "burst of --accept-burst; past it new connections wait in the kernel's backlog; 0: no budget",
+           metavar="N", type=float)  # fmt: skip
+    option("--accept-burst", "connections accepted at once before --max-accepts-per-second applies", metavar="N",
+           type=int)  # fmt: skip
     option("--connect-rate-exempt", "an address or CIDR the connection rate limit leaves alone (repeatable, or "
            "comma-separated)", metavar="CIDR", action="append", shown="none")  # fmt: skip
     option("--max-subscriptions", "open subscriptions per connection", metavar="N", type=int)
@@ -217,6 +222,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "max_connects_per_second_per_address": args.max_connects_per_second_per_address,
         "connect_burst_per_address": args.connect_burst_per_address,
         "connect_rate_exempt": ",".join(args.connect_rate_exempt) if args.connect_rate_exempt else None,
+        "max_accepts_per_second": args.max_accepts_per_second,
+        "accept_burst": args.accept_burst,
         "max_subscriptions": args.max_subscriptions,
         "max_topics_per_connection": args.max_topics_per_connection,
         "max_topics": args.max_topics,

@@ -38,6 +38,11 @@ class HubConfig:
     connect_burst_per_address: int = 200
     #: Addresses and CIDRs the connection rate limit leaves alone (a load balancer, a test bed).
     connect_rate_exempt: tuple[str, ...] = ()
+    #: Connections accepted a second from all addresses together, after a burst of
+    #: ``accept_burst``; past it new connections wait in the kernel's backlog
+    #: (hub/core/connect_rate.py, ``accept_wait``).  0: no budget.
+    max_accepts_per_second: float = 0.0
+    accept_burst: int = 1000
     #: Open subscriptions per connection.
     max_subscriptions: int = 1024
     #: Topics and patterns across all subscriptions of one connection.
@@ -206,7 +211,9 @@ class HubConfig:
     @property
     def connect_rate(self) -> ConnectRateLimits:
         return ConnectRateLimits(per_second=self.max_connects_per_second_per_address,
-                                 burst=self.connect_burst_per_address, exempt=self.connect_rate_exempt)  # fmt: skip
+                                 burst=self.connect_burst_per_address, exempt=self.connect_rate_exempt,
+                                 accepts_per_second=self.max_accepts_per_second,
+                                 accept_burst=self.accept_burst)  # fmt: skip
 
 
 def _coerce(f: dataclasses.Field[Any], raw: Any) -> Any:

@@ -113,10 +113,48 @@ def test_buckets_refill_ipv6_shares_a_slash_64_and_mapped_ipv4_is_ipv4() -> None
     assert rate.check("8.8.8.8", 0.0) is not None and rate.refused_by_class["global"] == 1
 
 
+async def test_past_the_accept_budget_new_connections_wait_and_open_ones_are_served(nursery: trio.Nursery) -> None:
+    """The accept budget (--max-accepts-per-second) counts every address together: past its burst
+    the accept loop waits, so the next connection sits in the kernel's backlog, neither
+    welcomed nor refused, while the connections already open are served."""
+    server = await start(nursery, max_accepts_per_second=SLOW, accept_burst=BURST)  # an address each: none limited
+    # The burst, and one more: accepted (a token short), after which the loop waits ~100 s.
+    kept = [await RawClient.connect(server.address, source=f"127.0.0.{2 + i}") for i in range(BURST + 1)]
+    waiting = await RawClient.connect(server.address, hello=False, source="127.0.0.9")
+    await waiting.send(wire.Hello(client_name="in the backlog"))
+    with trio.move_on_after(2.0):
+        answer = await waiting.recv(timeout=2.0)
+        pytest.fail(f"a connection past the accept budget was answered: {answer!r}")
+    for client in kept:
+        await client.send(wire.PING)
+        assert (await client.expect(wire.Heartbeat)).word == "pong"  # type: ignore[attr-defined]
+    rate = (await status(kept[0]))["connect_rate"]
+    assert rate["accept_waits"] == 1 and rate["accepts_per_second"] == SLOW, rate  # type: ignore[index]
+    assert server.core.stats.connections_total == BURST + 1 and server.core.connect_rate.refused == 0
+    samples = {f.name: f.samples for f in collect(MetricsSources(server.core))}
+    assert [value for _, value in samples["pub0sub_accept_waits"]] == [1]
+    await waiting.aclose()
+
+
+def test_the_accept_budget_refills_and_is_off_at_zero() -> None:
+    rate = ConnectRate(ConnectRateLimits(accepts_per_second=10.0, accept_burst=2))
+    assert rate.accept_wait(0.0) == 0.0 and rate.accept_wait(0.0) == 0.0  # the burst
+    assert rate.accept_wait(0.0) == pytest.approx(0.1)  # a token short: wait for one at 10/s
+    assert rate.accept_wait(0.1) == pytest.approx(0.1)  # the token came and went: short again
+    assert rate.accept_wait(0.5) == 0.0  # 0.4 s at 10/s: back to the burst's 2
+    assert rate.accept_waits == 2 and rate.accept_wait_seconds == pytest.approx(0.2)
+    off = ConnectRate(ConnectRateLimits(accepts_per_second=0.0, accept_burst=1))
+    assert all(off.accept_wait(0.0) == 0.0 for _ in range(100)) and off.accept_waits == 0
+
+
 def test_the_settings_are_checked_with_a_clear_message() -> None:
     with pytest.raises(ValueError, match="'10.0.0.300/8' is not an address or CIDR"):
         load_config(env={}, overrides={"connect_rate_exempt": "127.0.0.0/8,10.0.0.300/8"})
     with pytest.raises(ValueError, match="must be >= 0"):
         load_config(env={}, overrides={"max_connects_per_second_per_address": -1})
+    with pytest.raises(ValueError, match="max_accepts_per_second must be >= 0"):
+        load_config(env={}, overrides={"max_accepts_per_second": -1})
+    with pytest.raises(ValueError, match="accept_burst must be at least 1"):
+        load_config(env={}, overrides={"accept_burst": 0})
     assert load_config(env={}, overrides={"connect_rate_exempt": "127.0.0.0/8, ::1"}).connect_rate_exempt == (
         "127.0.0.0/8", "::1")

@@ -57,10 +57,19 @@ class ConnectRateLimits:
     exempt: tuple[str, ...] = ()
     #: Addresses tracked at once, least recently seen forgotten first.
     max_addresses: int = 16_384
+    #: Connections the hub accepts a second from everyone together, after a burst of
+    #: ``accept_burst``: past it the accept loop waits, and new connections wait in the kernel's
+    #: backlog (then are refused by the kernel when it is full).  0: no budget.
+    accepts_per_second: float = 0.0
+    accept_burst: int = 1000
 
     def __post_init__(self) -> None:
         if self.per_second < 0:
             raise ValueError("max_connects_per_second_per_address must be >= 0 (0: no limit)")
+        if self.accepts_per_second < 0:
+            raise ValueError("max_accepts_per_second must be >= 0 (0: no budget)")
+        if self.accept_burst < 1:
+            raise ValueError("accept_burst must be at least 1")
         if self.burst < 1:
             raise ValueError("connect_burst_per_address must be at least 1")
         if self.max_addresses < 1:
@@ -123,6 +132,12 @@ class ConnectRate:
         self.refused = 0
         self.refused_by_class: Counter[str] = Counter()
         self.forgotten_while_limited = 0
+        #: The accept budget (:meth:`accept_wait`): its tokens, and how often and how long the
+        #: accept loop waited for them.
+        self._accept_tokens = float(limits.accept_burst)
+        self._accept_last: float | None = None
+        self.accept_waits = 0
+        self.accept_wait_seconds = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -165,6 +180,32 @@ class ConnectRate:
         return Error(code=ErrorCode.LIMIT_EXCEEDED,
                      reason=f"connection rate from {key}: over {limits.per_second:g}/s; retry in {retry:.2f} s").encode()
 
+    def accept_wait(self, now: float) -> float:
+        """A connection was accepted: seconds the accept loop waits before the next accept.
+
+        The per-address limit cannot hold against many source addresses, and every refusal still
+        costs an accept, a read, a write and a close: thousands a second take a core from the
+        clients already connected.  A budget on accepts bounds what new connections can cost,
+        whoever makes them; past it they wait in the kernel's backlog, and connections already
+        open are not touched.  The price: while a storm lasts, a legitimate new connection waits
+        its turn with the storm's (its address is not known before it is accepted).
+        """
+        limits = self.limits
+        rate = limits.accepts_per_second
+        if rate <= 0:
+            return 0.0
+        if self._accept_last is not None:
+            refilled = self._accept_tokens + (now - self._accept_last) * rate
+            self._accept_tokens = min(float(limits.accept_burst), refilled)
+        self._accept_last = now
+        self._accept_tokens -= 1
+        if self._accept_tokens >= 0:
+            return 0.0
+        wait = -self._accept_tokens / rate
+        self.accept_waits += 1
+        self.accept_wait_seconds += wait
+        return wait
+
     @staticmethod
     def _ipv6_key(address: Address) -> str:
         return str(ipaddress.ip_network(f"{address}/{IPV6_BUCKET_PREFIX}", strict=False))
@@ -180,4 +221,8 @@ class ConnectRate:
             "refused": self.refused,
             "refused_by_address_class": {kind: self.refused_by_class[kind] for kind in ADDRESS_CLASSES},
             "forgotten_while_limited": self.forgotten_while_limited,
+            "accepts_per_second": limits.accepts_per_second,
+            "accept_burst": limits.accept_burst,
+            "accept_waits": self.accept_waits,
+            "accept_wait_seconds": round(self.accept_wait_seconds, 3),
         }

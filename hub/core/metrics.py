@@ -107,6 +107,8 @@ def _hub_families(core: HubCore) -> list[Family]:
                          "often from one address (--max-connects-per-second-per-address), by address class.",
                          labels=("address_class",)), "address_class", core.connect_rate.refused_by_class,
                  every=ADDRESS_CLASSES),  # fmt: skip
+        counter("pub0sub_accept_waits", "Times the accept loop waited for the accept budget "
+                "(--max-accepts-per-second).", core.connect_rate.accept_waits),
         by_label(counter("pub0sub_connections_closed", "Client connections that ended, by close reason.",
                          labels=("reason",)), "reason", stats.connections_closed),
         by_label(gauge("pub0sub_subscriptions", "Open subscriptions by kind.", labels=("kind",)), "kind", kinds),

@@ -81,6 +81,9 @@ class ClientListener:
                     await trio.sleep(ACCEPT_RETRY_SECONDS)
                     continue
                 self.handle(stream, nursery)
+                wait = self.core.connect_rate.accept_wait(self.core.clock.monotonic())
+                if wait > 0:  # over the accept budget: the next connections wait in the backlog
+                    await trio.sleep(wait)
 
     def handle(self, tcp: trio.SocketStream, nursery: trio.Nursery) -> None:
         """One accepted connection: its session and task, or its refusal."""
