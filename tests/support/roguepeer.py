@@ -32,8 +32,13 @@ LISTEN = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
 
 
 class RoguePeer:
-    def __init__(self, host: Any, stream: Any, key_pair: Any) -> None:
+    def __init__(
+        self, host: Any, stream: Any, key_pair: Any, accept: frozenset[wire.Opcode] = wire.MESH_V2_OPCODES
+    ) -> None:
         self.host = host
+        #: What the hub may send on this stream (a v3 hub sends LINK_STATEs once linked: read as
+        #: a bad frame, they would end the reader and make every stream look closed by the hub).
+        self.accept = accept
         self.stream = stream
         self.peer_id = peer_id_of(key_pair)
         #: The hub id this peer's key gives it (what a well-behaved hub would announce).
@@ -56,7 +61,8 @@ class RoguePeer:
                 with trio.fail_after(15):
                     await host.connect(info)
                     stream = await host.new_stream(info.peer_id, [TProtocol(protocol)])
-                rogue = cls(host, stream, key_pair)
+                accept = wire.MESH_V3_OPCODES if protocol.startswith("/pub0sub/mesh/3.") else wire.MESH_V2_OPCODES
+                rogue = cls(host, stream, key_pair, accept)
                 nursery.start_soon(rogue._read)
                 yield rogue
                 nursery.cancel_scope.cancel()
@@ -65,7 +71,7 @@ class RoguePeer:
                 await host.close()
 
     async def _read(self) -> None:
-        decoder = wire.FrameDecoder(accept=wire.MESH_V2_OPCODES, limits=wire.Limits(max_body=64 << 20))
+        decoder = wire.FrameDecoder(accept=self.accept, limits=wire.Limits(max_body=64 << 20))
         try:
             while True:
                 data = await self.stream.read(1 << 20)
