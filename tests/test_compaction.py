@@ -26,6 +26,7 @@ from tests.support.compacting import (
     wait_compacted,
 )
 from tests.support.hubprocess import ROOT
+from tests.support.syncclient import SyncClient, publish_frame
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +60,35 @@ def test_keeps_the_latest_value_per_key_at_its_offset(start_hub: StartHub, tmp_p
     assert sum(f.stat().st_size for f in files) < len(history.records) * 20
     leftovers = [p for p in topic_dir(tmp_path / "data").iterdir() if p.suffix in (".swap", ".compacting")]
     assert not leftovers
+
+
+def test_a_producer_retry_is_a_duplicate_after_compaction_and_a_restart(start_hub: StartHub, tmp_path: Path) -> None:
+    """An idempotent producer's last batch, overwritten by others and compacted away, would leave
+    the producer table rebuilt on a restart without its sequence: a retry of that batch (its ack
+    lost) would be stored again.  The pass keeps the last record of each producer's newest batch
+    for the tombstone retention (docs/compaction.md)."""
+    data = tmp_path / "data"
+    hub = compacting_hub(start_hub, data)
+    producer = 0xC0FFEE
+    batch = publish_frame(TOPIC, [b"from the producer"], producer=producer, seq=7, key=b"k000")
+    with SyncClient.connect(hub.address) as raw:
+        raw.send(batch)
+        assert raw.expect(wire.PublishAck).status is wire.AckStatus.STORED
+    history = History()
+    history.records.append((b"k000", b"from the producer", False))
+    with sdk.connect_blocking(hub.address) as client:
+        history.publish_rounds(client, rounds=20, keys=5)  # k000 overwritten; segments roll past offset 0
+    assert active_base(data) > 0
+    wait_compacted(hub.address)
+    hub.stop()
+    hub = compacting_hub(start_hub, data)
+    with SyncClient.connect(hub.address) as raw:
+        raw.send(batch)
+        assert raw.expect(wire.PublishAck).status is wire.AckStatus.DUPLICATE
+    messages = read_all(hub.address)
+    assert [m.offset for m in messages if m.data == b"from the producer"] == [0]
+    closed = [m.key for m in messages if 0 < m.offset < active_base(data)]
+    assert closed and len(closed) == len(set(closed))  # the rest compacted as before: a key once
 
 
 def test_a_topic_not_named_is_not_compacted(start_hub: StartHub, tmp_path: Path) -> None:

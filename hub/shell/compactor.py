@@ -55,6 +55,7 @@ async def compact_topic(store: LogStore, policy: CompactionPolicy, topic_log: To
         now_us=now_us,
         tombstone_us=int(policy.tombstone_seconds * 1e6),
         segment_bytes=store.settings.segment_bytes,
+        producers=dict(topic_log.producers),  # a copy: the loop goes on appending meanwhile
     )
     try:
         result = await _in_worker(work)

@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,16 +128,38 @@ def read_frames(path: Path, stop: threading.Event | None = None) -> Iterator[Seg
 
 
 class _Latest:
-    """Phase 1: the offset of each key's latest record, and which of them are tombstones."""
+    """Phase 1: the offset of each key's latest record, and which of them are tombstones; and
+    each producer's newest batch (its sequence, last offset and append time)."""
 
     def __init__(self) -> None:
         self.offsets: dict[bytes, int] = {}
         #: key -> append time (µs) of the key's latest record, when that is a tombstone
         self.tombstones: dict[bytes, int] = {}
         self.records = 0
+        #: producer id -> (producer_seq, last offset, append_ts) of its newest batch here
+        self.producers: dict[int, tuple[int, int, int]] = {}
+
+    def producer_marks(self, newest: Mapping[int, int] | None, expired_before: int) -> set[int]:
+        """Offsets kept whatever their key: the last record of each producer's newest batch, so
+        the producer table rebuilt from the log on a restart still knows the producer's
+        sequence and answers a retry of that batch as a duplicate (Kafka's cleaner keeps
+        producers' last batches for the same reason).  Only where these segments hold the
+        producer's newest batch (``newest``: producer -> highest sequence of the whole topic
+        when the pass began; None: assume they do), and for the tombstone retention: a record
+        kept so is older than any tombstone of its key, so it is gone before that tombstone."""
+        marks = set()
+        for producer, (seq, last, append_ts) in self.producers.items():
+            if append_ts >= expired_before and (newest is None or seq >= newest.get(producer, 0)):
+                marks.add(last)
+        return marks
 
     def note(self, frame: Frame) -> None:
         batch = frame.batch
+        if frame.producer_id:
+            known = self.producers.get(frame.producer_id)
+            if known is None or frame.producer_seq >= known[0]:
+                last = batch.base_offset + batch.count - 1
+                self.producers[frame.producer_id] = (frame.producer_seq, last, frame.append_ts)
         offsets = self.offsets
         tombstones = self.tombstones
         deletes = is_tombstone_block(frame.headers)
@@ -152,7 +174,9 @@ class _Latest:
         self.records += batch.count
 
 
-def _survivors(frame: Frame, latest: _Latest, expired_before: int) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+def _survivors(
+    frame: Frame, latest: _Latest, expired_before: int, marks: set[int]
+) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
     """The runs of consecutive records of ``frame`` that survive: ``(first index, records)``."""
     runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
     offsets = latest.offsets
@@ -160,7 +184,9 @@ def _survivors(frame: Frame, latest: _Latest, expired_before: int) -> list[tuple
     offset = frame.batch.base_offset
     current: list[tuple[bytes, bytes]] | None = None
     for i, (key, data) in enumerate(iter_records(frame.batch.records)):
-        keep = offsets[key] == offset + i and not (key in tombstones and tombstones[key] < expired_before)
+        keep = (offsets[key] == offset + i and not (key in tombstones and tombstones[key] < expired_before)) or (
+            offset + i in marks
+        )
         if keep:
             if current is None:
                 current = []
@@ -244,10 +270,12 @@ def compact(
     tombstone_us: int,
     segment_bytes: int,
     stop: threading.Event,
+    producers: Mapping[int, int] | None = None,
 ) -> PassResult:
     """Blocking: one pass over ``refs`` (closed segments, oldest first).  Returns the durable
     swap files for the loop to put in place, oldest first (their order matters:
-    docs/compaction.md, "crash safety")."""
+    docs/compaction.md, "crash safety").  ``producers``: the topic's producer table when the
+    pass began (producer -> highest sequence), see :meth:`_Latest.producer_marks`."""
     started = time.perf_counter()
     result = PassResult()
     latest = _Latest()
@@ -257,11 +285,12 @@ def compact(
                 latest.note(frame)
     result.records_read = latest.records
     expired_before = now_us - tombstone_us
+    marks = latest.producer_marks(producers, expired_before)
     output: _Output | None = None
     group_removed = 0
     try:
         for ref in refs:
-            header, frames, removed, size = _rewrite(ref, latest, expired_before, stop)
+            header, frames, removed, size = _rewrite(ref, latest, expired_before, marks, stop)
             result.records_removed += removed
             result.bytes_before += size
             if output is None and not removed and size >= segment_bytes // 2:
@@ -292,7 +321,7 @@ def compact(
 
 
 def _rewrite(
-    ref: SegmentRef, latest: _Latest, expired_before: int, stop: threading.Event
+    ref: SegmentRef, latest: _Latest, expired_before: int, marks: set[int], stop: threading.Event
 ) -> tuple[SegmentHeader, list[tuple[bytes, int, int, int]], int, int]:
     """Phase 2 for one segment: its header, surviving frames, records removed, and its size."""
     header: SegmentHeader | None = None
@@ -302,7 +331,7 @@ def _rewrite(
         if isinstance(frame, SegmentHeader):
             header = frame
             continue
-        runs = _survivors(frame, latest, expired_before)
+        runs = _survivors(frame, latest, expired_before, marks)
         kept = sum(len(records) for _, records in runs)
         removed += frame.batch.count - kept
         for first, records in runs:
