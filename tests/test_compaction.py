@@ -91,6 +91,21 @@ def test_a_producer_retry_is_a_duplicate_after_compaction_and_a_restart(start_hu
     assert closed and len(closed) == len(set(closed))  # the rest compacted as before: a key once
 
 
+def test_a_set_naming_a_compacted_topic_and_another_is_refused(start_hub: StartHub, tmp_path: Path) -> None:
+    """Stored once per topic, such a message could be skipped by a subscription matching both
+    once compaction removed the compacted copy: the hub refuses it whole instead."""
+    hub = compacting_hub(start_hub, tmp_path / "data")
+    with SyncClient.connect(hub.address) as raw:
+        raw.send(publish_frame(("plain.cfg", TOPIC), [b"both"], key=b"k"))
+        error = raw.expect(wire.Error)
+    assert error.code is wire.ErrorCode.INVALID_TOPIC and f"{TOPIC} is a compacted topic" in error.reason
+    with sdk.connect_blocking(hub.address) as client:
+        client.publish_acked(("plain.cfg", "plain.other"), b"two plain topics are fine")
+        client.publish_acked(TOPIC, b"alone", key=b"k")
+    assert [m.data for m in read_all(hub.address, TOPIC, quiet=0.5)] == [b"alone"]
+    assert [m.data for m in read_all(hub.address, "plain.cfg", quiet=0.5)] == [b"two plain topics are fine"]
+
+
 def test_a_topic_not_named_is_not_compacted(start_hub: StartHub, tmp_path: Path) -> None:
     hub = compacting_hub(start_hub, tmp_path / "data")
     with sdk.connect_blocking(hub.address) as client:

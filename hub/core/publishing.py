@@ -75,6 +75,18 @@ class Publisher:
             return store.logs.get(name)
         return self.memory_topics.get(name)
 
+    def _beside_compacted(self, topics: tuple[str, ...]) -> str | None:
+        """A set that names a compacted topic and another: refused.  It is stored once per topic,
+        and a subscription matching both reads each message from the first topic that matches;
+        once compaction removed the compacted copy, that subscription would skip the message
+        (docs/compaction.md).  Costs nothing for one-topic sets or a hub that compacts nothing."""
+        compaction = self.store.compaction if self.store is not None and len(topics) > 1 else None
+        if compaction is not None:
+            for topic in topics:
+                if compaction.applies(topic):
+                    return f"{topic} is a compacted topic: a message set naming it names no other topic"
+        return None
+
     def _invalid_topic(self, topics: tuple[str, ...]) -> str | None:
         valid = self._valid
         for topic in topics:
@@ -97,7 +109,7 @@ class Publisher:
                          f"PUBLISH flag HEADERS needs client protocol {HEADERS_CLIENT_VERSION}", ref=frame.sequence)
             return
         for mset in frame.sets:
-            problem = self._invalid_topic(mset.topics)
+            problem = self._invalid_topic(mset.topics) or self._beside_compacted(mset.topics)
             if problem is not None:
                 session.fail(ErrorCode.INVALID_TOPIC, problem, ref=frame.sequence)
                 return
