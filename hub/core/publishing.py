@@ -80,7 +80,7 @@ class Publisher:
         and a subscription matching both reads each message from the first topic that matches;
         once compaction removed the compacted copy, that subscription would skip the message
         (docs/compaction.md).  Costs nothing for one-topic sets or a hub that compacts nothing."""
-        compaction = self.store.compaction if self.store is not None and len(topics) > 1 else None
+        compaction = self.store.compaction if self.store is not None else None
         if compaction is not None:
             for topic in topics:
                 if compaction.applies(topic):
@@ -109,7 +109,9 @@ class Publisher:
                          f"PUBLISH flag HEADERS needs client protocol {HEADERS_CLIENT_VERSION}", ref=frame.sequence)
             return
         for mset in frame.sets:
-            problem = self._invalid_topic(mset.topics) or self._beside_compacted(mset.topics)
+            problem = self._invalid_topic(mset.topics)
+            if problem is None and len(mset.topics) > 1:  # (most sets name one topic: no call)
+                problem = self._beside_compacted(mset.topics)
             if problem is not None:
                 session.fail(ErrorCode.INVALID_TOPIC, problem, ref=frame.sequence)
                 return
