@@ -123,3 +123,40 @@ def test_a_quiet_overlay_sends_no_interest_again() -> None:
     world.loop.run_until(200.0)  # three recheck intervals
     after = world.counters()
     assert after.get("INTEREST", 0) == before.get("INTEREST", 0)
+
+
+def test_a_restarted_origin_keeps_the_start_it_told_a_destination_that_never_heard_it() -> None:
+    """The mesh fault plan "pause h3 | kill h2 | restart h2 | resume h3" on the overlay: the
+    subscriber hears nothing while the publisher's first sets go out, the publisher crashes and
+    restarts.  Its starts are kept in its store (the hub's DATA/overlay-joins.json), so it tells
+    the subscriber the first start, not its position at the restart, and the subscriber repairs
+    every set.  Before, the sets before the restart were lost, silently."""
+    world = World(hubs=8, seed=4, config=OverlayConfig(degree=3, max_peers=4))
+    for index, hub in enumerate(world.order):
+        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
+    world.loop.run_until(15.0)
+    subscriber, publisher = world.order[2], world.order[6]
+    world.subscribe(subscriber, "orders.eu")
+    world.loop.run_until(18.0)
+    arrive = world._arrive
+
+    def deaf(src: int, dst: int, epoch: int, frames: list[bytes]) -> None:
+        if dst != subscriber:  # the subscriber hears nothing (a paused hub whose input is lost)
+            arrive(src, dst, epoch, frames)
+
+    world._arrive = deaf  # type: ignore[method-assign]
+    seqs = [world.publish(publisher, "orders.eu", b"before") for _ in range(5)]
+    world.loop.run_until(20.0)
+    world.crash(publisher)
+    world.loop.run_until(22.0)
+    world.start(publisher, [world.order[0]])
+    for _ in range(3):  # the restarted publisher is past its first sets when it watches 'orders' again
+        world.publish(publisher, "audit.log", b"elsewhere")
+    seqs.append(world.publish(publisher, "orders.eu", b"at the restart"))
+    world.loop.run_until(30.0)
+    world._arrive = arrive  # type: ignore[method-assign]
+    world.loop.run_until(35.0)
+    seqs.append(world.publish(publisher, "orders.eu", b"after"))
+    world.loop.run_until(60.0)
+    got = [d.origin_seq for d in world.deliveries if d.hub == subscriber and d.topic == "orders.eu"]
+    assert got == seqs

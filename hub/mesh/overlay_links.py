@@ -126,7 +126,7 @@ class OverlayLinks:
             )
         overlay = Overlay(
             self.config, hub_id=mesh.hub_id, peer_key=str(mesh.peer_id), addrs=mesh.listen_addrs, clock=mesh.clock,
-            store=self.store, since=self.store.load_since(),
+            store=self.store, since=self.store.load_since(), joins=self.store.load_joins(),
         )  # fmt: skip
         driver = self.driver = OverlayDriver(overlay, on_dial=self._dial)
         driver.on_deadline = self._deadline_moved

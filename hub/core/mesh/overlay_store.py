@@ -8,7 +8,8 @@
   for what it stored.  A hub without logs keeps it in memory.
 * This hub's own sets are read back from its logs to answer REPAIR past the overlay's
   memory of recent sets.
-* Stream starts (JOINED) are kept in ``DATA/overlay-since.json``, written atomically.
+* Stream starts (JOINED) are kept in ``DATA/overlay-since.json``, and the starts this hub told
+  its destinations in ``DATA/overlay-joins.json`` (hub/core/overlay/joins.py), written atomically.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hub.mesh")
 
 SINCE_FILE = "overlay-since.json"
+JOINS_FILE = "overlay-joins.json"
 #: Bytes asked of a topic log per read while answering a REPAIR.
 READ_BYTES = 256 << 10
 
@@ -42,6 +44,7 @@ class OverlayLogStore:
         self.store = store
         self.hub_id = hub_id
         self._since_path = None if data_dir is None else Path(data_dir) / SINCE_FILE
+        self._joins_path = None if data_dir is None else Path(data_dir) / JOINS_FILE
         #: (origin, topic) -> last stored, for a hub without logs
         self._positions: dict[tuple[int, str], int] = {}
 
@@ -66,29 +69,19 @@ class OverlayLogStore:
     # -- stream starts ---------------------------------------------------------------------
 
     def load_since(self) -> dict[tuple[int, str], int]:
-        path = self._since_path
-        if path is None or not path.exists():
-            return {}
-        try:
-            rows = json.loads(path.read_text())
-            return {(int(origin), str(key)): int(since) for origin, key, since in rows}
-        except (OSError, ValueError, TypeError) as exc:
-            # Without it, streams start where their origins' next sets do (counted as assumed
-            # starts): nothing stored is lost, sets published while this hub was down may be.
-            log.warning("%s unreadable (%s): overlay stream starts begin afresh", path, exc,
-                        extra=ev("overlay_since_unreadable", reason=str(exc)))
-            return {}
+        # Without it, streams start where their origins' next sets do (counted as assumed
+        # starts): nothing stored is lost, sets published while this hub was down may be.
+        return _load_starts(self._since_path, "overlay stream starts begin afresh")
 
     def save_since(self, since: Mapping[tuple[int, str], int]) -> None:
-        path = self._since_path
-        if path is None:
-            return
-        tmp = path.with_suffix(".tmp")
-        try:
-            tmp.write_text(json.dumps(sorted([o, k, s] for (o, k), s in since.items())))
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.warning("cannot save %s: %s", path, exc, extra=ev("overlay_since_not_saved", reason=str(exc)))
+        _save_starts(self._since_path, since)
+
+    def load_joins(self) -> dict[tuple[int, str], int]:
+        # Without it, a destination that holds no start of its own takes this hub's position now.
+        return _load_starts(self._joins_path, "starts told to destinations begin afresh")
+
+    def save_joins(self, joins: Mapping[tuple[int, str], int]) -> None:
+        _save_starts(self._joins_path, joins)
 
     # -- this hub's own sets (OwnLog) ----------------------------------------------------------
 
@@ -127,3 +120,26 @@ class OverlayLogStore:
                 if b.origin_seq > upto:
                     return
                 yield b.origin_seq, b.timestamp, b.count, b.records
+
+
+def _load_starts(path: Path | None, afresh: str) -> dict[tuple[int, str], int]:
+    """``(hub, key) -> sequence`` rows of a state file (none, or unreadable: empty, said once)."""
+    if path is None or not path.exists():
+        return {}
+    try:
+        rows = json.loads(path.read_text())
+        return {(int(hub), str(key)): int(seq) for hub, key, seq in rows}
+    except (OSError, ValueError, TypeError) as exc:
+        log.warning("%s unreadable (%s): %s", path, exc, afresh, extra=ev("overlay_state_unreadable", reason=str(exc)))
+        return {}
+
+
+def _save_starts(path: Path | None, starts: Mapping[tuple[int, str], int]) -> None:
+    if path is None:
+        return
+    tmp = path.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps(sorted([h, k, s] for (h, k), s in starts.items())))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("cannot save %s: %s", path, exc, extra=ev("overlay_state_not_saved", reason=str(exc)))

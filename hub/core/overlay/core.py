@@ -42,6 +42,7 @@ from wire.frames.mesh_v3 import (
 from ..mesh.interest import LocalInterest
 from .config import OverlayConfig
 from .flooding import Flooding
+from .joins import Joins
 from .links import LinkPolicy
 from .membership import Membership, keys_of_topic, rendezvous_key
 from .origin import OriginSide, OwnLog, heads_frames
@@ -73,6 +74,10 @@ class OverlayStore(OwnLog, Protocol):
         """Keep the stream starts (JOINED) across restarts."""
         ...
 
+    def save_joins(self, joins: Mapping[tuple[int, str], int]) -> None:
+        """Keep the starts this hub told its destinations (hub/core/overlay/joins.py) across restarts."""
+        ...
+
 
 class Overlay:
     def __init__(
@@ -85,6 +90,7 @@ class Overlay:
         clock: Clock,
         store: OverlayStore,
         since: Mapping[tuple[int, str], int] | None = None,
+        joins: Mapping[tuple[int, str], int] | None = None,
         seed: int | None = None,
     ) -> None:
         self.config = config
@@ -108,8 +114,8 @@ class Overlay:
             hold_max_bytes=config.hold_max_bytes,
         )
         self.origin = OriginSide(store, recent_max_bytes=config.recent_max_bytes)
-        #: (hub, key) -> the since this hub told it in JOINED (told again when the hub returns)
-        self.joins: dict[tuple[int, str], int] = {}
+        #: where this hub's sets for each destination start (told again when the hub returns)
+        self.joins = Joins(store.save_joins, joins)
         self.outbox = Outbox(self.membership, self.policy.links)
         self.flooding = Flooding(self.outbox, self.policy.links)
         self.sender = SetSender(config, hub_id, self.watching, self.origin, self.outbox, self._route_control)
@@ -230,18 +236,16 @@ class Overlay:
         sends += self.watching.refresh(now)
         if gone:
             sends += self.owned.forget(gone)
-            for key in [k for k in self.joins if k[0] in gone]:
-                del self.joins[key]
+            self.joins.forget_hubs(gone)
         for send in sends:
             self._route_control(*send)
         self._returned(found)
         greet = [h for h in self._greet if self.membership.is_reachable(h)]
         for hub in greet:
             self._greet.discard(hub)
-            for (h, joined_key), since in list(self.joins.items()):
-                if h == hub:
-                    for send in self._joined(JoinNotice(hub=hub, key=joined_key, since=since)):
-                        self._route_control(*send)
+            for joined_key, since in self.joins.of_hub(hub):
+                for send in self._joined(JoinNotice(hub=hub, key=joined_key, since=since)):
+                    self._route_control(*send)
             if hub in self.streams.origins():
                 self._sync(hub)
 
@@ -252,7 +256,7 @@ class Overlay:
         (JOINED), and, if it is an origin this hub delivers, asked where its topics stand (SYNC).
         """
         origins = self.streams.origins()
-        joined = {h for h, _ in self.joins}
+        joined = self.joins.hubs()
         for hub in hubs:
             if hub in origins or hub in joined:
                 self._greet.add(hub)
@@ -358,7 +362,7 @@ class Overlay:
             answer = self.watching.answer(src, inner, self.sender.join_since(), now)
             sends = answer.sends
             for hub in answer.left:
-                self.joins.pop((hub, inner.key), None)
+                self.joins.left(hub, inner.key)
             for notice in answer.joined:
                 sends.extend(self._joined(notice))
             if self.sender.parked:
@@ -395,10 +399,7 @@ class Overlay:
         key's topics it wants end, so it repairs whatever it did not get in between: sets sent
         while it was down or not yet known, including a last set with nothing after it.
         """
-        key = (notice.hub, notice.key)
-        before = self.joins.get(key)
-        since = notice.since if before is None else min(before, notice.since)
-        self.joins[key] = since
+        since = self.joins.tell(notice.hub, notice.key, notice.since)
         sends: list[Send] = [((notice.hub,), wire.Joined(key=notice.key, since=since))]
         heads = [h for h in self._heads_for(self.watching.patterns_of(notice.key, notice.hub)) if h.last > since]
         sends.extend(((notice.hub,), frame) for frame in heads_frames(heads))
@@ -406,7 +407,7 @@ class Overlay:
 
     def _answer_sync(self, src: int, sync: wire.Sync) -> None:
         """Where ``src``'s stream starts (JOINED, if it is a destination under the key) and ends (HEADS)."""
-        since = self.joins.get((src, sync.key))
+        since = self.joins.get(src, sync.key)
         if since is not None:
             self._route_control((src,), wire.Joined(key=sync.key, since=since))
         for frame in heads_frames(self._heads_for(sync.patterns)):

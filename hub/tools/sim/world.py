@@ -51,6 +51,7 @@ class SimStore:
         self.positions: dict[tuple[int, str], int] = {}
         self.own: dict[str, list[tuple[int, int, int, bytes]]] = {}
         self.since: dict[tuple[int, str], int] = {}
+        self.joins: dict[tuple[int, str], int] = {}
 
     # OverlayStore
     def deliver(self, origin: int, sets: list[wire.ForwardSet]) -> int | None:
@@ -67,6 +68,9 @@ class SimStore:
 
     def save_since(self, since: Mapping[tuple[int, str], int]) -> None:
         self.since = dict(since)
+
+    def save_joins(self, joins: Mapping[tuple[int, str], int]) -> None:
+        self.joins = dict(joins)
 
     def own_last(self, topic: str) -> int:
         sets = self.own.get(topic)
@@ -183,6 +187,7 @@ class World:
             clock=self.clock,
             store=hub.store,
             since=hub.store.since,
+            joins=hub.store.joins,
             seed=self.seed ^ hub_id ^ hub.boots,
         )
         hub.up = True

@@ -1,0 +1,68 @@
+"""Where this hub's sets for each destination start: the JOINED it told, kept across restarts.
+
+When a hub becomes a destination of this hub's sets under a key, this hub tells it where
+they start (JOINED ``since``); the destination repairs anything after that start it did not
+get.  A destination that was one before keeps its *first* start: it may have been dropped
+while an owner changed, or have been down, and what was sent meanwhile is still owed to it.
+
+That memory must survive this hub's restart.  A destination that was paused when it was first
+told (or lost the JOINED on the way) holds no start of its own; a restarted origin that had
+forgotten its promise would tell it the origin's position at the restart, and the destination,
+having nothing earlier, would take it: every set between the first start and the restart lost,
+silently (found by the mesh fault plan "pause h3 | kill h2 | restart h2 | resume h3" run on the
+overlay).  So every change is saved (``save``: the hub's ``DATA/overlay-joins.json``, the
+simulator's store), and a restarted hub begins from what was saved.
+
+Starts restored from the file are not dropped until the destination leaves (an answer that no
+longer names it) or is forgotten by the membership.  Checking them against the first answer
+after a restart is not safe: a restarted hub's map is partial for a moment, and a hub it takes
+for the key's owner then answers that nobody wants the key (seen in the simulator).  The price:
+a destination that left while this hub was down, and joins again later, is told its first start
+and repairs the sets between its leaving and its return (more than it asked for, never less).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+Key = tuple[int, str]
+
+
+class Joins:
+    def __init__(self, save: Callable[[Mapping[Key, int]], None], restored: Mapping[Key, int] | None = None) -> None:
+        self._save = save
+        #: (hub, key) -> the since told in JOINED
+        self.starts: dict[Key, int] = dict(restored or {})
+
+    def tell(self, hub: int, key: str, since: int) -> int:
+        """``hub`` is a destination under ``key`` from ``since`` on: the start to tell it (the first)."""
+        before = self.starts.get((hub, key))
+        start = since if before is None else min(before, since)
+        if start != before:
+            self.starts[(hub, key)] = start
+            self._save(self.starts)
+        return start
+
+    def get(self, hub: int, key: str) -> int | None:
+        return self.starts.get((hub, key))
+
+    def left(self, hub: int, key: str) -> None:
+        """``hub`` is no longer a destination under ``key`` (by its own word)."""
+        if self.starts.pop((hub, key), None) is not None:
+            self._save(self.starts)
+
+    def forget_hubs(self, gone: Iterable[int]) -> None:
+        """Hubs forgotten by the membership (unreachable for long): their starts go."""
+        gone = set(gone)
+        stale = [k for k in self.starts if k[0] in gone]
+        for k in stale:
+            del self.starts[k]
+        if stale:
+            self._save(self.starts)
+
+    def hubs(self) -> set[int]:
+        return {hub for hub, _ in self.starts}
+
+    def of_hub(self, hub: int) -> Iterator[tuple[str, int]]:
+        """``(key, since)`` told to ``hub``."""
+        return iter([(k, s) for (h, k), s in self.starts.items() if h == hub])
