@@ -213,6 +213,7 @@ async def _collect(client: sdk.Client, topic: str, count: int) -> list[bytes]:
 
 
 @pytest.mark.slow
+@pytest.mark.overlay_too
 async def test_hub_away_past_resume_linger_gets_what_it_missed(tmp_path: Path) -> None:
     with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES,
                  extra=["--mesh-resume-linger", "0"]) as cl:  # fmt: skip
@@ -252,6 +253,7 @@ async def test_hub_away_past_resume_linger_gets_what_it_missed(tmp_path: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.overlay_too
 async def test_sender_killed_with_forwards_unacknowledged_replays_them_after_restart(tmp_path: Path) -> None:
     with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES) as cl:
         [a] = cl.start(1)
