@@ -28,6 +28,44 @@ LONG_GROUPS = ("test_spark_cluster.py", SPARK_SESSION_GROUP, "test_mesh_faults.p
                "test_stopping.py", "test_cluster.py")  # fmt: skip
 
 
+#: The hub setting that runs the mesh as the overlay (mesh v3; ``--mesh-overlay``), read by every
+#: hub a test starts from the environment it inherits.
+OVERLAY_ENV = "PUB0SUB_HUB_MESH_OVERLAY"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--mesh-overlay", action="store_true",
+        help=f"start every test hub with the overlay (mesh v3), as {OVERLAY_ENV}=1 does "
+        "(docs/scale.md, 'The mesh tests under the overlay')",
+    )  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--mesh-overlay"):
+        os.environ[OVERLAY_ENV] = "1"
+
+
+def overlay_run() -> bool:
+    """Do the hubs of this run start with the overlay (``--mesh-overlay`` or the environment)?"""
+    return os.environ.get(OVERLAY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # A test marked overlay_too runs twice in a v2 run: as it is, and with its hubs on the overlay.
+    if metafunc.definition.get_closest_marker("overlay_too") is not None and not overlay_run():
+        metafunc.fixturenames.append("mesh_overlay")
+        metafunc.parametrize("mesh_overlay", [False, True], ids=["v2", "overlay"], indirect=True)
+
+
+@pytest.fixture
+def mesh_overlay(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """The hubs this test starts run the overlay (an ``overlay_too`` test's second run)."""
+    if request.param:
+        monkeypatch.setenv(OVERLAY_ENV, "1")
+    return bool(request.param)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     groups: dict[str, str] = {}
     for item in items:

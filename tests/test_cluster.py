@@ -58,10 +58,12 @@ def mesh_counters(at: Hub, of: Hub) -> dict[str, Any]:
 @pytest.mark.slow
 def test_three_hubs_converge_and_a_late_joiner_is_linked_by_all(cluster3: Cluster) -> None:
     a, b, c = cluster3.hubs[:3]
+    # Two overlay hubs link by v3 (a cluster of <= degree + 1 overlay hubs is a full mesh too).
+    protocol = "/pub0sub/mesh/2.1.0" if a.overlay() is None else "/pub0sub/mesh/3.0.0"
     for hub in (a, b, c):
         assert hub.connected_peers() == {h.peer_id for h in (a, b, c) if h is not hub}
         for entry in hub.mesh()["peers"]:
-            assert entry["protocol"] == "/pub0sub/mesh/2.1.0"
+            assert entry["protocol"] == protocol
     started = time.monotonic()
     d = cluster3.add(bootstrap=b)  # any one hub: b, not the first
     cluster3.wait_converged([a, b, c, d], timeout=JOIN_BOUND)
@@ -80,7 +82,9 @@ def test_three_hubs_converge_and_a_late_joiner_is_linked_by_all(cluster3: Cluste
 async def test_publish_on_a_reaches_c_in_order_and_crosses_no_uninterested_link(cluster3: Cluster) -> None:
     a, b, c = cluster3.hubs[:3]
     topic, total = "lazy.only-c", 20_000
-    before_b = mesh_counters(a, b)
+    # Mesh v3 has no per-peer push counters (a set goes to the hubs the key's owners name,
+    # source-routed): B's overlay counters show nothing was sent to it.
+    before_b = b.overlay() or mesh_counters(a, b)
     async with sdk.connect(c.address) as c_client, c_client.subscribe(topic, start="earliest") as sub:
         await cluster3.await_interest(a, topic, c)
         async with sdk.connect(a.address) as pub:
@@ -90,6 +94,18 @@ async def test_publish_on_a_reaches_c_in_order_and_crosses_no_uninterested_link(
             got = await collect(sub, total, timeout=60)
     assert len(got) == total, f"lost {total - len(got)}"
     assert got == [b"%d" % i for i in range(total)], "out of order or duplicated"
+    # B stored none of it; C stored exactly the messages.
+    assert topic not in {t["topic"] for t in b.status()["topic_list"]}
+    c_topics = {t["topic"]: t for t in c.status()["topic_list"]}
+    assert c_topics[topic]["messages"] == total
+    after_b = b.overlay()
+    if after_b is not None:
+        # B got no set addressed to it (delivered or unwanted) and passed none on (as a relay would).
+        for counter in ("delivered_sets", "unwanted_sets"):
+            assert after_b["counters"][counter] == before_b["counters"][counter], counter
+        assert after_b["sent_frames"].get("ROUTED_SETS", 0) == before_b["sent_frames"].get("ROUTED_SETS", 0)
+        assert c.overlay()["counters"]["duplicate_sets"] == 0  # type: ignore[index]
+        return
 
     # Lazy push: nobody on B wants the topic, so nothing crossed A->B, and A counted the skips.
     after_b = mesh_counters(a, b)
@@ -99,13 +115,10 @@ async def test_publish_on_a_reaches_c_in_order_and_crosses_no_uninterested_link(
     assert skipped == total
     # B neither received nor stored any of it.
     assert mesh_counters(b, a)["forwards_dropped_no_interest"] == 0
-    assert topic not in {t["topic"] for t in b.status()["topic_list"]}
     # ...while A->C carried exactly the messages, once (v2 batches, dedup counters clean).
     to_c = mesh_counters(a, c)
     assert to_c["messages_sent"] >= total
     assert mesh_counters(c, a)["duplicates_dropped"] == 0
-    c_topics = {t["topic"]: t for t in c.status()["topic_list"]}
-    assert c_topics[topic]["messages"] == total
 
 
 @pytest.mark.slow
@@ -123,11 +136,20 @@ async def test_withdrawal_stops_forwarding(cluster3: Cluster) -> None:
         await cluster3.await_interest(a, topic, c, present=False, timeout=10)
         assert topic not in c.mesh()["local_interest"]
         before = mesh_counters(a, c)
+        c_before = c.overlay()
         async with sdk.connect(a.address) as pub:
             for i in range(100):
                 await pub.publish(topic, b"%d" % i)
             await pub.flush()
             await pub.status()  # a round trip: A has routed all 100
+    c_topics = {t["topic"]: t for t in c.status()["topic_list"]}
+    assert c_topics[topic]["messages"] == 1  # only "while wanted" was stored at C
+    if c_before is not None:
+        # Mesh v3 keeps no per-peer push counters: C's overlay got no set of A's.
+        c_after = c.overlay()
+        assert c_after["counters"]["delivered_sets"] == c_before["counters"]["delivered_sets"]  # type: ignore[index]
+        assert c_after["counters"]["unwanted_sets"] == c_before["counters"]["unwanted_sets"]  # type: ignore[index]
+        return
     after = mesh_counters(a, c)
     assert after["messages_sent"] == before["messages_sent"]
     assert after["messages_skipped_no_interest"] - before["messages_skipped_no_interest"] == 100

@@ -2,8 +2,8 @@
 
 >>> cluster = Cluster(tmp_path, heartbeat_interval=0.5)          # doctest: +SKIP
 >>> a, b, c = cluster.start(3)     # a without --bootstrap, b and c bootstrapped to a
->>> cluster.wait_converged()       # every hub shows N-1 connected peers
->>> cluster.wait_interest(a, "orders.eu", c)   # a sees c's interest in orders.eu
+>>> cluster.wait_converged()       # every hub shows N-1 connected peers (v3: and reaches them)
+>>> cluster.wait_interest(a, "orders.eu", c)   # a sends orders.eu to c (sends_to: v2 or v3)
 >>> c.kill(); c = cluster.restart(c)           # same data dir -> same peer id
 >>> cluster.close()
 
@@ -18,6 +18,7 @@ Waits of one's own: ``wait_until(check, ..., **HUB_POLL)`` (tests/support/waitin
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import signal
@@ -33,6 +34,8 @@ from typing import Any
 import trio
 
 import wire
+from hub.core.mesh.protocols import MeshVersion
+from hub.core.overlay.membership import RENDEZVOUS_OWNERS, hub_ring_position, key_ring_position, rendezvous_key
 from sdk.tools.bench.procs import LineReader
 from tests.support.waiting import await_until, wait_until
 
@@ -173,6 +176,11 @@ class Hub:
     def mesh(self) -> dict[str, Any]:
         return dict(self.status()["mesh"])
 
+    def overlay(self) -> dict[str, Any] | None:
+        """The overlay's status (mesh v3: a hub started with ``--mesh-overlay``), None for mesh v2."""
+        found = self.mesh()["overlay"]
+        return None if found is None else dict(found)
+
     def peer(self, other: Hub | str, mesh: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """This hub's status entry for ``other`` (a Hub or a peer id), or None if unknown."""
         pid = other.peer_id if isinstance(other, Hub) else other
@@ -229,6 +237,76 @@ async def collect(sub: Any, count: int, timeout: float) -> list[bytes]:  # noqa:
             if len(got) >= count:
                 break
     return got
+
+
+def converged(group: Sequence[Hub]) -> bool:
+    """Every hub of ``group`` has a live link to every other; and, mesh v3, each overlay hub's map
+    reaches every other (link-state settled: it routes to them and computes the rendezvous
+    owners the others do)."""
+    overlays = []
+    for hub in group:
+        want = {h.peer_id for h in group if h is not hub}
+        mesh = hub.mesh()
+        if not want <= {p["peer_id"] for p in mesh["peers"] if p["connected"]}:
+            return False
+        if mesh["overlay"] is not None:
+            overlays.append(mesh["overlay"])
+    return all(o["reachable"] >= len(overlays) - 1 for o in overlays)
+
+
+def sends_to(at: Hub, topic: str, of: Hub, *, present: bool = True, hubs: Iterable[Hub] = ()) -> bool:
+    """Does ``at`` send what is published on ``topic`` to hub ``of``, for ``of``'s pattern
+    ``topic`` (with ``present=False``: does it no longer)?  ``hubs``: the live hubs (mesh v3
+    asks the key's owners among them).
+
+    Mesh v2 (full mesh; also an overlay hub's v2 link with a v2 hub): ``at``'s link to ``of``
+    is up and carries ``of``'s pattern.
+    Mesh v3 (``--mesh-overlay``): interest lives at the pattern's rendezvous key's owners and a
+    publisher learns it by watching the key (docs/scale.md "Interest: rendezvous by key"), so
+    a set published now goes to ``of`` when ``of`` is reachable from ``at`` and either ``at``
+    watches the key and the answer it uses names ``of``'s pattern, or ``at`` does not watch it
+    yet (its first publish waits for the owners' answer) and the key's owners, as ``at``'s
+    complete map gives them, hold the pattern.  No longer: the contrary.
+    """
+    mesh = at.mesh()
+    overlay = mesh.get("overlay")
+    entry = at.peer(of, mesh)
+    if overlay is None or (entry is not None and entry["protocol"] != MeshVersion.V3.value):
+        if present:
+            return entry is not None and entry["connected"] and topic in entry["interest"]
+        return not (entry is not None and topic in entry["interest"])
+    if of.hub_id in overlay["unreachable"]:
+        return not present
+    key = rendezvous_key(topic)
+    watched = overlay["watched"].get(key)
+    if watched is not None and watched["answered"]:
+        return (topic in watched["hubs"].get(of.hub_id, ())) == present
+    # Not watching yet: the owners say.  Which hubs own the key depends on the map, so only a
+    # map that reaches every overlay hub gives the owners the harness computes.
+    ring = [h for h in hubs if h is at or _overlay_linked(h)]
+    if overlay["reachable"] != len(ring) - 1 or of not in ring:
+        return False
+    held = [topic in _owned(owner, key).get(of.hub_id, ()) for owner in owners_of(key, ring)]
+    return all(held) if present else not any(held)
+
+
+def _overlay_linked(hub: Hub) -> bool:
+    """Is ``hub`` in an overlay (an overlay hub with a v3 link; a hub refused by every peer is not)?"""
+    overlay = hub.mesh()["overlay"]
+    return overlay is not None and bool(overlay["links"])
+
+
+def _owned(owner: Hub, key: str) -> dict[str, list[str]]:
+    """Every hub's patterns under ``key`` as its owner ``owner`` holds them."""
+    return dict(owner.mesh()["overlay"]["owned"].get(key, {}).get("hubs", {}))
+
+
+def owners_of(key: str, hubs: Iterable[Hub]) -> list[Hub]:
+    """The owners of rendezvous ``key`` among ``hubs`` by the overlay's rule
+    (``Membership.owners``: the successors of the key on the ring of hub ids)."""
+    ring = sorted((hub_ring_position(int(h.hub_id, 16)), h.hub_id, h) for h in hubs)
+    start = bisect.bisect_left([position for position, _, _ in ring], key_ring_position(key))
+    return [ring[(start + i) % len(ring)][2] for i in range(min(RENDEZVOUS_OWNERS, len(ring)))]
 
 
 class Cluster:
@@ -309,25 +387,10 @@ class Cluster:
 
     def converged_check(self, hubs: Iterable[Hub] | None = None) -> Callable[[], bool]:
         group = list(hubs) if hubs is not None else self.live()
-
-        def check() -> bool:
-            for hub in group:
-                want = {h.peer_id for h in group if h is not hub}
-                if not want <= hub.connected_peers():
-                    return False
-            return True
-
-        return check
+        return lambda: converged(group)
 
     def interest_check(self, at: Hub, topic: str, of: Hub, *, present: bool = True) -> Callable[[], bool]:
-        def check() -> bool:
-            entry = at.peer(of)
-            has = entry is not None and entry["connected"] and topic in entry["interest"]
-            if not present:
-                has = entry is not None and topic in entry["interest"]
-            return has if present else not has
-
-        return check
+        return lambda: sends_to(at, topic, of, present=present, hubs=self.live())
 
     # -- waits --------------------------------------------------------------------------
 
@@ -336,7 +399,7 @@ class Cluster:
         wait_until(self.converged_check(hubs), timeout=timeout, what="mesh convergence", **HUB_POLL)
 
     def wait_interest(self, at: Hub, topic: str, of: Hub, *, present: bool = True, timeout: float = 15.0) -> None:
-        """Hub ``at`` sees (or no longer sees) ``of``'s interest in ``topic``."""
+        """Hub ``at`` sends (or no longer sends) ``topic`` to ``of`` for its pattern (:func:`sends_to`)."""
         what = f"{at.name} to see {of.name} {'want' if present else 'drop'} {topic!r}"
         wait_until(self.interest_check(at, topic, of, present=present), timeout=timeout, what=what, **HUB_POLL)
 

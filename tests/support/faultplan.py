@@ -41,7 +41,7 @@ from libp2p.peer.id import ID
 import sdk
 from hub.mesh.identity import load_or_create_identity
 from sdk.tools.bench.procs import free_ports
-from tests.support.cluster import HUB_POLL, Hub
+from tests.support.cluster import HUB_POLL, Hub, converged, sends_to
 from tests.support.history import History, check
 from tests.support.publisher import Publisher
 from tests.support.syncclient import read_all
@@ -194,14 +194,8 @@ class ProxiedMesh:
         self.wait_converged()
 
     def wait_converged(self, timeout: float = 30.0) -> None:
-        def converged() -> bool:
-            for hub in self.hubs.values():
-                want = {h.peer_id for h in self.hubs.values() if h is not hub}
-                if not want <= hub.connected_peers():
-                    return False
-            return True
-
-        wait_until(converged, timeout=timeout, what="the proxied mesh to converge", **HUB_POLL)
+        hubs = list(self.hubs.values())
+        wait_until(lambda: converged(hubs), timeout=timeout, what="the proxied mesh to converge", **HUB_POLL)
 
     def apply(self, event: str) -> None:
         verb, where = event.split()
@@ -283,7 +277,7 @@ def run_plan(plan: Sequence[str], base_dir: Path) -> PlanResult:
         with sdk.connect_blocking(h3.address) as client, client.subscribe(topics, durable=DURABLE, start="earliest"):
             pass  # hub 3 wants both topics from here on, attached or not
         for origin, topic in TOPICS.items():
-            wait_until(lambda o=origin, t=topic: t in (mesh.hubs[o].peer(h3) or {}).get("interest", ()),  # type: ignore[misc]
+            wait_until(lambda o=origin, t=topic: sends_to(mesh.hubs[o], t, h3, hubs=mesh.hubs.values()),  # type: ignore[misc]
                        timeout=15, what=f"hub {origin} to see hub 3's interest", **HUB_POLL)  # fmt: skip
         for origin, topic in TOPICS.items():
             hub = mesh.hubs[origin]

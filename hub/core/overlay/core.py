@@ -401,7 +401,9 @@ class Overlay:
         """
         since = self.joins.tell(notice.hub, notice.key, notice.since)
         sends: list[Send] = [((notice.hub,), wire.Joined(key=notice.key, since=since))]
-        heads = [h for h in self._heads_for(self.watching.patterns_of(notice.key, notice.hub)) if h.last > since]
+        # Not topics with parked sets: they go once unparked (a head first: repaired, sent twice).
+        wanted = self._heads_for(self.watching.patterns_of(notice.key, notice.hub))
+        heads = [h for h in wanted if h.last > since and h.topic not in self.sender.parked_topics]
         sends.extend(((notice.hub,), frame) for frame in heads_frames(heads))
         return sends
 
@@ -604,6 +606,10 @@ class Overlay:
             "keys_owned": len(self.owned.keys),
             "keys_watched": len(self.watching.keys),
             "interest_unacked": len(self.registrations.unacked),
+            "unreachable": [f"{h:016x}" for h in self.membership.unreachable()],
+            "interest": self.registrations.status(),
+            "owned": self.owned.status(),
+            "watched": self.watching.status(),
             "streams": streams,
             "held_sets": held,
             "open_gaps": self.streams.open_gaps(),

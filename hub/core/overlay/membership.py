@@ -233,6 +233,11 @@ class Membership:
         self._routes()
         return sorted(self._next_hop)
 
+    def unreachable(self) -> list[int]:
+        """Hubs in the map that the graph does not reach now."""
+        self._routes()
+        return sorted(h for h in self.entries if h != self.self_id and h not in self._next_hop)
+
     def reachable_count(self) -> int:
         self._routes()
         return len(self._next_hop)

@@ -135,6 +135,13 @@ class Registrations:
                 sends.extend(self._tell(key, tuple(fresh)))
         return sends
 
+    def status(self) -> dict[str, dict[str, list[str]]]:
+        """Per key: this hub's patterns, and the owners that have not acknowledged them (``STATUS``)."""
+        unacked: dict[str, list[str]] = {}
+        for key, owner in sorted(self.unacked):
+            unacked.setdefault(key, []).append(f"{owner:016x}")
+        return {k: {"patterns": sorted(p), "unacked": unacked.get(k, [])} for k, p in sorted(self.patterns.items())}
+
     def _tell(self, key: str, owners: tuple[int, ...]) -> list[Send]:
         told = self._told.setdefault(key, {})
         now = self.clock()
@@ -223,6 +230,17 @@ class OwnedKeys:
                 sends.append((tuple(sorted(owned.watchers)), self._snapshot(key, owned)))
             owned.primary = primary
         return sends
+
+    def status(self) -> dict[str, dict[str, object]]:
+        """Per owned key: primary or not, every hub's patterns under it, how many watch it (``STATUS``)."""
+        return {
+            key: {
+                "primary": owned.primary,
+                "hubs": {f"{h:016x}": list(p) for h, p in sorted(owned.interest.items())},
+                "watchers": len(owned.watchers),
+            }
+            for key, owned in sorted(self.keys.items())
+        }
 
     def _tell_change(self, key: str, owned: _Owned, entries: list[wire.InterestEntry]) -> list[Send]:
         owned.version = next_version(owned.version)

@@ -64,6 +64,10 @@ class SetSender:
             self.pending.append((dests, encoded))
         return len(dests)
 
+    @property
+    def parked_topics(self) -> set[str]:
+        return self._parked_topics
+
     def destinations(self, topics: tuple[str, ...]) -> frozenset[int]:
         watching = self.watching
         dests = watching.destinations(topics[0])

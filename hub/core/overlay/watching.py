@@ -242,3 +242,15 @@ class Watching:
     def hubs_of(self, key: str) -> frozenset[int]:
         watch = self.keys.get(key)
         return frozenset() if watch is None else watch.hubs
+
+    def status(self) -> dict[str, dict[str, object]]:
+        """Per watched key: answered yet, and the hubs (with their patterns) of the answer in
+        use: where a set published under it now goes, but for hubs the graph does not reach now
+        (``STATUS``)."""
+        out: dict[str, dict[str, object]] = {}
+        for key, watch in sorted(self.keys.items()):
+            owners = self.membership.owners(key)
+            chosen = next((watch.snapshots[o] for o in owners if o in watch.snapshots), {})
+            hubs = {f"{h:016x}": list(p) for h, p in sorted(chosen.items()) if h != self.self_id}
+            out[key] = {"answered": watch.answered, "hubs": hubs}
+        return out
