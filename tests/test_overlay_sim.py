@@ -13,6 +13,7 @@ import wire
 from hub.core.overlay.config import OverlayConfig
 from hub.tools.sim.scenario import SimSettings, build, execute, schedule_starts
 from hub.tools.sim.world import World
+from wire.frames.mesh_v3 import encode_routed_set
 
 SMALL = dict(form=15, warm=10, steady=10, drain=40, joins=3, few_topics=6, pair_topics=20, wildcards=2)
 
@@ -160,3 +161,26 @@ def test_a_restarted_origin_keeps_the_start_it_told_a_destination_that_never_hea
     world.loop.run_until(60.0)
     got = [d.origin_seq for d in world.deliveries if d.hub == subscriber and d.topic == "orders.eu"]
     assert got == seqs
+
+
+def test_sets_out_of_sequence_order_go_in_frames_of_their_own() -> None:
+    """A repair's sets queued after newer live sets for the same hub (or a set unparked after a
+    later one) must not share a ROUTED_SETS: its sets must follow each other by origin sequence,
+    and a receiver refuses the whole frame, and the link, otherwise.  Found by the fault plan
+    "pause h3 | kill h2 | restart h2 | resume h3" on real overlay hubs: hub 3 logged "forward
+    set at origin_seq 1 does not follow the previous set (last 7680)" and lost the link."""
+    world = World(hubs=2, seed=1, config=OverlayConfig(degree=1, max_peers=2))
+    a, b = world.order
+    world.start(a, [])
+    world.start(b, [a])
+    world.loop.run_until(5.0)
+    overlay = world.hubs[a].overlay
+    assert overlay is not None and overlay.links == {b}
+    records = wire.MessageSet.build(("t.x",), [(b"", b"v")]).encode()
+    newer, older = encode_routed_set(10, 0, records, (9,)), encode_routed_set(1, 0, records, (0,))
+    overlay.take_outbox()
+    overlay.sender.pending = [(frozenset({b}), newer), (frozenset({b}), older)]
+    overlay.sender.flush()
+    frames = overlay.take_outbox()[b]
+    decoded = [wire.RoutedSets.decode_body(frame[wire.HEADER_SIZE :]) for frame in frames]  # raises if mixed
+    assert [[s.origin_seq for s in f.sets] for f in decoded] == [[10], [1]]  # type: ignore[attr-defined]

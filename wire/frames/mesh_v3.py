@@ -282,6 +282,12 @@ def routed_sets_frame(ttl: int, dests: tuple[int, ...] | list[int], payload: byt
     return HEADER.pack(Opcode.ROUTED_SETS, len(body)) + body
 
 
+def routed_set_first(encoded_set: bytes) -> int:
+    """The origin sequence a set made by :func:`encode_routed_set` starts at."""
+    origin_seq: int = _SET_HEAD.unpack_from(encoded_set, 0)[0]
+    return origin_seq
+
+
 def routed_sets_payload(origin: int, encoded_sets: list[bytes]) -> bytes:
     """The origin-and-sets part of a ROUTED_SETS body, from sets made by :func:`encode_routed_set`."""
     return _ORIGIN_COUNT.pack(origin, len(encoded_sets)) + b"".join(encoded_sets)

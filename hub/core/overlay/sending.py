@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import wire
-from wire.frames.mesh_v3 import encode_routed_set, routed_sets_frame, routed_sets_payload
+from wire.frames.mesh_v3 import encode_routed_set, routed_set_first, routed_sets_frame, routed_sets_payload
 
 from .config import OverlayConfig
 from .origin import OriginSide
@@ -111,7 +111,16 @@ class SetSender:
             dests = pending[i][0]
             run: list[bytes] = []
             size = 0
+            previous = -1
+            # A frame's sets follow each other by origin sequence (a receiver refuses the whole
+            # frame otherwise, and with it the link): a repair's sets sent after newer live ones,
+            # or a set unparked after a later one, start a frame of their own.  Sets never
+            # overlap (each sequence belongs to one set), so comparing first sequences is enough.
             while i < len(pending) and pending[i][0] == dests and len(run) < 0xFFFF and size < FRAME_BYTES:
+                first = routed_set_first(pending[i][1])
+                if first <= previous:
+                    break
+                previous = first
                 run.append(pending[i][1])
                 size += len(pending[i][1])
                 i += 1
