@@ -23,6 +23,14 @@ def _figures(**changes: object) -> dict:
 
 
 @pytest.mark.slow
+def _formed(world: World, *, until: float) -> World:
+    """Its hubs started 0.2 s apart, each bootstrapped from the first, run to ``until``."""
+    for index, hub in enumerate(world.order):
+        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
+    world.loop.run_until(until)
+    return world
+
+
 def test_crashes_and_cuts_lose_nothing_duplicate_nothing_reorder_nothing() -> None:
     f = _figures(hubs=10, seed=3, degree=3, max_peers=5, faults=30, crash_per_minute=0.3, link_fail_per_minute=0.1)
     delivery = f["delivery"]
@@ -79,10 +87,7 @@ def test_a_lost_interest_is_sent_again_until_its_owners_acknowledge_it() -> None
     """An INTEREST lost on the way (a relay without a route yet, a link that drops it) would leave
     its owners without the subscriber: each owner acknowledges it, and one not acknowledged goes
     again after ``watch_retry``."""
-    world = World(hubs=8, seed=4, config=OverlayConfig(degree=3, max_peers=4))
-    for index, hub in enumerate(world.order):
-        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
-    world.loop.run_until(15.0)
+    world = _formed(World(hubs=8, seed=4, config=OverlayConfig(degree=3, max_peers=4)), until=15.0)
     subscriber, publisher = world.order[2], world.order[6]
     lost = []
     arrive = world._arrive
@@ -117,8 +122,7 @@ def test_a_quiet_overlay_sends_no_interest_again() -> None:
     world = World(hubs=12, seed=6, config=OverlayConfig(degree=3, max_peers=6))
     for index, hub in enumerate(world.order):
         world.subscribe(hub, f"team{index % 4}.updates")
-        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
-    world.loop.run_until(30.0)
+    world = _formed(world, until=30.0)
     before = world.counters()
     assert before.get("INTEREST", 0) >= 12
     world.loop.run_until(200.0)  # three recheck intervals
@@ -132,10 +136,7 @@ def test_a_restarted_origin_keeps_the_start_it_told_a_destination_that_never_hea
     restarts.  Its starts are kept in its store (the hub's DATA/overlay-joins.json), so it tells
     the subscriber the first start, not its position at the restart, and the subscriber repairs
     every set.  Before, the sets before the restart were lost, silently."""
-    world = World(hubs=8, seed=4, config=OverlayConfig(degree=3, max_peers=4))
-    for index, hub in enumerate(world.order):
-        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
-    world.loop.run_until(15.0)
+    world = _formed(World(hubs=8, seed=4, config=OverlayConfig(degree=3, max_peers=4)), until=15.0)
     subscriber, publisher = world.order[2], world.order[6]
     world.subscribe(subscriber, "orders.eu")
     world.loop.run_until(18.0)

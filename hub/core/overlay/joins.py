@@ -23,7 +23,7 @@ and repairs the sets between its leaving and its return (more than it asked for,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 Key = tuple[int, str]
 
@@ -63,6 +63,6 @@ class Joins:
     def hubs(self) -> set[int]:
         return {hub for hub, _ in self.starts}
 
-    def of_hub(self, hub: int) -> Iterator[tuple[str, int]]:
-        """``(key, since)`` told to ``hub``."""
-        return iter([(k, s) for (h, k), s in self.starts.items() if h == hub])
+    def of_hub(self, hub: int) -> list[tuple[str, int]]:
+        """``(key, since)`` told to ``hub`` (a list: the caller tells them again, which may change them)."""
+        return [(k, s) for (h, k), s in self.starts.items() if h == hub]

@@ -113,7 +113,7 @@ class LinkPolicy:
         unreachable = [h for h in known if h not in reachable]
         chosen: list[int] = []
         if want > 0:
-            chosen = self._fill(known, reachable, min(want, room))
+            chosen = self._fill(known, unreachable, min(want, room))
         elif unreachable and self._heals(reachable) and (held < config.max_peers or self.spare_link() is not None):
             chosen = [self.rng.choice(unreachable)]
         for hub in chosen:
@@ -121,7 +121,7 @@ class LinkPolicy:
             self.last_dial[hub] = now
         return [s for s in (membership.get(h) for h in chosen) if s is not None]
 
-    def _fill(self, known: list[int], reachable: set[int], count: int) -> list[int]:
+    def _fill(self, known: list[int], unreachable: list[int], count: int) -> list[int]:
         """``count`` hubs to dial for links this hub lacks.
 
         First hubs the graph does not reach (a split heals), then hubs short of links
@@ -142,9 +142,9 @@ class LinkPolicy:
             chosen.append(hub)
             candidates.discard(hub)
 
-        unreachable = [h for h in known if h not in reachable]
-        rng.shuffle(unreachable)
-        for hub in unreachable[:count]:
+        order = list(unreachable)
+        rng.shuffle(order)
+        for hub in order[:count]:
             take(hub)
         roomy = [h for h in known if h in candidates and len(self._neighbors(h)) < degree]
         rng.shuffle(roomy)
