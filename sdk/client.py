@@ -452,6 +452,9 @@ class Client:
             while self._stream is None and proto.failed is None:
                 await self._connected.wait()
             self._check()
+            # As in _flush_now: a flusher woken during this write must not frame the records
+            # buffered after the last full frame (publish() would buffer them only after it).
+            self._flush_armed = False
             await self._write()
         if not proto.buffer.empty:
             self._kick()

@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import sdk
@@ -89,6 +89,9 @@ async def publish_runs(hub: HubProcess, runs: list[Run], flush: int, *, encoded:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs=runs, flush=st.sampled_from([1, 700, 4096, 65536]))
+# A tail left after a full frame, then another run: the flusher woken by the first run's tail
+# must not frame the second run's tail while the second run's frames are being written.
+@example(runs=[("a", None, [(None, bytes(1500)), (None, b"")])] * 8, flush=700)
 def test_publish_encoded_sends_the_frames_publish_sends(
     small_frames_hub: HubProcess, runs: list[Run], flush: int
 ) -> None:
