@@ -59,7 +59,7 @@ def mesh_counters(at: Hub, of: Hub) -> dict[str, Any]:
 def test_three_hubs_converge_and_a_late_joiner_is_linked_by_all(cluster3: Cluster) -> None:
     a, b, c = cluster3.hubs[:3]
     # Two overlay hubs link by v3 (a cluster of <= degree + 1 overlay hubs is a full mesh too).
-    protocol = "/pub0sub/mesh/2.1.0" if a.overlay() is None else "/pub0sub/mesh/3.0.0"
+    protocol = "/pub0sub/mesh/2.1.0" if a.overlay() is None else "/pub0sub/mesh/3.1.0"
     for hub in (a, b, c):
         assert hub.connected_peers() == {h.peer_id for h in (a, b, c) if h is not hub}
         for entry in hub.mesh()["peers"]:

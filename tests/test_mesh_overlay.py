@@ -131,7 +131,7 @@ def test_ten_hubs_at_max_peers_3_deliver_through_a_relay_crash_a_pause_and_a_pub
         relayed = sum(overlay_of(h)["sent_frames"].get("ROUTED_SETS", 0) for h in hubs if h is not hubs[1])
         assert relayed > 0
         # The v2 forward path leaves overlay links alone (it counted every set as "no interest").
-        v3 = [p for p in hubs[1].mesh()["peers"] if p["protocol"] == "/pub0sub/mesh/3.0.0"]
+        v3 = [p for p in hubs[1].mesh()["peers"] if p["protocol"] == "/pub0sub/mesh/3.1.0"]
         assert v3 and all(p["messages_skipped_no_interest"] == 0 for p in v3)
         assert wait_until(lambda: formed(hubs, 3), timeout=60, what="the overlay whole again", **HUB_POLL)
 
@@ -174,3 +174,40 @@ async def test_a_bare_control_frame_on_a_v3_link_ends_that_link_only(tmp_path: P
                           **HUB_POLL)  # fmt: skip
         with sdk.connect_blocking(hub.address) as client:
             client.publish_acked("still.serving", b"yes")
+
+
+async def test_link_costs_are_timed_and_a_v3_0_peer_gets_advertisements_without_them(tmp_path: Path) -> None:
+    """Mesh 3.1: the hub that dialled a link times it and advertises its cost; a 3.0 peer, which
+    cannot read costs, is sent every LINK_STATE in the 3.0 layout, and a 3.1 peer with them."""
+    with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES, extra=OVERLAY) as cl:
+        a, b = await trio.to_thread.run_sync(lambda: cl.start(2))
+
+        def timed() -> Hub | None:
+            for hub in (a, b):
+                if overlay_of(hub)["link_latency_ms"]:
+                    return hub
+            return None
+
+        await await_until(lambda: timed() is not None, timeout=20, what="a link timed", in_thread=True, **HUB_POLL)
+        timer = await trio.to_thread.run_sync(timed)
+        assert timer is not None
+        [(other, latency_ms)] = overlay_of(timer)["link_latency_ms"].items()
+        assert 0 < latency_ms < 1000
+        timer_id = int(overlay_of(timer)["hub_id"], 16)
+        for protocol, costed in (("/pub0sub/mesh/3.0.0", False), ("/pub0sub/mesh/3.1.0", True)):
+            async with RoguePeer.dial(timer.multiaddr, protocol=protocol) as rogue:
+                await rogue.send(wire.MeshHello(hub_id=rogue.hub_id))
+                assert await rogue.wait_for(wire.MeshHello, 5) is not None
+
+                def own() -> list[wire.LinkState]:
+                    return [s for s in rogue.received(wire.LinkState) if s.hub_id == timer_id]  # type: ignore[attr-defined]
+
+                await await_until(lambda: bool(own()), timeout=10, what="its own LINK_STATE")
+                states: list[wire.LinkState] = rogue.received(wire.LinkState)  # type: ignore[assignment]
+                if not costed:
+                    assert all(s.costs == () for s in states), "a 3.0 peer was sent costs it cannot read"
+                    assert any(s.neighbors for s in states)
+                else:
+                    state = own()[0]
+                    costs = dict(zip(state.neighbors, state.costs, strict=True))
+                    assert costs[int(other, 16)] > 0, "the timed link went out without its cost"

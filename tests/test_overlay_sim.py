@@ -54,7 +54,8 @@ def test_an_overlay_forming_fast_keeps_its_degree() -> None:
     """60 hubs start within 3 s: a hub joins between linked hubs, and nobody takes links past
     degree + 1 from hubs that are merely joining.  Before, every hub that advertised room was
     dialled by many joining hubs at once (mean degree 6.57 and max 9 here, at degree 4), and
-    the floods of a denser graph cost accordingly."""
+    the floods of a denser graph cost accordingly.  (Now 4.3-4.6 at 6 s over seeds 1-8, 4.03-4.10
+    from 10 s: the bound leaves room for the seed, not for the old behaviour.)"""
     settings = SimSettings(**{**SMALL, "hubs": 60, "seed": 4, "degree": 4, "max_peers": 16, "form": 6})
     run = build(settings)
     schedule_starts(run)
@@ -62,14 +63,20 @@ def test_an_overlay_forming_fast_keeps_its_degree() -> None:
     degrees = run.world.degrees()
     assert len(degrees) == 60
     assert max(degrees) <= 5
-    assert sum(degrees) / len(degrees) <= 4.5
+    assert sum(degrees) / len(degrees) <= 4.75
 
 
-def test_a_cluster_within_the_degree_is_a_full_mesh_with_one_copy_per_hub() -> None:
+def test_a_cluster_within_the_degree_is_a_full_mesh_routed_by_latency() -> None:
+    """Every hub links to every other; a set goes straight to each hub that wants it, except where
+    a relay is faster by more than a hop's cost (mesh 3.1): then no route is slower than the
+    direct send.  Routed by hops (3.0), every send was one hop (p99 ratio 1.00, redundancy 0.0007
+    here); by latency the p99 ratio is 0.92 and relays carry 7% more copies."""
     f = _figures(hubs=7, seed=2, degree=8, max_peers=16, faults=0)
     assert f["degree_mean"] == 6  # everyone linked to everyone
-    assert f["redundancy_steady"] < 0.01  # every send one hop: no relay carries what it does not want
+    assert f["latency_ms"]["p99_ratio"] < 1.0
+    assert f["redundancy_steady"] < 0.1
     assert f["delivery"]["ratio"] == 1.0
+    assert f["delivery"]["duplicates"] == 0
 
 
 def test_same_seed_same_run() -> None:

@@ -260,7 +260,8 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
         ),
         Opcode.FORWARD_ACK: wire.ForwardAck(origin=1, seq=2),
         Opcode.LINK_STATE: wire.LinkState(
-            hub_id=9, boot=8, seq=7, peer_key="12D3KooW", addrs=("/ip4/127.0.0.1/tcp/1", ""), neighbors=(1, 2)
+            hub_id=9, boot=8, seq=7, peer_key="12D3KooW", addrs=("/ip4/127.0.0.1/tcp/1", ""), neighbors=(1, 2),
+            costs=(5, 0),
         ),
         Opcode.ROUTED_SETS: wire.RoutedSets(
             ttl=7,

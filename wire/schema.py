@@ -22,6 +22,7 @@ from construct import (
     Bytes,
     Check,
     Construct,
+    ExprAdapter,
     ExprValidator,
     FixedSized,
     FocusedSeq,
@@ -277,6 +278,13 @@ BODIES: dict[Opcode, Construct] = {
         "neighbor_count" / Rebuild(Int16ub, len_(this.neighbors)),
         "neighbors" / Array(this.neighbor_count, Int64ub),
         Check(_neighbors_valid),
+        # Mesh 3.1: one u16 cost per neighbour (100 µs units), or nothing (3.0).
+        "costs"
+        / ExprAdapter(
+            Optional(Array(this.neighbor_count, Int16ub)),
+            decoder=lambda obj, ctx: list(obj or ()),
+            encoder=lambda obj, ctx: obj or None,
+        ),
         Terminated,
     ),
     Opcode.ROUTED_SETS: Struct(

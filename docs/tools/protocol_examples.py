@@ -184,6 +184,13 @@ ex_frame("link_state", LinkState(hub_id=7, boot=TS, seq=3, peer_key="12D3KooWExa
           u64(3, "seq 3: hub 7's third advertisement"), str8("12D3KooWExamplePeerOfHub7", "peer_key (made up)"),
           u8(1, "addr_count 1"), str8("/ip4/10.0.0.7/tcp/4001", "addrs[0]"),
           u16(2, "neighbor_count 2"), u64(3, "neighbors[0]: hub 3"), u64(9, "neighbors[1]: hub 9")])
+ex_frame("link_state_costs", LinkState(hub_id=7, boot=TS, seq=3, peer_key="12D3KooWExamplePeerOfHub7",
+                                       addrs=("/ip4/10.0.0.7/tcp/4001",), neighbors=(3, 9), costs=(8, 0)),
+         [u64(7, "hub_id 7 (whose advertisement this is)"), u64(TS, f"boot {TS} µs: when hub 7 started"),
+          u64(3, "seq 3: hub 7's third advertisement"), str8("12D3KooWExamplePeerOfHub7", "peer_key (made up)"),
+          u8(1, "addr_count 1"), str8("/ip4/10.0.0.7/tcp/4001", "addrs[0]"),
+          u16(2, "neighbor_count 2"), u64(3, "neighbors[0]: hub 3"), u64(9, "neighbors[1]: hub 9"),
+          u16(8, "costs[0]: 8 x 100 µs = 0.8 ms to hub 3"), u16(0, "costs[1]: 0, not timed by hub 7")])
 rs = RoutedSets(ttl=32, dests=(9, 12), origin=3, sets=(
     RoutedSet(origin_seq=42, timestamp=TS, messages=MessageSet.build(["orders.eu"], [(b"k1", b"a"), (b"", b"b")]), prevs=(40,)),
     RoutedSet(origin_seq=44, timestamp=TS + 250, messages=MessageSet.build(["orders.eu", "audit"], [(b"", b"c")]), prevs=(43, 0)),

@@ -290,7 +290,7 @@ class Mesh:
         if self._closing or not await self._admitted(stream, version, peer_id, outbound=False):
             await stream.reset()
             return
-        if version is MeshVersion.V3:
+        if version.overlay:
             assert self.overlay is not None  # v3 is registered only with the overlay (hub/app.py)
             if not self.overlay.room_for(peer_id):
                 await self.overlay.refer(stream)
@@ -375,9 +375,9 @@ class Mesh:
 
     async def _run_session(self, link: PeerLink, stream: Any, version: MeshVersion, outbound: bool) -> None:
         protocol: PeerProtocol | OverlayPeer
-        if version is MeshVersion.V3:
+        if version.overlay:
             assert self.overlay is not None
-            protocol = self.overlay.peer(link, outbound=outbound)
+            protocol = self.overlay.peer(link, version, outbound=outbound)
         else:
             protocol = PeerProtocol(self.core, link, version, outbound=outbound, clock=self.clock)
         dump = None if self.config.dump_dir is None else open_dump(self.config.dump_dir, link.key, link.short_id)

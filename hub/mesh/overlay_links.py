@@ -158,9 +158,10 @@ class OverlayLinks:
 
     # -- links ---------------------------------------------------------------------------
 
-    def peer(self, link: PeerLink, *, outbound: bool) -> OverlayPeer:
+    def peer(self, link: PeerLink, version: MeshVersion, *, outbound: bool) -> OverlayPeer:
         assert self.driver is not None
-        return OverlayPeer(self.driver, link, outbound=outbound, clock=self.mesh.clock, config=self.mesh.config)
+        mesh = self.mesh
+        return OverlayPeer(self.driver, link, version, outbound=outbound, clock=mesh.clock, config=mesh.config)
 
     def session_ended(self, peer: OverlayPeer, link: PeerLink, *, outbound: bool) -> None:
         if outbound and not peer.linked and self.driver is not None:

@@ -271,7 +271,7 @@ def sends_to(at: Hub, topic: str, of: Hub, *, present: bool = True, hubs: Iterab
     mesh = at.mesh()
     overlay = mesh.get("overlay")
     entry = at.peer(of, mesh)
-    if overlay is None or (entry is not None and entry["protocol"] != MeshVersion.V3.value):
+    if overlay is None or (entry is not None and not MeshVersion.from_protocol(entry["protocol"]).overlay):
         if present:
             return entry is not None and entry["connected"] and topic in entry["interest"]
         return not (entry is not None and topic in entry["interest"])

@@ -284,6 +284,8 @@ ROUTED_CONTROL_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
 def _link_state(draw: st.DrawFn) -> wire.LinkState:
     hub = draw(hub_ids)
     neighbors = draw(st.lists(hub_ids.filter(lambda h: h != hub), max_size=4, unique=True))
+    costed = draw(st.booleans())  # mesh 3.1 or 3.0
+    costs = tuple(draw(st.integers(0, 0xFFFF)) for _ in neighbors) if costed else ()
     return wire.LinkState(
         hub_id=hub,
         boot=draw(u64),
@@ -291,6 +293,7 @@ def _link_state(draw: st.DrawFn) -> wire.LinkState:
         peer_key=draw(topic),
         addrs=draw(_small_tuple(short_str())),
         neighbors=tuple(neighbors),
+        costs=costs,
     )
 
 

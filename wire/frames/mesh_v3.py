@@ -1,9 +1,10 @@
-"""Mesh v3 (``/pub0sub/mesh/3.0.0``): the overlay -- link state, routed data, rendezvous interest.
+"""Mesh v3 (``/pub0sub/mesh/3.0.0`` and ``3.1.0``): the overlay -- link state, routed data, rendezvous interest.
 
 v3 keeps MESH_HELLO (with no positions) and HEARTBEAT from v2 and adds:
 
-* LINK_STATE, flooded hop by hop: a hub's id, boot, where to dial it, its live links.
-  Every hub computes shortest paths and rendezvous owners from these.
+* LINK_STATE, flooded hop by hop: a hub's id, boot, where to dial it, its live links
+  (and in 3.1 each link's measured latency).  Every hub computes shortest paths and
+  rendezvous owners from these.
 * ROUTED_SETS, the data: message sets of one origin with the hubs they are still for;
   each hop delivers what is for itself and splits the rest by next hop, so each hub
   gets one copy.  Each set names, per topic, the origin's previous set on the topic
@@ -68,6 +69,10 @@ class LinkState(Frame):
     peer_key: str
     addrs: tuple[str, ...] = ()
     neighbors: tuple[int, ...] = ()
+    #: Mesh v3.1: the one-way latency to each neighbour (same order), in units of
+    #: ``COST_UNIT_US`` µs, 0 = not measured yet; empty in a 3.0 advertisement (and whenever
+    #: ``neighbors`` is empty: the two versions then encode alike).
+    costs: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_hub("hub_id", self.hub_id)
@@ -84,6 +89,10 @@ class LinkState(Frame):
             _check_hub("neighbor", hub)
         if self.hub_id in self.neighbors or len(set(self.neighbors)) != len(self.neighbors):
             raise LocalProtocolError("LINK_STATE neighbors are distinct and never the hub itself")
+        if self.costs and len(self.costs) != len(self.neighbors):
+            raise LocalProtocolError("LINK_STATE has one cost per neighbor, or none")
+        for cost in self.costs:
+            check_uint("cost", cost, 0xFFFF)
 
     def encode_body(self) -> bytes:
         key = self.peer_key.encode()
@@ -92,6 +101,8 @@ class LinkState(Frame):
             raw = addr.encode()
             parts.append(bytes((len(raw),)) + raw)
         parts.append(struct.pack(f">H{len(self.neighbors)}Q", len(self.neighbors), *self.neighbors))
+        if self.costs:
+            parts.append(struct.pack(f">{len(self.costs)}H", *self.costs))
         return b"".join(parts)
 
     @classmethod
@@ -118,12 +129,29 @@ class LinkState(Frame):
             raise RemoteProtocolError("link state ends before its neighbor count", offset=pos)
         (nn,) = struct.unpack_from(">H", body, pos)
         pos += 2
-        if end - pos != 8 * nn:
+        # 8 bytes per neighbour (3.0), or 10: the ids, then a u16 cost each (3.1).
+        if end - pos not in (8 * nn, 10 * nn):
             raise RemoteProtocolError(f"link state has {end - pos} bytes for {nn} neighbors", offset=pos)
         neighbors = struct.unpack_from(f">{nn}Q", body, pos)
         if 0 in neighbors or hub_id in neighbors or len(set(neighbors)) != nn:
             raise RemoteProtocolError("link state neighbors are hubs, distinct, never the hub itself", offset=pos)
-        return cls(hub_id=hub_id, boot=boot, seq=seq, peer_key=peer_key, addrs=tuple(addrs), neighbors=neighbors)
+        costs = struct.unpack_from(f">{nn}H", body, pos + 8 * nn) if end - pos == 10 * nn else ()
+        return cls(hub_id=hub_id, boot=boot, seq=seq, peer_key=peer_key, addrs=tuple(addrs), neighbors=neighbors,
+                   costs=costs)  # fmt: skip
+
+
+#: The unit of LINK_STATE costs: 100 µs (a u16 then spans 6.5 s; loopback links are one unit).
+COST_UNIT_US = 100
+
+
+def link_state_for_v30(frame: bytes) -> bytes:
+    """A LINK_STATE frame as a 3.0 hub reads it: without costs (``frame`` itself if it has none)."""
+    state = LinkState.decode_body(frame[HEADER_SIZE:])
+    assert isinstance(state, LinkState)
+    if not state.costs:
+        return frame
+    return LinkState(hub_id=state.hub_id, boot=state.boot, seq=state.seq, peer_key=state.peer_key,
+                     addrs=state.addrs, neighbors=state.neighbors).encode()  # fmt: skip
 
 
 def link_state_head(body: bytes) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from .inbound import ForwardHandler, InboundForwards
 from .interest import InterestTable, LocalInterest, valid_pattern
 from .known_peers import KnownPeers
 from .link import LinkSession, PeerLink
-from .protocols import MeshVersion, encode_forward_set, encode_v1_forwards
+from .protocols import encode_forward_set, encode_v1_forwards
 from .replay import Replay, ReplaySource
 from .status import CloseReason
 from .window import WindowEntry
@@ -108,7 +108,7 @@ class MeshCore:
         encoded_v1: bytes | None = None
         queued = 0
         for key, link in self.links.items():
-            if link.version is MeshVersion.V3:
+            if link.version is not None and link.version.overlay:
                 continue  # an overlay link: the overlay routes this set (overlay_driver.py)
             if key not in targets:
                 if link.version is not None:  # a peer not yet spoken to announced nothing to skip

@@ -100,10 +100,14 @@ class PeerLink:
         if self._ping_out is None:
             self._ping_out = now
 
-    def pong_received(self, now: float) -> None:
-        if self._ping_out is not None:
-            self.rtt.observe(now - self._ping_out)
-            self._ping_out = None
+    def pong_received(self, now: float) -> float | None:
+        """The round trip of the PING this PONG answers (None: no PING of this session was out)."""
+        if self._ping_out is None:
+            return None
+        round_trip = now - self._ping_out
+        self.rtt.observe(round_trip)
+        self._ping_out = None
+        return round_trip
 
     @property
     def live(self) -> bool:

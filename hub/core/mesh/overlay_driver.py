@@ -91,6 +91,9 @@ class OverlayDriver:
     def referral(self, state: wire.LinkState) -> None:
         self.overlay.referral([state])
 
+    def link_timed(self, hub: int, round_trip: float) -> None:
+        self.overlay.link_timed(hub, round_trip)
+
     def receive(self, hub: int, frame: wire.Frame) -> None:
         """A frame from neighbour ``hub`` (the peer pumps once per read)."""
         self.overlay.receive(hub, frame)

@@ -1,4 +1,4 @@
-"""One mesh v3 stream (``/pub0sub/mesh/3.0.0``), without I/O: greeting, heartbeats, and the
+"""One mesh v3 stream (``/pub0sub/mesh/3.1.0`` or ``3.0.0``), without I/O: greeting, heartbeats, and the
 overlay's frames handed to the hub's overlay (``overlay_driver.py``).
 
 A v3 link carries no interest and no per-link delivery state: interest, routes, dedup and
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import wire
+from wire.frames.mesh_v3 import link_state_for_v30
 
 from ..events import ev
 from .hub_id import hub_id_for
@@ -52,15 +53,20 @@ class Neighbourhood(Protocol):
 
     def referral(self, state: wire.LinkState) -> None: ...
 
+    def link_timed(self, hub: int, round_trip: float) -> None: ...
+
     def receive(self, hub: int, frame: wire.Frame) -> None: ...
 
     def pump(self) -> None: ...
 
 
 class OverlayPeer:
-    version = MeshVersion.V3
-
-    def __init__(self, driver: Neighbourhood, link: PeerLink, *, outbound: bool, clock: Clock, config: MeshConfig):
+    def __init__(
+        self, driver: Neighbourhood, link: PeerLink, version: MeshVersion, *, outbound: bool, clock: Clock,
+        config: MeshConfig,
+    ) -> None:  # fmt: skip
+        #: 3.0 or 3.1: a 3.0 peer cannot read LINK_STATE costs (see queue)
+        self.version = version
         self.driver = driver
         self.link = link
         self.outbound = outbound
@@ -130,6 +136,8 @@ class OverlayPeer:
     # -- bytes out ---------------------------------------------------------------
 
     def queue(self, frames: list[bytes]) -> None:
+        if self.version is MeshVersion.V3:  # a 3.0 peer reads LINK_STATE without costs
+            frames = [link_state_for_v30(f) if f[0] == wire.Opcode.LINK_STATE else f for f in frames]
         if self.reason is None:
             self._out.extend(frames)
             self.counters.frames_sent += len(frames)
@@ -176,8 +184,8 @@ class OverlayPeer:
             elif kind is wire.Heartbeat:
                 if frame.word == "ping":  # type: ignore[attr-defined]
                     self.queue([PONG_FRAME])
-                else:
-                    self.link.pong_received(self.clock.monotonic())
+                elif (round_trip := self.link.pong_received(self.clock.monotonic())) is not None:
+                    driver.link_timed(self.remote_hub_id, round_trip)  # type: ignore[arg-type]
             elif kind is wire.MeshHello:
                 self.link.misbehaved(CloseReason.PROTOCOL_ERROR, "sent a second MESH_HELLO")
                 self.close(CloseReason.PROTOCOL_ERROR)
@@ -199,6 +207,8 @@ class OverlayPeer:
         self.remote_hub_id = frame.hub_id
         self.link.remote_hub_id = frame.hub_id
         self.linked = self.driver.link_up(self)
+        if self.outbound and self.linked:
+            self._ping()  # the link's cost at once (mesh v3.1), not a heartbeat interval later
 
     # -- time --------------------------------------------------------------------
 
@@ -213,9 +223,12 @@ class OverlayPeer:
         # Only the dialling side pings: its pings keep the other side's view alive and the pongs
         # its own, at half the frames of both sides pinging (an idle hub's main cost is these).
         if self.outbound and now - self._last_ping >= cfg.heartbeat_interval:
-            self._last_ping = now
-            self.link.ping_sent(now)
-            self.queue([PING_FRAME])
+            self._ping()
+
+    def _ping(self) -> None:
+        now = self._last_ping = self.clock.monotonic()
+        self.link.ping_sent(now)
+        self.queue([PING_FRAME])
 
     def tick_interval(self) -> float:
         return max(0.01, self.config.heartbeat_interval / 2)

@@ -5,8 +5,9 @@
 ``/pub0sub/mesh/2.1.0`` is v2 plus FORWARD_BATCH_HEADERS, for sets that carry headers (a v2
 peer gets headered sets as plain FORWARD_BATCH sets, without their headers);
 ``/pub0sub/mesh/3.0.0`` is the overlay (``hub/core/overlay/``), spoken only by hubs
-started with ``--mesh-overlay``.  The dialer offers ``[v3,] v2.1, v2, v1`` and
-multistream-select picks the newest both speak.
+started with ``--mesh-overlay``; ``/pub0sub/mesh/3.1.0`` is 3.0 whose LINK_STATEs carry each
+link's latency (a 3.0 peer is sent them without).  The dialer offers ``[v3.1, v3,] v2.1, v2, v1``
+and multistream-select picks the newest both speak.
 
 The encoders here build the same bytes as ``wire.ForwardBatch`` /
 ``wire.Forward`` (the tests prove it) but from pieces encoded *once* per
@@ -42,6 +43,7 @@ class MeshVersion(Enum):
     V2 = "/pub0sub/mesh/2.0.0"
     V2_1 = "/pub0sub/mesh/2.1.0"
     V3 = "/pub0sub/mesh/3.0.0"
+    V3_1 = "/pub0sub/mesh/3.1.0"
 
     @property
     def protocol_id(self) -> str:
@@ -52,6 +54,11 @@ class MeshVersion(Enum):
         """v2 and v2.1: MESH_HELLO, sequenced FORWARD_BATCHes in a window, cumulative acks (v3, the
         overlay, has its own session: ``overlay_peer.py``)."""
         return self is MeshVersion.V2 or self is MeshVersion.V2_1
+
+    @property
+    def overlay(self) -> bool:
+        """The overlay's link session (``overlay_peer.py``): 3.0 and 3.1."""
+        return self is MeshVersion.V3 or self is MeshVersion.V3_1
 
     @property
     def headers(self) -> bool:
@@ -76,11 +83,12 @@ _OPCODES = {
     MeshVersion.V2: wire.MESH_V2_OPCODES,
     MeshVersion.V2_1: wire.MESH_V2_1_OPCODES,
     MeshVersion.V3: wire.MESH_V3_OPCODES,
+    MeshVersion.V3_1: wire.MESH_V3_OPCODES,
 }
 
 #: What a hub offers when it dials, newest first (v3 is added in front with ``--mesh-overlay``).
 ALL_VERSIONS = (MeshVersion.V2_1, MeshVersion.V2, MeshVersion.V1)
-OVERLAY_VERSIONS = (MeshVersion.V3, *ALL_VERSIONS)
+OVERLAY_VERSIONS = (MeshVersion.V3_1, MeshVersion.V3, *ALL_VERSIONS)
 
 
 def make_decoder(version: MeshVersion) -> wire.FrameDecoder:

@@ -32,15 +32,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import wire
-from wire.frames.mesh_v3 import (
-    link_state_head,
-    read_route_head,
-    route_head,
-    routed_sets_frame,
-)
+from wire.frames.mesh_v3 import link_state_head, read_route_head, route_head, routed_sets_frame
 
 from ..mesh.interest import LocalInterest
 from .config import OverlayConfig
+from .costs import LinkCosts
 from .flooding import Flooding
 from .joins import Joins
 from .links import LinkPolicy
@@ -103,6 +99,7 @@ class Overlay:
         self._ls_seq = 0
         self.membership = Membership(hub_id)
         self.policy = LinkPolicy(config, self.membership, random.Random(hub_id if seed is None else seed))
+        self.costs = LinkCosts()
         self.local = LocalInterest()
         self.registrations = Registrations(self.membership, clock.monotonic)
         self.owned = OwnedKeys(self.membership, version_base=self.boot & 0xFFFFFFFF)
@@ -153,9 +150,15 @@ class Overlay:
     def link_down(self, hub: int) -> None:
         if self.policy.link_down(hub, self.clock.monotonic()):
             self.outbox.forget(hub)
+            self.costs.forget(hub)
             self._advertise_urgent = True
             self._changed(advertise=True)
             self._broke()
+
+    def link_timed(self, hub: int, round_trip: float) -> None:
+        """A heartbeat round trip timed on the link to ``hub``: its advertised cost may change."""
+        if hub in self.policy.links and self.costs.observe(hub, round_trip, self.clock.monotonic()):
+            self._changed(advertise=True)
 
     def referral(self, states: Iterable[wire.LinkState]) -> None:
         """Advertisements from a hub that refused our link (it was full): hubs to dial instead."""
@@ -182,15 +185,10 @@ class Overlay:
     def _restate(self) -> None:
         """This hub's own advertisement, as its links are now: used for routing at once."""
         self._ls_seq = max(self._ls_seq + 1, self.clock.wall_us())
-        state = wire.LinkState(
-            hub_id=self.hub_id,
-            boot=self.boot,
-            seq=self._ls_seq,
-            peer_key=self.peer_key,
-            addrs=self.addrs,
-            neighbors=tuple(sorted(self.policy.links)),
-        )
-        self.membership.offer(state)
+        links = tuple(sorted(self.policy.links))
+        own = wire.LinkState(hub_id=self.hub_id, boot=self.boot, seq=self._ls_seq, peer_key=self.peer_key,
+                             addrs=self.addrs, neighbors=links, costs=self.costs.of(links))  # fmt: skip
+        self.membership.offer(own)
 
     def _advertise(self) -> None:
         """Flood this hub's newest advertisement to its neighbours."""
@@ -601,6 +599,7 @@ class Overlay:
         return {
             "hub_id": f"{self.hub_id:016x}",
             "links": sorted(f"{h:016x}" for h in self.policy.links),
+            "link_latency_ms": self.costs.status(),
             "members": len(self.membership.entries),
             "reachable": len(self.membership.reachable()),
             "keys_owned": len(self.owned.keys),

@@ -281,12 +281,20 @@ class World:
             self.pump(src)
             return
         assert b.overlay is not None
-        self.links[self.pair(src, dst)] = next(self._epochs)
+        epoch = self.links[self.pair(src, dst)] = next(self._epochs)
         self.links_made += 1
         a.overlay.link_up(dst)
         b.overlay.link_up(src)
         self.pump(src)
         self.pump(dst)
+        # The dialler's first PING is answered a round trip later: the link's cost (mesh v3.1).
+        self.loop.at(self.clock.now + 2 * self.latency(src, dst), self._timed, src, dst, epoch)
+
+    def _timed(self, src: int, dst: int, epoch: int) -> None:
+        hub = self.hubs[src]
+        if self.links.get(self.pair(src, dst)) == epoch and hub.up and hub.overlay is not None:
+            hub.overlay.link_timed(dst, 2 * self.latency(src, dst))
+            self.pump(src)
 
     def pump(self, hub_id: int) -> None:
         """After an event at a hub: send what it queued, dial what it wants, schedule its timer."""

@@ -1,0 +1,68 @@
+"""What each of this hub's links costs, as it advertises them (mesh v3.1 LINK_STATE costs).
+
+The shell times heartbeat round trips on the links it dialled (a PING as soon as the link is
+greeted, then one per heartbeat interval) and hands each to :meth:`LinkCosts.observe`; half
+the round trip is the link's one-way latency.  A link is advertised with its first figure at
+once (routes then leave the 100 ms every unmeasured link is taken for), and again only when
+its smoothed figure moved by a quarter and by at least 1 ms, and no cost went out in the last
+``READVERTISE_EVERY`` seconds: every advertisement floods the whole overlay and moves every
+hub's routes, so jitter must not.  The side that accepted a link does not time it: a link's
+cost is the larger of its two ends' figures (``membership.py``), so one end's figure suffices.
+"""
+
+from __future__ import annotations
+
+from wire.frames.mesh_v3 import COST_UNIT_US
+
+#: Weight of a new round trip in the smoothed figure (TCP's SRTT gain).
+GAIN = 1 / 8
+#: A change smaller than this many cost units (1 ms) is never re-advertised.
+MIN_CHANGE = 10
+#: ... nor one smaller than this share of the advertised figure.
+MIN_SHARE = 0.25
+#: Seconds after any cost went out before a changed one may (a first figure is never held back).
+READVERTISE_EVERY = 30.0
+
+
+def cost_units(seconds: float) -> int:
+    """A one-way latency as a LINK_STATE cost: 1..65535 units of ``COST_UNIT_US`` µs (0 is "unmeasured")."""
+    return max(1, min(0xFFFF, round(seconds * 1e6 / COST_UNIT_US)))
+
+
+class LinkCosts:
+    def __init__(self) -> None:
+        self._smoothed: dict[int, float] = {}
+        self._advertised: dict[int, int] = {}
+        self._changed_at = float("-inf")
+
+    def observe(self, hub: int, round_trip: float, now: float) -> bool:
+        """A round trip timed on the link to ``hub``; True when the advertised cost changes."""
+        sample = round_trip / 2
+        smoothed = self._smoothed.get(hub)
+        smoothed = sample if smoothed is None else smoothed + GAIN * (sample - smoothed)
+        self._smoothed[hub] = smoothed
+        cost = cost_units(smoothed)
+        advertised = self._advertised.get(hub)
+        if advertised is None:
+            self._advertised[hub] = cost
+            self._changed_at = now
+            return True
+        moved = abs(cost - advertised)
+        if moved < MIN_CHANGE or moved < MIN_SHARE * advertised or now - self._changed_at < READVERTISE_EVERY:
+            return False
+        self._advertised[hub] = cost
+        self._changed_at = now
+        return True
+
+    def forget(self, hub: int) -> None:
+        """The link is gone: a new one is timed afresh."""
+        self._smoothed.pop(hub, None)
+        self._advertised.pop(hub, None)
+
+    def of(self, neighbors: tuple[int, ...]) -> tuple[int, ...]:
+        """The costs to advertise with ``neighbors`` (0 where not timed)."""
+        return tuple(self._advertised.get(hub, 0) for hub in neighbors)
+
+    def status(self) -> dict[str, float]:
+        """Each timed link's smoothed one-way latency, in ms (for STATUS)."""
+        return {f"{hub:016x}": round(s * 1e3, 3) for hub, s in sorted(self._smoothed.items())}
