@@ -211,3 +211,24 @@ async def test_link_costs_are_timed_and_a_v3_0_peer_gets_advertisements_without_
                     state = own()[0]
                     costs = dict(zip(state.neighbors, state.costs, strict=True))
                     assert costs[int(other, 16)] > 0, "the timed link went out without its cost"
+
+
+def test_headers_cross_overlay_links(tmp_path: Path) -> None:
+    """Mesh 3.1: a set with headers travels in ROUTED_SETS_HEADERS; the far hub's live
+    subscriber and its log both get the headers, and headerless sets still go as ROUTED_SETS."""
+    with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES, extra=OVERLAY) as cl:
+        a, b = cl.start(2)
+        standing_interest(b, ["hdr.t"], "keeps-b-interested")
+        wait_overlay_interest(a, ["hdr.t"], [b])
+        with sdk.connect_blocking(b.address) as cb, cb.subscribe("hdr.t") as sub, sdk.connect_blocking(a.address) as ca:
+            ca.publish_acked("hdr.t", b"plain")
+            ca.publish_acked("hdr.t", b"tagged", headers={"trace": "4bf9", "blob": b"\x00\xff"})
+            got = [sub.next(timeout=10) for _ in range(2)]
+        assert [m.data if m else None for m in got] == [b"plain", b"tagged"]
+        assert got[0] is not None and not got[0].headers
+        assert got[1] is not None and got[1].headers == {"trace": "4bf9", "blob": b"\x00\xff"}
+        with sdk.connect_blocking(b.address) as cb, cb.subscribe("hdr.t", start="earliest") as replay:
+            stored = {m.data: m.headers for m in iter(lambda: replay.next(timeout=5), None)}
+        assert stored[b"tagged"] == {"trace": "4bf9", "blob": b"\x00\xff"}
+        sent = overlay_of(a)["sent_frames"]
+        assert sent.get("ROUTED_SETS_HEADERS", 0) >= 1 and sent.get("ROUTED_SETS", 0) >= 1

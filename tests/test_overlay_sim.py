@@ -187,7 +187,7 @@ def test_sets_out_of_sequence_order_go_in_frames_of_their_own() -> None:
     records = wire.MessageSet.build(("t.x",), [(b"", b"v")]).encode()
     newer, older = encode_routed_set(10, 0, records, (9,)), encode_routed_set(1, 0, records, (0,))
     overlay.take_outbox()
-    overlay.sender.pending = [(frozenset({b}), newer), (frozenset({b}), older)]
+    overlay.sender.pending = [(frozenset({b}), (newer, False)), (frozenset({b}), (older, False))]
     overlay.sender.flush()
     frames = overlay.take_outbox()[b]
     decoded = [wire.RoutedSets.decode_body(frame[wire.HEADER_SIZE :]) for frame in frames]  # raises if mixed

@@ -39,6 +39,7 @@ EXPECTED_HOT = {
     Opcode.FORWARD_ACK,
     Opcode.LINK_STATE,
     Opcode.ROUTED_SETS,
+    Opcode.ROUTED_SETS_HEADERS,
     Opcode.ROUTED,
     Opcode.PUBLISH,
     Opcode.PUBLISH_ACK,
@@ -270,6 +271,15 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
             sets=tuple(
                 wire.RoutedSet(origin_seq=5 + 10 * i, timestamp=9, messages=m, prevs=tuple(range(len(m.topics))))
                 for i, m in enumerate(two_sets)
+            ),
+        ),
+        Opcode.ROUTED_SETS_HEADERS: wire.RoutedSetsHeaders(
+            ttl=7,
+            dests=(3, 4),
+            origin=1,
+            sets=tuple(
+                wire.RoutedSet(origin_seq=5 + 10 * i, timestamp=9, messages=m, prevs=tuple(range(len(m.topics))))
+                for i, m in enumerate(headered_sets)
             ),
         ),
         Opcode.ROUTED: wire.Routed(

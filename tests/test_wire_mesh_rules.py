@@ -7,6 +7,7 @@ wire itself, for the hand-written fast path and the construct specification alik
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -82,3 +83,28 @@ def test_we_cannot_be_asked_to_send_them_either() -> None:
         wire.MeshHello(hub_id=1, positions=(wire.ResumePosition(origin=2, seq=1),) * 2)
     with pytest.raises(LocalProtocolError):
         wire.ForwardAck(origin=0, seq=1)
+
+
+def test_a_3_0_peer_gets_3_1_frames_in_the_3_0_layout() -> None:
+    """Mesh 3.1 frames a 3.0 hub cannot read: LINK_STATE with costs, ROUTED_SETS_HEADERS."""
+    from wire.frames.mesh_v3 import link_state_for_v30, routed_sets_for_v30
+
+    tagged = wire.MessageSet.build(["a"], [(b"k", b"x")], headers=wire.encode_headers({"trace": "1"}))
+    plain = wire.MessageSet.build(["a", "b"], [(b"", b"y")])
+    sets = (
+        wire.RoutedSet(origin_seq=1, timestamp=5, messages=tagged, prevs=(0,)),
+        wire.RoutedSet(origin_seq=2, timestamp=6, messages=plain, prevs=(1, 0)),
+    )
+    v31 = wire.RoutedSetsHeaders(ttl=9, dests=(4, 5), origin=3, sets=sets).encode()
+    state = wire.LinkState(hub_id=7, boot=1, seq=2, peer_key="k", neighbors=(3, 9), costs=(8, 0))
+    decoder = wire.FrameDecoder(accept=wire.MESH_V3_OPCODES)
+    decoder.feed(v31)
+    with pytest.raises(wire.RemoteProtocolError):
+        list(decoder)  # a 3.0 link refuses ROUTED_SETS_HEADERS at its opcode
+    decoder = wire.FrameDecoder(accept=wire.MESH_V3_OPCODES)
+    decoder.feed(routed_sets_for_v30(v31) + link_state_for_v30(state.encode()))
+    routed, link_state = list(decoder)
+    assert routed == wire.RoutedSets(ttl=9, dests=(4, 5), origin=3, sets=(
+        dataclasses.replace(sets[0], messages=dataclasses.replace(tagged, headers=b"")), sets[1]))  # fmt: skip
+    assert link_state == dataclasses.replace(state, costs=())
+    assert len(link_state.encode()) == len(state.encode()) - 4  # without its two u16 costs

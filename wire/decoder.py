@@ -32,6 +32,7 @@ BODY_BOUNDS: dict[Opcode, tuple[int, int | None]] = {
     Opcode.FORWARD_ACK: (16, 16),
     Opcode.LINK_STATE: (29, None),
     Opcode.ROUTED_SETS: (62, None),
+    Opcode.ROUTED_SETS_HEADERS: (64, None),
     Opcode.ROUTED: (3 + 8 + 8 + 5 + 4, None),  # the smallest inner frame: INTEREST with nothing
     Opcode.INTEREST: (4, None),
     Opcode.WATCH: (7, 7 + 254),

@@ -5,6 +5,7 @@ capture or log segment without being told which protocol it holds:
 
 * 1-6      mesh v1, exactly as in the seed design (``/pub0sub/mesh/1.0.0``);
            opcode 1 (heartbeat) is also used on client connections.
+* 0x0E     mesh v3.1's addition (``/pub0sub/mesh/3.1.0``): ROUTED_SETS_HEADERS.
 * 0x0F     mesh v2.1's addition (``/pub0sub/mesh/2.1.0``): FORWARD_BATCH_HEADERS.
 * 0x10-12  mesh v2 additions (``/pub0sub/mesh/2.0.0``).
 * 0x13-1D  mesh v3 additions (``/pub0sub/mesh/3.0.0``, the overlay).
@@ -33,6 +34,8 @@ class Opcode(IntEnum):
     #: Mesh v1 forward of one message to one or more topics.
     FORWARD = 6
 
+    #: Mesh v3.1 routed data whose sets each carry a headers block.
+    ROUTED_SETS_HEADERS = 0x0E
     #: Mesh v2.1 batched forward whose sets each carry a headers block.
     FORWARD_BATCH_HEADERS = 0x0F
 
@@ -149,6 +152,8 @@ ROUTED_CONTROL_OPCODES = frozenset(
 MESH_V3_OPCODES = frozenset(
     {Opcode.HEARTBEAT, Opcode.MESH_HELLO, Opcode.LINK_STATE, Opcode.ROUTED_SETS, Opcode.ROUTED}
 )
+#: Mesh v3.1: v3 plus routed data whose sets carry headers.
+MESH_V3_1_OPCODES = MESH_V3_OPCODES | {Opcode.ROUTED_SETS_HEADERS}
 #: Frames a client may send to a hub.
 CLIENT_TO_HUB_OPCODES = frozenset(
     {

@@ -198,6 +198,31 @@ KeyFilter = Struct(
     "prefixes" / Array(this.prefix_count, Prefixed(Int16ub, GreedyBytes)),
 )
 
+def _routed_sets(message_set: Construct) -> Construct:
+    """ROUTED_SETS (``MessageSet``) and ROUTED_SETS_HEADERS (``HeaderedMessageSet``)."""
+    return Struct(
+        *_ROUTE,
+        "origin" / Int64ub,
+        Check(this.origin >= 1),
+        "set_count" / Rebuild(Int16ub, len_(this.sets)),
+        Check(this.set_count >= 1),
+        "sets"
+        / Array(
+            this.set_count,
+            Struct(
+                "origin_seq" / Int64ub,
+                "timestamp" / Int64ub,
+                "messages" / message_set,
+                Check(_set_fits),
+                "prevs" / Array(lambda ctx: len(ctx.messages.topics), Int64ub),
+                Check(_prevs_before),
+            ),
+        ),
+        Check(_sets_ascend),
+        Terminated,
+    )
+
+
 def _log_batch(*before_batch: Construct) -> Construct:
     """LOG_BATCH's body, with ``before_batch`` between the topic list and the batch."""
     return Struct(
@@ -287,27 +312,9 @@ BODIES: dict[Opcode, Construct] = {
         ),
         Terminated,
     ),
-    Opcode.ROUTED_SETS: Struct(
-        *_ROUTE,
-        "origin" / Int64ub,
-        Check(this.origin >= 1),
-        "set_count" / Rebuild(Int16ub, len_(this.sets)),
-        Check(this.set_count >= 1),
-        "sets"
-        / Array(
-            this.set_count,
-            Struct(
-                "origin_seq" / Int64ub,
-                "timestamp" / Int64ub,
-                "messages" / MessageSet,
-                Check(_set_fits),
-                "prevs" / Array(lambda ctx: len(ctx.messages.topics), Int64ub),
-                Check(_prevs_before),
-            ),
-        ),
-        Check(_sets_ascend),
-        Terminated,
-    ),
+    Opcode.ROUTED_SETS: _routed_sets(MessageSet),
+    # mesh v3.1: the same, every set's MessageSet preceded by its headers block
+    Opcode.ROUTED_SETS_HEADERS: _routed_sets(HeaderedMessageSet),
     Opcode.INTEREST: Struct("key" / Topic, *PatternList.subcons, Terminated),
     Opcode.WATCH: Struct("key" / Topic, "on" / OneOf(Int8ub, [0, 1]), "version" / Int32ub, Terminated),
     Opcode.INTEREST_SET: Struct(

@@ -204,6 +204,19 @@ ex_frame("routed_sets", rs,
          + message_set(["orders.eu", "audit"], [(b"", b"c")])
          + [u64(43, "set 1: prevs[orders.eu] 43 (set 0 ended there)"), u64(0, "set 1: prevs[audit] 0: origin 3's first set on audit")])
 assert routed_sets_frame(32, (9, 12), rs.payload()) == rs.encode()
+rsh = RoutedSetsHeaders(ttl=32, dests=(9,), origin=3, sets=(
+    RoutedSet(origin_seq=45, timestamp=TS + 500, messages=MessageSet.build(["orders.eu"], [(b"", b"d")], headers=TRACE_BLOCK),
+              prevs=(44,)),
+    RoutedSet(origin_seq=46, timestamp=TS + 600, messages=MessageSet.build(["orders.eu"], [(b"", b"e")]), prevs=(45,)),
+))
+ex_frame("routed_sets_headers", rsh,
+         route(32, (9,)) + [u64(3, "origin hub id 3"), u16(2, "set_count 2"),
+          u64(45, "set 0: origin_seq 45"), u64(TS + 500, f"set 0: timestamp {TS + 500} µs")]
+         + headers_block(TRACE_HEADERS, "set 0 headers") + message_set(["orders.eu"], [(b"", b"d")])
+         + [u64(44, "set 0: prevs[orders.eu] 44"),
+            u64(46, "set 1: origin_seq 46"), u64(TS + 600, f"set 1: timestamp {TS + 600} µs")]
+         + headers_block((), "set 1 headers") + message_set(["orders.eu"], [(b"", b"e")])
+         + [u64(45, "set 1: prevs[orders.eu] 45")])
 interest = Interest(key="orders", patterns=("orders.*", "orders.eu"))
 ex_frame("routed", Routed(ttl=32, dests=(5, 9), src=12, inner=interest),
          route(32, (5, 9)) + [u64(12, "src: hub 12 (the subscriber hub)"),

@@ -104,8 +104,10 @@ def summarize(
                     delivered += (pub.index, seq) in seen
     bytes_ = figures.get("traffic_bytes", {})
     frames = figures.get("traffic_frames", {})
-    payload = bytes_.get("ROUTED_SETS", 0)
-    control = sum(v for k, v in bytes_.items() if k != "ROUTED_SETS")
+    data = ("ROUTED_SETS", "ROUTED_SETS_HEADERS")  # the frames that carry sets (mesh 3.0 and 3.1)
+    payload = sum(bytes_.get(k, 0) for k in data)
+    control = sum(v for k, v in bytes_.items() if k not in data)
+    data_frames = sum(frames.get(k, 0) for k in data)
     delivered_sets = sum(row["counters"].get("delivered_sets", 0) for row in figures.get("hubs_at_end", []))
     hubs = figures.get("hubs_at_end", [])
     return {
@@ -134,7 +136,7 @@ def summarize(
         # ROUTED_SETS frames sent (every hop) per set delivered to a hub that wanted it, minus one:
         # 0 when every set crossed only links to hubs that wanted it.  At the test bed's rates a
         # frame carries about one set.
-        "redundancy": (frames.get("ROUTED_SETS", 0) / delivered_sets - 1) if delivered_sets else None,
+        "redundancy": (data_frames / delivered_sets - 1) if delivered_sets else None,
         "control_over_payload_bytes": control / payload if payload else None,
         "interest_frames_per_join": figures.get("interest_frames_per_join"),
         "links": {

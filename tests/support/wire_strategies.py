@@ -244,10 +244,10 @@ def forward_sets(draw: st.DrawFn, *, headered: bool = False) -> tuple[ForwardSet
 
 
 @st.composite
-def routed_sets(draw: st.DrawFn) -> tuple[wire.RoutedSet, ...]:
+def routed_sets(draw: st.DrawFn, *, headered: bool = False) -> tuple[wire.RoutedSet, ...]:
     """Sets as :func:`forward_sets` makes them, each with one prev per topic before it."""
     out = []
-    for s in draw(forward_sets()):
+    for s in draw(forward_sets(headered=headered)):
         prevs = tuple(draw(st.integers(0, s.origin_seq - 1)) for _ in s.messages.topics)
         out.append(wire.RoutedSet(origin_seq=s.origin_seq, timestamp=s.timestamp, messages=s.messages, prevs=prevs))
     return tuple(out)
@@ -315,6 +315,9 @@ FRAME_STRATEGIES: dict[Opcode, st.SearchStrategy[Frame]] = {
     Opcode.FORWARD_ACK: st.builds(ForwardAck, origin=hub_ids, seq=u64),
     Opcode.LINK_STATE: _link_state(),
     Opcode.ROUTED_SETS: st.builds(wire.RoutedSets, ttl=u8, dests=dest_lists, origin=hub_ids, sets=routed_sets()),
+    Opcode.ROUTED_SETS_HEADERS: st.builds(
+        wire.RoutedSetsHeaders, ttl=u8, dests=dest_lists, origin=hub_ids, sets=routed_sets(headered=True)
+    ),
     Opcode.ROUTED: st.builds(
         wire.Routed, ttl=u8, dests=dest_lists, src=hub_ids, inner=st.one_of(*ROUTED_CONTROL_STRATEGIES.values())
     ),
@@ -427,6 +430,12 @@ def minimal_frame(op: Opcode) -> Frame:
         Opcode.FORWARD_ACK: lambda: wire.ForwardAck(origin=1, seq=0),
         Opcode.LINK_STATE: lambda: wire.LinkState(hub_id=1, boot=0, seq=0, peer_key="k"),
         Opcode.ROUTED_SETS: lambda: wire.RoutedSets(
+            ttl=0,
+            dests=(1,),
+            origin=1,
+            sets=(wire.RoutedSet(origin_seq=1, timestamp=0, messages=one_record, prevs=(0,)),),
+        ),
+        Opcode.ROUTED_SETS_HEADERS: lambda: wire.RoutedSetsHeaders(
             ttl=0,
             dests=(1,),
             origin=1,

@@ -39,7 +39,7 @@ from .client_subscribe import (
 from .log_segment import SEGMENT_MAGIC, LogBatch, LogBatchHeaders, SegmentHeader, log_batch_head
 from .mesh_v1 import Forward, Heartbeat, Subscribe, SubscribeAck, Unsubscribe, UnsubscribeAck
 from .mesh_v2 import ForwardAck, ForwardBatch, ForwardBatchHeaders, MeshHello
-from .mesh_v3 import ROUTED_CONTROL_TYPES, LinkState, Routed, RoutedSets
+from .mesh_v3 import ROUTED_CONTROL_TYPES, LinkState, Routed, RoutedSets, RoutedSetsHeaders
 
 _FRAME_CLASSES: tuple[type[Frame], ...] = (
     Heartbeat,
@@ -54,6 +54,7 @@ _FRAME_CLASSES: tuple[type[Frame], ...] = (
     ForwardAck,
     LinkState,
     RoutedSets,
+    RoutedSetsHeaders,
     Routed,
     *ROUTED_CONTROL_TYPES,
     Hello,

@@ -17,6 +17,7 @@ v3 keeps MESH_HELLO (with no positions) and HEARTBEAT from v2 and adds:
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -206,10 +207,10 @@ def routed_set_problem(s: RoutedSet, previous_last: int) -> str | None:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RoutedSets(Frame):
-    """Message sets of one origin, and the hubs they are still for."""
+class _RoutedSetsBody(Frame):
+    """Message sets of one origin, and the hubs they are still for (ROUTED_SETS and
+    ROUTED_SETS_HEADERS: one layout but for the headers block of each set)."""
 
-    OPCODE: ClassVar[Opcode] = Opcode.ROUTED_SETS
     ttl: int
     dests: tuple[int, ...]
     origin: int
@@ -228,6 +229,9 @@ class RoutedSets(Frame):
                 raise LocalProtocolError(problem)
             last = s.last_seq
 
+    #: Sets carry a headers block before their MessageSet (ROUTED_SETS_HEADERS, mesh 3.1).
+    HEADERED: ClassVar[bool]
+
     def encode_body(self) -> bytes:
         return route_head(self.ttl, self.dests) + self.payload()
 
@@ -235,7 +239,8 @@ class RoutedSets(Frame):
         """The bytes after the destinations (origin and sets): what a relay passes on unchanged."""
         parts = [_ORIGIN_COUNT.pack(self.origin, len(self.sets))]
         for s in self.sets:
-            parts.append(encode_routed_set(s.origin_seq, s.timestamp, s.messages.encode(), s.prevs))
+            body = s.messages.encode_headered() if self.HEADERED else s.messages.encode()
+            parts.append(encode_routed_set(s.origin_seq, s.timestamp, body, s.prevs))
         return b"".join(parts)
 
     @classmethod
@@ -255,7 +260,8 @@ class RoutedSets(Frame):
                 raise RemoteProtocolError("routed set header needs 16 bytes", offset=pos)
             at = pos
             origin_seq, timestamp = _SET_HEAD.unpack_from(body, pos)
-            messages, pos = MessageSet.read(body, pos + 16, end)
+            read = MessageSet.read_headered if cls.HEADERED else MessageSet.read
+            messages, pos = read(body, pos + 16, end)
             ntopics = len(messages.topics)
             if end - pos < 8 * ntopics:
                 raise RemoteProtocolError("routed set ends inside its prevs", offset=pos)
@@ -270,6 +276,49 @@ class RoutedSets(Frame):
         if pos != end:
             raise RemoteProtocolError(f"{end - pos} trailing bytes after the last set", offset=pos)
         return cls(ttl=ttl, dests=dests, origin=origin, sets=tuple(sets))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RoutedSets(_RoutedSetsBody):
+    """Message sets of one origin, and the hubs they are still for."""
+
+    OPCODE: ClassVar[Opcode] = Opcode.ROUTED_SETS
+    HEADERED: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RoutedSetsHeaders(_RoutedSetsBody):
+    """ROUTED_SETS whose sets each carry a headers block (``/pub0sub/mesh/3.1.0`` only).
+
+    The same fields and rules; every set's layout is ``origin_seq, timestamp, headers block,
+    MessageSet, prevs``.  An origin sends it for sets that have headers, so a headerless stream
+    looks exactly as on a 3.0 link; a 3.0 neighbour is sent the sets without their headers
+    (:func:`routed_sets_for_v30`).
+    """
+
+    OPCODE: ClassVar[Opcode] = Opcode.ROUTED_SETS_HEADERS
+    HEADERED: ClassVar[bool] = True
+
+    def _plain(self) -> dict[str, Any]:
+        sets = [
+            {"origin_seq": s.origin_seq, "timestamp": s.timestamp, "messages": s.messages.plain_headered(),
+             "prevs": list(s.prevs)}
+            for s in self.sets
+        ]  # fmt: skip
+        return {"ttl": self.ttl, "dests": list(self.dests), "origin": self.origin, "sets": sets}
+
+
+#: Both data frames (isinstance checks take either).
+ROUTED_SETS_TYPES = (RoutedSets, RoutedSetsHeaders)
+
+
+def routed_sets_for_v30(frame: bytes) -> bytes:
+    """A ROUTED_SETS_HEADERS frame as a 3.0 hub reads it: ROUTED_SETS, the sets without headers
+    (as a 2.0.0 peer gets FORWARD_BATCH_HEADERS' sets: withholding them would leave holes)."""
+    f = RoutedSetsHeaders.decode_body(frame[HEADER_SIZE:])
+    assert isinstance(f, RoutedSetsHeaders)
+    sets = tuple(dataclasses.replace(s, messages=dataclasses.replace(s.messages, headers=b"")) for s in f.sets)
+    return RoutedSets(ttl=f.ttl, dests=f.dests, origin=f.origin, sets=sets).encode()
 
 
 def route_head(ttl: int, dests: tuple[int, ...] | list[int]) -> bytes:
@@ -304,10 +353,12 @@ def encode_routed_set(origin_seq: int, timestamp: int, message_set: bytes, prevs
     return _SET_HEAD.pack(origin_seq, timestamp) + message_set + struct.pack(f">{len(prevs)}Q", *prevs)
 
 
-def routed_sets_frame(ttl: int, dests: tuple[int, ...] | list[int], payload: bytes) -> bytes:
-    """A whole ROUTED_SETS frame around a payload (origin and sets) kept as bytes."""
+def routed_sets_frame(
+    ttl: int, dests: tuple[int, ...] | list[int], payload: bytes, opcode: Opcode = Opcode.ROUTED_SETS
+) -> bytes:
+    """A whole ROUTED_SETS (or ROUTED_SETS_HEADERS) frame around a payload (origin and sets) kept as bytes."""
     body = route_head(ttl, dests) + payload
-    return HEADER.pack(Opcode.ROUTED_SETS, len(body)) + body
+    return HEADER.pack(opcode, len(body)) + body
 
 
 def routed_set_first(encoded_set: bytes) -> int:

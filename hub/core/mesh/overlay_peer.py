@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import wire
-from wire.frames.mesh_v3 import link_state_for_v30
+from wire.frames.mesh_v3 import link_state_for_v30, routed_sets_for_v30
 
 from ..events import ev
 from .hub_id import hub_id_for
@@ -40,6 +40,15 @@ PONG_FRAME = wire.PONG.encode()
 
 def _nothing() -> None:
     pass
+
+
+def _for_v30(frame: bytes) -> bytes:
+    """``frame`` as a 3.0 peer reads it (most frames are the same in 3.0 and 3.1)."""
+    if frame[0] == wire.Opcode.LINK_STATE:
+        return link_state_for_v30(frame)
+    if frame[0] == wire.Opcode.ROUTED_SETS_HEADERS:
+        return routed_sets_for_v30(frame)
+    return frame
 
 
 class Neighbourhood(Protocol):
@@ -136,8 +145,8 @@ class OverlayPeer:
     # -- bytes out ---------------------------------------------------------------
 
     def queue(self, frames: list[bytes]) -> None:
-        if self.version is MeshVersion.V3:  # a 3.0 peer reads LINK_STATE without costs
-            frames = [link_state_for_v30(f) if f[0] == wire.Opcode.LINK_STATE else f for f in frames]
+        if self.version is MeshVersion.V3:  # a 3.0 peer reads no costs and no ROUTED_SETS_HEADERS
+            frames = [_for_v30(f) for f in frames]
         if self.reason is None:
             self._out.extend(frames)
             self.counters.frames_sent += len(frames)

@@ -95,7 +95,7 @@ class OverlayLogStore:
         return [topic for topic, lg in list(self.store.logs.items()) if self.hub_id in lg.origins]
 
     def own_batches(self, topic: str, after: int, upto: int, on_hole: Callable[[int], None]) -> Iterator[
-            tuple[int, int, int, bytes]]:  # fmt: skip
+            tuple[int, int, int, bytes, bytes]]:  # fmt: skip
         topic_log = None if self.store is None else self.store.logs.get(topic)
         if topic_log is None:
             return
@@ -119,7 +119,7 @@ class OverlayLogStore:
                     continue
                 if b.origin_seq > upto:
                     return
-                yield b.origin_seq, b.timestamp, b.count, b.records
+                yield b.origin_seq, b.timestamp, b.count, b.records, b.headers
 
 
 def _load_starts(path: Path | None, afresh: str) -> dict[tuple[int, str], int]:

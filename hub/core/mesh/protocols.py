@@ -83,7 +83,7 @@ _OPCODES = {
     MeshVersion.V2: wire.MESH_V2_OPCODES,
     MeshVersion.V2_1: wire.MESH_V2_1_OPCODES,
     MeshVersion.V3: wire.MESH_V3_OPCODES,
-    MeshVersion.V3_1: wire.MESH_V3_OPCODES,
+    MeshVersion.V3_1: wire.MESH_V3_1_OPCODES,
 }
 
 #: What a hub offers when it dials, newest first (v3 is added in front with ``--mesh-overlay``).

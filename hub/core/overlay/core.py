@@ -29,10 +29,10 @@ import dataclasses
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import wire
-from wire.frames.mesh_v3 import link_state_head, read_route_head, route_head, routed_sets_frame
+from wire.frames.mesh_v3 import ROUTED_SETS_TYPES, link_state_head, read_route_head, route_head, routed_sets_frame
 
 from ..mesh.interest import LocalInterest
 from .config import OverlayConfig
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from ..clock import Clock
 
 log = logging.getLogger("hub.overlay")
+RoutedData = wire.RoutedSets | wire.RoutedSetsHeaders
 
 
 class OverlayStore(OwnLog, Protocol):
@@ -274,7 +275,7 @@ class Overlay:
             self._link_state(peer, frame)
         elif isinstance(frame, wire.Routed):
             self._routed(frame)
-        elif isinstance(frame, wire.RoutedSets):
+        elif isinstance(frame, ROUTED_SETS_TYPES):
             self.receive_routed_sets(peer, frame.encode_body(), frame)
 
     def receive_link_state(
@@ -313,14 +314,13 @@ class Overlay:
         if known is not None and known.boot != state.boot:
             self._returned([state.hub_id])
 
-    def receive_routed_sets(self, peer: int, body: bytes, frame: wire.RoutedSets | None = None) -> None:
-        """ROUTED_SETS from ``peer``: relay the same bytes on, deliver what is for this hub."""
-        if frame is None:
-            decoded = wire.RoutedSets.decode_body(body)
-            assert isinstance(decoded, wire.RoutedSets)
-            frame = decoded
+    def receive_routed_sets(self, peer: int, body: bytes, frame: RoutedData | None = None,
+                            kind: type[RoutedData] = wire.RoutedSets) -> None:  # fmt: skip
+        """ROUTED_SETS(_HEADERS) from ``peer``: relay the same bytes on, deliver what is for this hub."""
+        frame = frame or cast(RoutedData, kind.decode_body(body))
         _, _, at = read_route_head(body, minimum_rest=10)
-        self._relay(frame.ttl, frame.dests, "ROUTED_SETS", lambda ttl, dests: routed_sets_frame(ttl, dests, body[at:]))
+        op = frame.OPCODE
+        self._relay(frame.ttl, frame.dests, op.name, lambda ttl, dests: routed_sets_frame(ttl, dests, body[at:], op))
         if self.hub_id in frame.dests:
             self.streams.receive(frame.origin, frame.sets, self._wants, self.clock.monotonic())
             self._deliver_ready()

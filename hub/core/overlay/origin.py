@@ -19,6 +19,17 @@ from typing import Protocol
 import wire
 from wire.frames.mesh_v3 import encode_routed_set
 
+#: A set as the sender queues it: its bytes in a ROUTED_SETS(_HEADERS) frame, and whether they
+#: carry a headers block (such sets go in ROUTED_SETS_HEADERS frames, mesh 3.1).
+EncodedSet = tuple[bytes, bool]
+
+
+def encode_set(origin_seq: int, timestamp: int, messages: wire.MessageSet, prevs: tuple[int, ...]) -> EncodedSet:
+    """A set's bytes: with its headers block when it has headers, in the 3.0 layout when not."""
+    headered = bool(messages.headers)
+    body = messages.encode_headered() if headered else messages.encode()
+    return encode_routed_set(origin_seq, timestamp, body, prevs), headered
+
 
 def heads_frames(heads: list[wire.Head]) -> list[wire.Heads]:
     """HEADS frames for ``heads``, at most 65,535 per frame (its count is a u16)."""
@@ -37,9 +48,10 @@ class OwnLog(Protocol):
         ...
 
     def own_batches(self, topic: str, after: int, upto: int, on_hole: Callable[[int], None]) -> Iterator[
-            tuple[int, int, int, bytes]]:  # fmt: skip
+            tuple[int, int, int, bytes, bytes]]:  # fmt: skip
         """This hub's sets on ``topic`` with ``after < origin_seq <= upto``, in order, as
-        ``(origin_seq, timestamp, count, records)``; ``on_hole(messages)`` for a stretch gone."""
+        ``(origin_seq, timestamp, count, records, headers block)``; ``on_hole(messages)`` for a
+        stretch gone."""
         ...
 
 
@@ -86,12 +98,12 @@ class OriginSide:
 
     # -- repair ------------------------------------------------------------------------
 
-    def repair(self, topic: str, after: int, upto: int) -> tuple[list[bytes], int]:
+    def repair(self, topic: str, after: int, upto: int) -> tuple[list[EncodedSet], int]:
         """Encoded sets on ``topic`` in ``(after, upto]`` (chained from ``after``), and messages gone."""
         self.repairs_served += 1
         recent = self._recent
         covered = bool(recent) and recent[0].origin_seq <= after + 1
-        found: list[tuple[int, int, int, bytes]] = []
+        found: list[tuple[int, int, int, bytes, bytes]] = []
         missing = 0
         if covered or self.log is None:
             for entry in recent:
@@ -99,7 +111,7 @@ class OriginSide:
                     break
                 if entry.origin_seq > after and topic in entry.messages.topics:
                     m = entry.messages
-                    found.append((entry.origin_seq, entry.timestamp, m.count, m.records))
+                    found.append((entry.origin_seq, entry.timestamp, m.count, m.records, m.headers))
         else:
 
             def on_hole(messages: int) -> None:
@@ -109,9 +121,9 @@ class OriginSide:
             found = list(self.log.own_batches(topic, after, upto, on_hole))
         encoded = []
         prev = after
-        for origin_seq, timestamp, count, records in found:
-            message_set = wire.MessageSet(topics=(topic,), count=count, records=records).encode()
-            encoded.append(encode_routed_set(origin_seq, timestamp, message_set, (prev,)))
+        for origin_seq, timestamp, count, records, headers in found:
+            message_set = wire.MessageSet(topics=(topic,), count=count, records=records, headers=headers)
+            encoded.append(encode_set(origin_seq, timestamp, message_set, (prev,)))
             prev = origin_seq + count - 1
         self.sets_resent += len(encoded)
         return encoded, missing

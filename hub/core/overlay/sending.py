@@ -1,15 +1,16 @@
 """This hub's own sets on their way out: parked until their topics' interest is known, then
-queued and sent as one ROUTED_SETS per run of sets with the same destinations, per next hop."""
+queued and sent as one ROUTED_SETS per run of sets with the same destinations, per next hop
+(ROUTED_SETS_HEADERS for a run of sets with headers)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import wire
-from wire.frames.mesh_v3 import encode_routed_set, routed_set_first, routed_sets_frame, routed_sets_payload
+from wire.frames.mesh_v3 import routed_set_first, routed_sets_frame, routed_sets_payload
 
 from .config import OverlayConfig
-from .origin import OriginSide
+from .origin import EncodedSet, OriginSide, encode_set
 from .outbox import Outbox
 from .rendezvous import Send
 from .watching import Watching
@@ -37,9 +38,9 @@ class SetSender:
         #: the last sequence this hub published
         self.last_seq = 0
         #: (destinations, encoded set), in publish order, until the next flush
-        self.pending: list[tuple[frozenset[int], bytes]] = []
+        self.pending: list[tuple[frozenset[int], EncodedSet]] = []
         #: (time parked, topics, encoded set, its sequence) of publishes waiting for their watch's first answer
-        self.parked: list[tuple[float, tuple[str, ...], bytes, int]] = []
+        self.parked: list[tuple[float, tuple[str, ...], EncodedSet, int]] = []
         self._parked_topics: set[str] = set()
 
     def publish(self, origin_seq: int, timestamp: int, messages: wire.MessageSet, now: float) -> int:
@@ -52,7 +53,7 @@ class SetSender:
         prevs = self.origin.stamp(origin_seq, timestamp, messages, now)
         self.last_seq = origin_seq + messages.count - 1
         topics = messages.topics
-        encoded = encode_routed_set(origin_seq, timestamp, messages.encode(), prevs)
+        encoded = encode_set(origin_seq, timestamp, messages, prevs)
         if not self._parked_topics.isdisjoint(topics) or not watching.answered(topics):
             # Nobody has said yet who wants these topics: wait for the answer (a round trip to
             # the rendezvous) rather than send to nobody and have every hub repair it later.
@@ -98,7 +99,7 @@ class SetSender:
                 self.parked.append(item)
                 self._parked_topics.update(topics)
 
-    def send_now(self, dests: frozenset[int], encoded: list[bytes]) -> None:
+    def send_now(self, dests: frozenset[int], encoded: list[EncodedSet]) -> None:
         """Sets (a repair's) for ``dests``, after whatever is queued."""
         self.pending.extend((dests, e) for e in encoded)
         self.flush()
@@ -108,7 +109,7 @@ class SetSender:
         pending, self.pending = self.pending, []
         i = 0
         while i < len(pending):
-            dests = pending[i][0]
+            dests, (_, headered) = pending[i]
             run: list[bytes] = []
             size = 0
             previous = -1
@@ -116,14 +117,17 @@ class SetSender:
             # frame otherwise, and with it the link): a repair's sets sent after newer live ones,
             # or a set unparked after a later one, start a frame of their own.  Sets never
             # overlap (each sequence belongs to one set), so comparing first sequences is enough.
+            # Sets with headers and sets without go in frames of their own kinds.
             while i < len(pending) and pending[i][0] == dests and len(run) < 0xFFFF and size < FRAME_BYTES:
-                first = routed_set_first(pending[i][1])
-                if first <= previous:
+                encoded, its_headers = pending[i][1]
+                first = routed_set_first(encoded)
+                if first <= previous or its_headers != headered:
                     break
                 previous = first
-                run.append(pending[i][1])
-                size += len(pending[i][1])
+                run.append(encoded)
+                size += len(encoded)
                 i += 1
             payload = routed_sets_payload(self.hub_id, run)
-            for hop, group in self.outbox.by_next_hop(dests, "ROUTED_SETS").items():
-                self.outbox.send(hop, "ROUTED_SETS", routed_sets_frame(self.config.ttl, group, payload))
+            opcode = wire.Opcode.ROUTED_SETS_HEADERS if headered else wire.Opcode.ROUTED_SETS
+            for hop, group in self.outbox.by_next_hop(dests, opcode.name).items():
+                self.outbox.send(hop, opcode.name, routed_sets_frame(self.config.ttl, group, payload, opcode))

@@ -61,8 +61,9 @@ def _delta(run: Run, start: str, end: str) -> dict[str, float]:
 
 
 def _control_over_payload(counters: dict[str, float]) -> float:
-    payload = counters.get("bytes:ROUTED_SETS", 0)
-    control = sum(v for k, v in counters.items() if k.startswith("bytes:") and k != "bytes:ROUTED_SETS")
+    data = ("bytes:ROUTED_SETS", "bytes:ROUTED_SETS_HEADERS")
+    payload = sum(counters.get(k, 0) for k in data)
+    control = sum(v for k, v in counters.items() if k.startswith("bytes:") and k not in data)
     return control / payload if payload else math.inf
 
 

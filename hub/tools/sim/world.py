@@ -49,7 +49,7 @@ class SimStore:
         self.record = record
         self.clock = clock
         self.positions: dict[tuple[int, str], int] = {}
-        self.own: dict[str, list[tuple[int, int, int, bytes]]] = {}
+        self.own: dict[str, list[tuple[int, int, int, bytes, bytes]]] = {}
         self.since: dict[tuple[int, str], int] = {}
         self.joins: dict[tuple[int, str], int] = {}
 
@@ -80,14 +80,16 @@ class SimStore:
         return list(self.own)
 
     def own_batches(self, topic: str, after: int, upto: int, on_hole: Callable[[int], None]) -> Iterator[
-            tuple[int, int, int, bytes]]:  # fmt: skip
+            tuple[int, int, int, bytes, bytes]]:  # fmt: skip
         for entry in self.own.get(topic, ()):
             if after < entry[0] <= upto:
                 yield entry
 
     def append_own(self, origin_seq: int, timestamp: int, messages: wire.MessageSet) -> None:
         for topic in messages.topics:
-            self.own.setdefault(topic, []).append((origin_seq, timestamp, messages.count, messages.records))
+            self.own.setdefault(topic, []).append(
+                (origin_seq, timestamp, messages.count, messages.records, messages.headers)
+            )
 
 
 @dataclass
@@ -367,11 +369,11 @@ class World:
                 acted = overlay.receive_link_state(src, body, self._decode_link_state) or acted
                 continue
             acted = True
-            if opcode == wire.Opcode.ROUTED_SETS:
+            if opcode == wire.Opcode.ROUTED_SETS or opcode == wire.Opcode.ROUTED_SETS_HEADERS:
                 (ndest,) = _U16.unpack_from(body, 1)
                 (nsets,) = _U16.unpack_from(body, 3 + 8 * ndest + 8)
                 self.payload_copies += nsets
-                overlay.receive_routed_sets(src, body)
+                overlay.receive_routed_sets(src, body, kind=FRAME_TYPES[wire.Opcode(opcode)])  # type: ignore[arg-type]
             else:
                 overlay.receive(src, FRAME_TYPES[wire.Opcode(opcode)].decode_body(body))
         if acted:
