@@ -233,6 +233,12 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
     )
     headers = wire.encode_headers({"tr": "x1", "b": b"\x00"})
     headered_sets = (wire.MessageSet.build(["a"], [(b"k", b"ab")], headers=headers), two_sets[1])
+
+    def routed(sets: tuple[wire.MessageSet, ...]) -> tuple[wire.RoutedSet, ...]:
+        return tuple(
+            wire.RoutedSet(origin_seq=5 + 10 * i, timestamp=9, messages=m, prevs=tuple(range(len(m.topics))))
+            for i, m in enumerate(sets)
+        )
     uniform_batch = wire.RecordBatch(
         topic="t",
         base_offset=5,
@@ -264,24 +270,8 @@ def _rich_examples() -> dict[Opcode, wire.Frame]:
             hub_id=9, boot=8, seq=7, peer_key="12D3KooW", addrs=("/ip4/127.0.0.1/tcp/1", ""), neighbors=(1, 2),
             costs=(5, 0),
         ),
-        Opcode.ROUTED_SETS: wire.RoutedSets(
-            ttl=7,
-            dests=(3, 4),
-            origin=1,
-            sets=tuple(
-                wire.RoutedSet(origin_seq=5 + 10 * i, timestamp=9, messages=m, prevs=tuple(range(len(m.topics))))
-                for i, m in enumerate(two_sets)
-            ),
-        ),
-        Opcode.ROUTED_SETS_HEADERS: wire.RoutedSetsHeaders(
-            ttl=7,
-            dests=(3, 4),
-            origin=1,
-            sets=tuple(
-                wire.RoutedSet(origin_seq=5 + 10 * i, timestamp=9, messages=m, prevs=tuple(range(len(m.topics))))
-                for i, m in enumerate(headered_sets)
-            ),
-        ),
+        Opcode.ROUTED_SETS: wire.RoutedSets(ttl=7, dests=(3, 4), origin=1, sets=routed(two_sets)),
+        Opcode.ROUTED_SETS_HEADERS: wire.RoutedSetsHeaders(ttl=7, dests=(3, 4), origin=1, sets=routed(headered_sets)),
         Opcode.ROUTED: wire.Routed(
             ttl=3,
             dests=(5, 6),

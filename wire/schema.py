@@ -198,14 +198,21 @@ KeyFilter = Struct(
     "prefixes" / Array(this.prefix_count, Prefixed(Int16ub, GreedyBytes)),
 )
 
+
+#: How FORWARD_BATCH and ROUTED_SETS bodies go on: the origin, then 1..65535 sets.
+_ORIGIN_AND_SET_COUNT = [
+    "origin" / Int64ub,
+    Check(this.origin >= 1),
+    "set_count" / Rebuild(Int16ub, len_(this.sets)),
+    Check(this.set_count >= 1),
+]
+
+
 def _routed_sets(message_set: Construct) -> Construct:
     """ROUTED_SETS (``MessageSet``) and ROUTED_SETS_HEADERS (``HeaderedMessageSet``)."""
     return Struct(
         *_ROUTE,
-        "origin" / Int64ub,
-        Check(this.origin >= 1),
-        "set_count" / Rebuild(Int16ub, len_(this.sets)),
-        Check(this.set_count >= 1),
+        *_ORIGIN_AND_SET_COUNT,
         "sets"
         / Array(
             this.set_count,
@@ -244,10 +251,7 @@ def _log_batch(*before_batch: Construct) -> Construct:
 def _forward_batch(messages: Construct) -> Construct:
     """FORWARD_BATCH's body, its sets' messages laid out as ``messages``."""
     return Struct(
-        "origin" / Int64ub,
-        Check(this.origin >= 1),
-        "set_count" / Rebuild(Int16ub, len_(this.sets)),
-        Check(this.set_count >= 1),
+        *_ORIGIN_AND_SET_COUNT,
         "sets"
         / Array(
             this.set_count,
