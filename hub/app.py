@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .config import HubConfig
+from .core.acl import Permissions
 from .core.auth_file import AuthFileError
 from .core.clock import Clock
 from .core.consumers import ConsumerRegistry
 from .core.events import ev
 from .core.histogram import Histogram
 from .core.hub import CoreSettings, HubCore
-from .core.status import hub_status
+from .core.status import hub_status, topics_status
 from .core.subscribing import SubscriptionLimits
 from .core.topic_budget import TopicLimits
 from .shell.auth import read_auth_file
@@ -122,7 +123,7 @@ class HubServer:
         self.fd_limit = raise_fd_limit()
         self.core = HubCore(core_settings(config, self.fd_limit), hub_id=hub_id, clock=clock, store=self.store,
                             consumers=self.consumers)  # fmt: skip
-        self.core.status_document = lambda: json.dumps(self.status(), separators=(",", ":")).encode()
+        self.core.status_document = self._status_document
         self.mesh: Mesh | None = None
         if config.mesh_listen:
             self.mesh = self._open_mesh(mesh_key)
@@ -390,6 +391,10 @@ class HubServer:
             "listening": self._serving,
             "mesh": mesh,
         }
+
+    def _status_document(self, narrowed_to: Permissions | None) -> bytes:
+        doc = self.status() if narrowed_to is None else topics_status(self.core, narrowed_to)
+        return json.dumps(doc, separators=(",", ":")).encode()
 
     def status(self) -> dict[str, Any]:
         doc = hub_status(self.core, listen=self.address)

@@ -33,6 +33,8 @@ def test_auth_makes_entries_the_hub_accepts(tmp_path: Path, start_hub: StartHub)
                 "orders.secret", "--file", str(users), stdin="correct horse\n")  # fmt: skip
     assert made.returncode == 0, made.stderr
     token = auth("token", "ingest", "--publish", "orders.>", "--status", "--file", str(users))
+    reader = auth("token", "reader", "--subscribe", "orders.>", "--status-topics", "--file", str(users))
+    assert reader.returncode == 0 and 'status = "topics"' in users.read_text(), reader.stderr
     assert token.returncode == 0, token.stderr
     secret = token.stdout.strip()
     assert secret.startswith("ingest:") and len(secret) > 40  # printed once: only its hash is in the file
@@ -52,6 +54,9 @@ def test_auth_makes_entries_the_hub_accepts(tmp_path: Path, start_hub: StartHub)
     assert wrong.returncode == 1 and "bad credentials (NOT_AUTHORIZED)" in wrong.stderr
     # --status granted ingest the status document; alice was not granted it.
     assert pub0sub("status", "--hub", hub.address, "--token", secret).returncode == 0
+    narrowed = pub0sub("status", "--hub", hub.address, "--token", reader.stdout.strip())
+    assert narrowed.returncode == 0 and "orders.eu" in narrowed.stdout, narrowed.stderr
+    assert "narrowed_to" in narrowed.stdout and "connection" not in narrowed.stdout
     not_granted = pub0sub("status", "--hub", hub.address, "--user", "alice", "--password", "correct horse")
     assert not_granted.returncode == 1 and "STATUS is not granted to 'alice'" in not_granted.stderr
     denied = pub0sub("pub", "--hub", hub.address, "--token", secret, "--topic", "audit", "--ack", "x")

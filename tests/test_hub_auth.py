@@ -247,11 +247,43 @@ async def test_status_is_read_only_by_users_granted_it(start_server: StartHub, t
     bob = await login(server.address, "bob", "bob-pw")
     await bob.send(wire.Status())
     await bob.expect(wire.StatusReply)
-    with pytest.raises(AuthFileError, match="status must be true or false"):
+    with pytest.raises(AuthFileError, match="status must be true, false"):
         parse_auth_file('[users.x]\nsecrets = ["$argon2id$x"]\nstatus = "yes"\n')
 
 
 # -- reloading -------------------------------------------------------------------------------
+
+
+async def test_status_topics_shows_only_the_offsets_of_topics_the_user_may_read(
+    start_server: StartHub, tmp_path: Path
+) -> None:
+    """``status = "topics"``: the user reads STATUS narrowed to its subscribe grant (the topics
+    it may read, their offsets, which of them are compacted): what the Spark source plans from,
+    and nothing of other users, clients, topics or the hub's own compaction patterns."""
+    users = write_users(
+        tmp_path / "users.toml",
+        user_entry("etl", "etl-pw", publish=[">"]),
+        user_entry("spark", "spark-pw", subscribe={"allow": ["sales.>"], "deny": ["sales.secret"]}, status="topics"),
+    )
+    server = await start_server(auth_file=users, compact=("*.kv", "sales.kv"))
+    etl = sdk.connect(server.address, user="etl", password="etl-pw")
+    async with etl as client:
+        for topic in ("sales.eu", "sales.secret", "sales.kv", "hr.pay", "hr.kv"):
+            await client.publish_acked(topic, b"x", key=b"k")
+    reader = await login(server.address, "spark", "spark-pw")
+    await reader.send(wire.Status())
+    doc = json.loads((await reader.expect(wire.StatusReply)).document)
+    assert sorted(e["topic"] for e in doc["topic_list"]) == ["sales.eu", "sales.kv"]
+    assert all(e["next_offset"] == 1 for e in doc["topic_list"])
+    assert doc["storage"] == {"compaction": {"patterns": ["sales.kv"]}}
+    assert doc["narrowed_to"] == "topics" and doc["topics"] == 2
+    assert not {"connection_list", "auth", "counters", "mesh"} & set(doc), "the narrowed document says more"
+    await reader.send(wire.Status())  # and the connection stays open
+    await reader.expect(wire.StatusReply)
+    with pytest.raises(AuthFileError, match='status must be true, false or "topics"'):
+        parse_auth_file('[users.x]\nsecrets = ["$argon2id$x"]\nstatus = "all"\n')
+    with pytest.raises(AuthFileError, match='status must be true, false or "topics"'):
+        parse_auth_file('[users.x]\nsecrets = ["$argon2id$x"]\nstatus = 1\n')
 
 
 async def test_a_reload_revokes_narrows_and_keeps_who_is_still_allowed(start_server: StartHub, tmp_path: Path) -> None:

@@ -351,7 +351,7 @@ def test_write_and_read_a_hub_with_users_and_tls(
 ) -> None:
     users = write_users(tmp_path / "users.toml",
                         user_entry("etl", "etl-secret", publish=["sec.>"]),
-                        user_entry("report", "report-secret", subscribe=["sec.>"], status=True))  # fmt: skip
+                        user_entry("report", "report-secret", subscribe=["sec.>"], status="topics"))  # fmt: skip
     hub = hubs("--data-dir", str(tmp_path / "hub"), "--auth-file", str(users),
                "--tls-cert", str(certs.hub_cert), "--tls-key", str(certs.hub_key))  # fmt: skip
     rows = [("sec.a", f"row {i}") for i in range(40)]

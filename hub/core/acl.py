@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 from wire.topics import REST, SINGLE, check_topic
 
@@ -169,6 +170,18 @@ class NameRules:
         return any(name_matches(r, name) for r in self.allow) and not any(name_matches(r, name) for r in self.deny)
 
 
+class StatusGrant(IntEnum):
+    """How much of STATUS a user may read (the users file's ``status``)."""
+
+    #: ``false``: none (ERROR NOT_AUTHORIZED).
+    NONE = 0
+    #: ``"topics"``: who the hub is and the offsets of the topics the user may subscribe to,
+    #: what the Spark source plans its reads from; nothing about other users, clients or topics.
+    TOPICS = 1
+    #: ``true``: the whole document.
+    FULL = 2
+
+
 @dataclass(frozen=True)
 class Permissions:
     """Everything one user (or the anonymous client, when allowed) may do."""
@@ -177,8 +190,9 @@ class Permissions:
     subscribe: TopicRules = field(default_factory=TopicRules)
     durables: NameRules = field(default_factory=NameRules)
     groups: NameRules = field(default_factory=NameRules)
-    #: May read the STATUS document: every connection, user, topic and counter of the hub.
-    status: bool = False
+    #: May read the STATUS document (every connection, user, topic and counter of the hub), or
+    #: only its own topics' part.
+    status: StatusGrant = StatusGrant.NONE
 
     def publish_refusal(self, topics: Iterable[str]) -> str | None:
         """The first topic this user may not publish to, as a refusal; None if all are allowed."""

@@ -27,7 +27,7 @@ import argon2
 
 from wire.credentials import split_credentials
 
-from .acl import Permissions
+from .acl import Permissions, StatusGrant
 from .auth_file import AuthConfig
 from .events import ev
 
@@ -84,6 +84,13 @@ def status_refusal(identity: Identity | None) -> str | None:
         return None
     identity.counters.status_refused += 1
     return f"STATUS is not granted to {identity.label!r} (status = true in the users file grants it)"
+
+
+def status_narrowed_to(identity: Identity | None) -> Permissions | None:
+    """The grants whose topics a STATUS answer is narrowed to (``status = "topics"``); None: the whole document."""
+    if identity is not None and identity.permissions.status is StatusGrant.TOPICS:
+        return identity.permissions
+    return None
 
 
 @dataclass(frozen=True, eq=False)

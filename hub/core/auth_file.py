@@ -8,7 +8,8 @@ A TOML document (docs/security.md gives the whole format)::
     subscribe = { allow = ["orders.>"], deny = ["orders.secret"] }   # ...a table has both
     durables = ["billing-*"]                            # names, or prefixes ending in '*'
     groups = ["workers"]
-    status = true                                       # may read STATUS (default false)
+    status = true                                       # may read STATUS (default false; "topics":
+                                                        # only the offsets of its subscribe grant)
 
     [anonymous]                                         # optional: a client without credentials
     subscribe = ["public.>"]
@@ -29,13 +30,14 @@ from typing import Any
 
 from wire.credentials import USER_NAME, USER_NAME_RULE
 
-from .acl import NameRules, Permissions, TopicRules
+from .acl import NameRules, Permissions, StatusGrant, TopicRules
 
 #: The only hash the file takes (argon2-cffi's ``PasswordHasher().hash``; ``pub0sub auth`` makes them).
 HASH_PREFIX = "$argon2id$"
 #: Secrets per user: enough to rotate, few enough that a wrong one costs few slow hashes.
 MAX_SECRETS = 4
 _RIGHTS = ("publish", "subscribe", "durables", "groups", "status")
+_STATUS_GRANTS = {True: StatusGrant.FULL, False: StatusGrant.NONE, "topics": StatusGrant.TOPICS}
 
 
 class AuthFileError(ValueError):
@@ -108,9 +110,10 @@ def _permissions(entry: dict[str, Any], where: str, *, extra: set[str]) -> Permi
         durables, groups = (NameRules(*_allow_deny(entry.get(k), f"{where}: {k}")) for k in ("durables", "groups"))
     except ValueError as exc:  # a bad pattern (wire.topics' message) or a bad name rule
         raise AuthFileError(f"{where}: {exc}") from None
-    status = entry.get("status", False)
-    if not isinstance(status, bool):
-        raise AuthFileError(f"{where}: status must be true or false (may it read STATUS?)")
+    raw = entry.get("status", False)
+    status = _STATUS_GRANTS.get(raw) if isinstance(raw, bool | str) else None  # not 1 (== True)
+    if status is None:
+        raise AuthFileError(f'{where}: status must be true, false or "topics" (may it read STATUS, or its part?)')
     return Permissions(publish=publish, subscribe=subscribe, durables=durables, groups=groups, status=status)
 
 

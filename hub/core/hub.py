@@ -45,7 +45,7 @@ from wire import (
 
 from ..storage.store import LogStore
 from .acks import AckTracker
-from .auth import ClientAuth, status_refusal
+from .auth import ClientAuth, Permissions, status_narrowed_to, status_refusal
 from .auth_file import AuthConfig
 from .clients import ClientSession, CloseReason
 from .clock import Clock
@@ -190,7 +190,7 @@ class HubCore:
             Hello: self.greeting.on_hello,
         }
         #: Builds the STATUS_REPLY document (the app sets it: the status covers the shell too).
-        self.status_document: Callable[[], bytes] = lambda: b"{}"
+        self.status_document: Callable[[Permissions | None], bytes] = lambda narrowed_to: b"{}"
         #: Told when the last session ends (the app waits for it while shutting down).
         self.on_no_sessions: Callable[[], None] = lambda: None
 
@@ -372,7 +372,7 @@ class HubCore:
         if (refusal := status_refusal(session.identity)) is not None:
             session.fail(ErrorCode.NOT_AUTHORIZED, refusal, why=CloseReason.NOT_AUTHORIZED)
             return
-        session.send_control(StatusReply(document=self.status_document()).encode())
+        session.send_control(StatusReply(document=self.status_document(status_narrowed_to(session.identity))).encode())
 
     # -- time ---------------------------------------------------------------------------
 

@@ -10,11 +10,43 @@ import os
 from dataclasses import asdict
 from typing import Any
 
+from .acl import Permissions
 from .clients import SUBSCRIPTION_KINDS, Subscription
 from .hub import HubCore
 
 #: Connections and topics listed in full; the counts cover all of them.
 LISTED = 1000
+
+
+def _topic_entry(name: str, t: Any) -> dict[str, Any]:
+    return {
+        "topic": name,
+        "first_offset": t.first_offset,
+        "next_offset": t.next_offset,
+        "messages": t.messages_appended,
+        "bytes": t.bytes_appended,
+    }
+
+
+def topics_status(core: HubCore, permissions: Permissions) -> dict[str, Any]:
+    """STATUS narrowed to a user's subscribe grant (``status = "topics"``): the hub's id and name,
+    and the offsets of each topic the user may subscribe to; ``storage.compaction.patterns``
+    names those of them the hub compacts (as topics, not the hub's own patterns).  What the
+    Spark source plans its reads from, and nothing about other users, clients or topics."""
+    store = core.store
+    topics: dict[str, Any] = store.logs if store is not None else core.publisher.memory_topics
+    readable = [(name, t) for name, t in topics.items() if permissions.subscribe.permits(name)][:LISTED]
+    doc: dict[str, Any] = {
+        "hub_id": f"{core.hub_id:016x}",
+        "name": core.settings.name,
+        "narrowed_to": "topics",
+        "topics": len(readable),
+        "topic_list": [_topic_entry(name, t) for name, t in readable],
+    }
+    if store is not None and store.compaction is not None:
+        compacted = [name for name, _ in readable if store.compaction.applies(name)]
+        doc["storage"] = {"compaction": {"patterns": compacted}}
+    return doc
 
 
 def hub_status(core: HubCore, *, listen: str) -> dict[str, Any]:
@@ -35,16 +67,7 @@ def hub_status(core: HubCore, *, listen: str) -> dict[str, Any]:
         "topics": len(topics),
         "rates": dict(core.rates),
         "counters": {**asdict(core.stats), "deliveries": core.deliveries(), "dropped_messages_live": live_dropped},
-        "topic_list": [
-            {
-                "topic": name,
-                "first_offset": t.first_offset,
-                "next_offset": t.next_offset,
-                "messages": t.messages_appended,
-                "bytes": t.bytes_appended,
-            }
-            for name, t in list(topics.items())[:LISTED]
-        ],
+        "topic_list": [_topic_entry(name, t) for name, t in list(topics.items())[:LISTED]],
         "connection_list": [
             {**c.status(), "subs": [s.status() for s in c.subs.values()]} for c in list(sessions.values())[:LISTED]
         ],

@@ -53,8 +53,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                          help="durable name it may use; NAME* for a prefix (repeatable)")  # fmt: skip
         sub.add_argument("--group", action="append", default=[], metavar="NAME",
                          help="group it may join; NAME* for a prefix (repeatable)")  # fmt: skip
-        sub.add_argument("--status", action="store_true",
-                         help="it may read the hub's STATUS (every client, user and topic on the hub)")
+        status = sub.add_mutually_exclusive_group()
+        status.add_argument("--status", action="store_true",
+                            help="it may read the hub's STATUS (every client, user and topic on the hub)")
+        status.add_argument("--status-topics", action="store_true",
+                            help="it may read STATUS narrowed to the offsets of the topics it may subscribe to "
+                                 "(what a Spark reader needs)")  # fmt: skip
         sub.add_argument("--file", type=Path, metavar="FILE",
                          help="append the entry to this users file instead of printing it")  # fmt: skip
     kinds.add_parser("hash", help="hash the first line of stdin (or a prompted secret) and print the hash")
@@ -91,6 +95,8 @@ def entry(user: str, hashed: str, args: argparse.Namespace) -> str:
         lines.append(f"groups = {json.dumps(args.group)}")
     if args.status:
         lines.append("status = true")
+    elif args.status_topics:
+        lines.append('status = "topics"')
     return "\n".join(lines) + "\n"
 
 

@@ -259,8 +259,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub status") -> 
             print(json.dumps(doc, indent=2, sort_keys=False))
         elif args.wide:
             print("\n".join(render(doc)))
-        else:
-            print("\n".join(compact(doc)))
+        else:  # a document narrowed to the user's topics (status = "topics") is short: show it all
+            print("\n".join(render(doc) if doc.get("narrowed_to") else compact(doc)))
         return 0
 
     return run(prog, body)
