@@ -87,6 +87,7 @@ def the_session(directory: Path, peer: Hub) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.v2_only  # the dump is read for v2's FORWARD_BATCH and FORWARD_ACK
 def test_a_mesh_dump_decodes_to_the_frames_that_crossed(dumped: Dumped) -> None:
     dumps, a, b = dumped.dumps, dumped.a, dumped.b
     for directory in dumps.values():
@@ -110,6 +111,7 @@ def test_a_mesh_dump_decodes_to_the_frames_that_crossed(dumped: Dumped) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(TSHARK is None, reason="Debian's tshark is not installed (deploy/local.sh test installs it)")
+@pytest.mark.v2_only
 def test_the_dissector_reads_a_mesh_dump_as_decode_does(dumped: Dumped, tmp_path: Path) -> None:
     """The dump's two directions as one TCP conversation in a pcap: tshark with the dissector shows
     every frame with the fields ``pub0sub decode --json`` shows (as for client captures)."""

@@ -136,6 +136,7 @@ def test_ten_hubs_at_max_peers_3_deliver_through_a_relay_crash_a_pause_and_a_pub
         assert wait_until(lambda: formed(hubs, 3), timeout=60, what="the overlay whole again", **HUB_POLL)
 
 
+@pytest.mark.v2_only  # one of its two hubs has no overlay
 def test_an_overlay_hub_links_with_a_v2_hub(tmp_path: Path) -> None:
     """A hub started with --mesh-overlay and one without: they speak v2.1, and deliver both ways."""
     with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES) as cl:
