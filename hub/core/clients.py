@@ -265,6 +265,18 @@ class ClientSession:
         if self.transport is not None:
             self.transport.closing()
 
+    def unlink(self) -> None:
+        """The connection has ended: drop the references back to this session (transport,
+        subscriptions, the frames in a decoding error's traceback), so that nothing of it
+        waits for the cyclic collector."""
+        self.transport = None
+        error: BaseException | None = self.decoder.error
+        while error is not None:  # the error and the one it was raised from
+            error.__traceback__ = None
+            error = error.__context__
+        self.subs = {}
+        self._room_waiters = {}
+
     def fail(
         self, code: ErrorCode, reason: str, *, ref: int = 0, why: CloseReason = CloseReason.PROTOCOL_ERROR
     ) -> None:

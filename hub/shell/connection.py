@@ -100,6 +100,9 @@ class ClientConnection:
             self.core.session_ended(self.session)
             await trio.aclose_forcefully(self.stream)
             session = self.session
+            # No reference cycle outlives the connection: its objects go with their reference
+            # counts, frozen or not (hub.shell.gc_freeze).
+            session.unlink()
             reason = session.closing.value if session.closing else "ended"
             # Every connection's end, with its reason (one line per connection, never per message).
             log.info("connection %d (%s) closed: %s", session.conn_id, session.peer, reason,
