@@ -12,6 +12,7 @@ chunk's output leaves in one send.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -198,6 +199,12 @@ class Group(Protocol):
     def ack(self, topic: str, first: int, last: int) -> None: ...
 
 
+@functools.cache
+def _limits(max_body: int) -> Limits:
+    """One (frozen) Limits for every session of a hub, not one each."""
+    return Limits(max_body=max_body)
+
+
 class ClientSession:
     def __init__(
         self,
@@ -215,7 +222,7 @@ class ClientSession:
         self.conn_id = conn_id
         self.peer = peer
         self.client_name = ""
-        self.decoder = FrameDecoder(limits=Limits(max_body=max_body), accept=CLIENT_TO_HUB_OPCODES)
+        self.decoder = FrameDecoder(limits=_limits(max_body), accept=CLIENT_TO_HUB_OPCODES)
         self.out = OutboundQueue(max_pending_bytes)
         self.subs: dict[int, Subscription] = {}
         self.topic_count = 0
