@@ -24,16 +24,16 @@ from typing import Any
 
 import wire
 
-from .c1_load import c1_payload
+from .c1_load import C1_TOPIC, c1_payload
 from .mesh import MeshCluster
-from .orchestrate import worker
+from .orchestrate import latency_measurement, latency_workers, run_pubsub, worker
 from .peers import Cluster, NatsCluster, Server, missing
 from .procs import LineReader, spawn, stop_process
 from .pub0sub import Pub0subHub
 from .pub0sub_clients import _connect as pub0sub_connect
 from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
 from .results import FigureSpec, Measurement
-from .wireproto import CHANNEL, recv_until
+from .wireproto import recv_until
 
 ONE_HUB, MESH = 19_000, 100_000
 QUICK_ONE_HUB, QUICK_MESH = 300, 1_200
@@ -101,13 +101,22 @@ class _Publisher:
     def publish(self, number: int) -> None:
         payload = c1_payload(number, self.size)
         if self.system == "pub0sub":
-            mset = wire.MessageSet.build((CHANNEL,), [(b"", payload)])
+            mset = wire.MessageSet.build((C1_TOPIC,), [(b"", payload)])
             self.sock.sendall(wire.Publish(sets=(mset,)).encode())
         else:
-            self.sock.sendall(b"PUB %s %d\r\n%s\r\n" % (CHANNEL.encode(), len(payload), payload))
+            self.sock.sendall(b"PUB %s %d\r\n%s\r\n" % (C1_TOPIC.encode(), len(payload), payload))
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _healthy_l1(system: str, address: tuple[str, int], p: Params) -> Measurement:
+    """L1 (a paced 10k msgs/s publisher and a subscriber, each its own connection, on topic
+    ``bench``, which no held connection has) on the first server: p50/p99/p99.9 in µs."""
+    at = {"host": address[0], "port": address[1]}
+    sub, pub = latency_workers(f"lat-sub-{system}", f"lat-pub-{system}", p, sub_at=at, pub_at=at)
+    [result] = run_pubsub([sub], pub, timeout=(p.seconds or 0) + p.timeout)
+    return latency_measurement(result)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -122,6 +131,7 @@ def _c1(system: str, one_hub: bool) -> Any:
         publishes = QUICK_PUBLISHES if p.quick else PUBLISHES
         addresses = server.addresses if isinstance(server, MeshCluster | NatsCluster) else [server.address]
         pids = _pids(server)
+        l1_idle = _healthy_l1(system, addresses[0], p)
         rss_before = rss_bytes(pids)
         processes = max(1, math.ceil(total / PER_PROCESS), len(addresses) if not one_hub else 1)
         shares = [total // processes + (k < total % processes) for k in range(processes)]
@@ -145,10 +155,11 @@ def _c1(system: str, one_hub: bool) -> Any:
             connect_seconds = time.monotonic() - started
             time.sleep(SETTLE_SECONDS)
             rss_held = rss_bytes(pids)
+            l1_held = _healthy_l1(system, addresses[0], p)
             if isinstance(server, MeshCluster | NatsCluster):
                 for k in range(1, len(addresses)):
                     cluster: Cluster = server
-                    cluster.wait_interest(at=0, of=k)
+                    cluster.wait_interest(at=0, of=k, topic=C1_TOPIC)
             pub = _Publisher(system, addresses[0], p.size)
             cpu_before = cpu_seconds(pids)
             times: list[float] = []
@@ -164,11 +175,13 @@ def _c1(system: str, one_hub: bool) -> Any:
             for proc, _ in gens:
                 stop_process(proc)
         figures = {"p50": _percentile(times, 0.5), "p99": _percentile(times, 0.99),
-                   "rss_per_conn": (rss_held - rss_before) / total}  # fmt: skip
+                   "rss_per_conn": (rss_held - rss_before) / total,
+                   "l1_p99_held": l1_held.figures["p99"], "l1_p99_ratio": l1_held.figures["p99"] / l1_idle.figures["p99"]}  # fmt: skip
         details = {"connections": total, "servers": len(pids), "generators": processes,
                    "connect_seconds": round(connect_seconds, 1), "rss_before": rss_before, "rss_held": rss_held,
                    "publish_ms": [round(t, 1) for t in times],
-                   "server_cpu_seconds_publishing": round(cpu_used, 2)}  # fmt: skip
+                   "server_cpu_seconds_publishing": round(cpu_used, 2),
+                   "l1_idle_us": l1_idle.figures, "l1_held_us": l1_held.figures}  # fmt: skip
         return Measurement(figures=figures, details=details)
 
     return measure
@@ -176,7 +189,9 @@ def _c1(system: str, one_hub: bool) -> Any:
 
 _FIGURES = (FigureSpec(name="p99", unit="ms", higher_is_better=False),
             FigureSpec(name="p50", unit="ms", higher_is_better=False),
-            FigureSpec(name="rss_per_conn", unit="B", higher_is_better=False))  # fmt: skip
+            FigureSpec(name="rss_per_conn", unit="B", higher_is_better=False),
+            FigureSpec(name="l1_p99_held", unit="us", higher_is_better=False),
+            FigureSpec(name="l1_p99_ratio", unit="x idle", higher_is_better=False))  # fmt: skip
 C1 = register_scenario(Scenario(
     id="C1", title=f"{ONE_HUB:,} idle subscribers on one server: RSS per connection, one publish to all (ms)",
     figures=_FIGURES, defaults=with_defaults(messages=0, quick_messages=0),
