@@ -9,7 +9,9 @@ the server's accept backlog -- prints ``ready N``, and then answers heartbeats a
 watches deliveries.  Each publish carries its number and its publisher's
 ``time.monotonic_ns()`` (CLOCK_MONOTONIC is system-wide); once every connection of
 this process has it, the process prints ``{"i": n, "last_ns": ..., "stamp_ns": ...}``.
-After ``publishes`` of them it prints ``{"done": true, "closed": ...}`` and exits.
+After ``publishes`` of them it waits for ``steady`` more (sent at a fixed rate, not one at a
+time), prints ``{"steady_deliveries": n, "last_ns": ...}``, then ``{"done": true, "closed": ...}``
+and exits.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ class _NatsConnections:
 
 
 def c1_hold(*, system: str, addresses: list[list[Any]], connections: int, source: str, publishes: int,
-            size: int, timeout: float = 120.0) -> None:  # fmt: skip
+            size: int, steady: int = 0, timeout: float = 120.0) -> None:  # fmt: skip
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -192,6 +194,15 @@ def c1_hold(*, system: str, addresses: list[list[Any]], connections: int, source
             print(json.dumps({"i": reported, "last_ns": last[reported], "stamp_ns": stamps[reported],
                               "connections": got[reported]}), flush=True)  # fmt: skip
             reported += 1
+    # The steady phase: ``steady`` more publishes sent at a fixed rate, not one at a time.
+    steady_range = range(publishes, publishes + steady)
+    deadline = time.monotonic() + timeout
+    while steady and time.monotonic() < deadline and any(got.get(n, 0) < connections - closed for n in steady_range):
+        pump(0.5)
+    if steady:
+        last_ns = max((last[n] for n in steady_range if n in last), default=0)
+        print(json.dumps({"steady_deliveries": sum(got.get(n, 0) for n in steady_range), "last_ns": last_ns}),
+              flush=True)  # fmt: skip
     print(json.dumps({"done": reported >= publishes, "closed": closed}), flush=True)
     for sock in socks.values():
         sock.close()
