@@ -223,7 +223,7 @@ class ClientSession:
         self.peer = peer
         self.client_name = ""
         self.decoder = FrameDecoder(limits=_limits(max_body), accept=CLIENT_TO_HUB_OPCODES)
-        self.out = OutboundQueue(max_pending_bytes)
+        self.out = OutboundQueue(max_pending_bytes, stats)
         self.subs: dict[int, Subscription] = {}
         self.topic_count = 0
         #: topics this connection created by publishing to new names (hub.core.topic_budget)
