@@ -11,7 +11,10 @@ from the publisher's stamp to the last connection's read -- p50/p99 over
 :data:`PUBLISHES` publishes sent one after the other, each once the previous one had
 reached everyone.  The generators share the machine's two cores with the servers, so
 the time to reach everyone includes the generators reading their sockets (the same
-generator for every system).
+generator for every system).  Beside these: a healthy client's L1 on the first server,
+idle and with the connections held (its ratio), and a steady phase of
+:data:`STEADY_PUBLISHES` more publishes offered at :data:`STEADY_RATE` a second
+(deliveries/s, the last read's lag, each server's CPU).
 """
 
 from __future__ import annotations
