@@ -33,6 +33,7 @@ from .shell.clock import TrioClock
 from .shell.committer import run_committer
 from .shell.compactor import run_compaction
 from .shell.fdlimit import FdLimit, connection_limit, raise_fd_limit
+from .shell.gc_freeze import run_gc_freezer
 from .shell.listener import ClientListener, open_client_listeners
 from .shell.loops import (
     run_consumer_saves,
@@ -232,6 +233,7 @@ class HubServer:
                 nursery.start_soon(run_heartbeats, core)
                 nursery.start_soon(run_group_deadlines, core)
                 nursery.start_soon(run_rates, core)
+                nursery.start_soon(run_gc_freezer, core.stats)
                 if self.config.metrics_listen:
                     self.ops = self._open_ops()
                     await nursery.start(self.ops.run, *self.config.metrics_host_port or ("127.0.0.1", 0))

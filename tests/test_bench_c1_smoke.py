@@ -31,6 +31,11 @@ def assert_held(line: dict[str, Any], connections: int, servers: int) -> None:
     # publish only then), and the RSS of the servers grew while they held them.
     assert len(details["publish_ms"]) == QUICK_PUBLISHES
     assert details["rss_held"] > details["rss_before"]
+    # A healthy client's L1 was measured on the idle server and beside the connections, and
+    # the steady phase's publishes reached every connection too.
+    assert details["l1_idle_us"]["p99"] > 0 and details["l1_held_us"]["p99"] > 0
+    steady = details["steady"]
+    assert steady["delivered"] == steady["expected"] == steady["publishes"] * connections > 0
 
 
 @pytest.mark.slow

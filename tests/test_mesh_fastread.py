@@ -55,12 +55,18 @@ async def test_credit_goes_back_once_per_half_window_and_the_sender_never_stalls
         peer = await incoming.receive()
         reader = FastStreamReader(peer)
         ys = peer.muxed_stream
+        # Measured from the window before this test's bytes, not from the target: py-libp2p
+        # 0.8.1's "partial slack" update credits a read's bytes twice (delta already counts
+        # them), which stays visible only when its auto-tuning does not also grow the target in
+        # that update -- a matter of timing.  So the handshake's last read (the 32-byte protocol
+        # line) leaves the window at target + 32 in about 1 fresh stream in 10 on a busy machine.
         full = ys.target_recv_window
+        before = ys.recv_window
         # A read below half the window sends no WINDOW_UPDATE: the receive window stays spent.
         await stream.write(b"x" * 1000)
         got, _ = await read_all(reader, 1000)
         assert len(got) == 1000
-        assert ys.recv_window == full - 1000
+        assert ys.recv_window == before - 1000
         # Several windows' worth goes through: credit is returned as it is consumed.
         total = 8 * full
         data = os.urandom(total)

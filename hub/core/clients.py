@@ -12,6 +12,7 @@ chunk's output leaves in one send.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -198,6 +199,12 @@ class Group(Protocol):
     def ack(self, topic: str, first: int, last: int) -> None: ...
 
 
+@functools.cache
+def _limits(max_body: int) -> Limits:
+    """One (frozen) Limits for every session of a hub, not one each."""
+    return Limits(max_body=max_body)
+
+
 class ClientSession:
     def __init__(
         self,
@@ -215,8 +222,8 @@ class ClientSession:
         self.conn_id = conn_id
         self.peer = peer
         self.client_name = ""
-        self.decoder = FrameDecoder(limits=Limits(max_body=max_body), accept=CLIENT_TO_HUB_OPCODES)
-        self.out = OutboundQueue(max_pending_bytes)
+        self.decoder = FrameDecoder(limits=_limits(max_body), accept=CLIENT_TO_HUB_OPCODES)
+        self.out = OutboundQueue(max_pending_bytes, stats)
         self.subs: dict[int, Subscription] = {}
         self.topic_count = 0
         #: topics this connection created by publishing to new names (hub.core.topic_budget)
@@ -264,6 +271,18 @@ class ClientSession:
         self._wake_room_waiters()  # they find the session closing and stop
         if self.transport is not None:
             self.transport.closing()
+
+    def unlink(self) -> None:
+        """The connection has ended: drop the references back to this session (transport,
+        subscriptions, the frames in a decoding error's traceback), so that nothing of it
+        waits for the cyclic collector."""
+        self.transport = None
+        error: BaseException | None = self.decoder.error
+        while error is not None:  # the error and the one it was raised from
+            error.__traceback__ = None
+            error = error.__context__
+        self.subs = {}
+        self._room_waiters = {}
 
     def fail(
         self, code: ErrorCode, reason: str, *, ref: int = 0, why: CloseReason = CloseReason.PROTOCOL_ERROR

@@ -416,5 +416,4 @@ class HubCore:
         self._rates_last = now
 
     def deliveries(self) -> int:
-        live = sum(s.delivered_messages for c in self.sessions.values() for s in c.subs.values())
-        return self.stats.deliveries + live
+        return self.stats.deliveries  # counted as they leave (hub.core.outbound)

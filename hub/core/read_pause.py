@@ -30,7 +30,6 @@ from the queue and what the socket accepted, and asks with the kernel's count.
 from __future__ import annotations
 
 import logging
-from collections import deque
 
 from wire import ErrorCode
 
@@ -71,7 +70,9 @@ class ReplyBacklog:
         self._written = 0
         self._replies_taken = 0
         self._replies_confirmed = 0
-        self._marks: deque[tuple[int, int]] = deque()
+        # A list, not a deque: an idle connection keeps its handshake's one mark, and an
+        # empty deque alone is a 64-slot block (~600 B, 7% of an idle connection: C1).
+        self._marks: list[tuple[int, int]] = []
 
     def taken(self, size: int, reply_bytes: int) -> None:
         """``size`` bytes left the queue, ``reply_bytes`` of them replies (the rest deliveries)."""
@@ -81,7 +82,7 @@ class ReplyBacklog:
             marks = self._marks
             marks.append((self._taken, self._replies_taken))
             if len(marks) > _MAX_MARKS:
-                marks.popleft()  # its replies are confirmed with the next mark's
+                del marks[0]  # its replies are confirmed with the next mark's
 
     def written(self, nbytes: int) -> None:
         """The kernel accepted ``nbytes`` more of what was taken."""
@@ -95,8 +96,12 @@ class ReplyBacklog:
         """Reply bytes the peer has not taken, the kernel holding ``kernel_unsent`` bytes unsent."""
         peer_has = self._written - kernel_unsent
         marks = self._marks
-        while marks and marks[0][0] <= peer_has:
-            self._replies_confirmed = marks.popleft()[1]
+        passed = 0
+        while passed < len(marks) and marks[passed][0] <= peer_has:
+            passed += 1
+        if passed:
+            self._replies_confirmed = marks[passed - 1][1]
+            del marks[:passed]
         return queued_replies + self._replies_taken - self._replies_confirmed
 
 

@@ -359,8 +359,6 @@ class Subscriptions:
                 self.router.remove(pattern, sub)
         session.topic_count -= len(sub.patterns)
         session.subs.pop(sub.sub_id, None)
-        self.stats.deliveries += sub.delivered_messages
-        sub.delivered_messages = 0
         if sub.follower is not None:
             sub.follower.stop()
         if sub.consumer is not None:

@@ -1,4 +1,4 @@
-"""A socket send that never waits and never yields, and what the kernel still holds unsent.
+"""A socket send and read that never wait and never yield, and what the kernel still holds unsent.
 
 The hub's direct flushes (:mod:`hub.core.flushing`) and the mesh's fast writer
 (:mod:`hub.mesh.fastwrite`) both send from a task that must not yield at that
@@ -29,6 +29,15 @@ def send_now(stream: trio.SocketStream, data: bytes | bytearray) -> int:
         return 0
     except OSError as exc:  # EPIPE, ECONNRESET, EBADF (closed: fileno -1)...
         raise trio.BrokenResourceError(f"socket send failed: {exc!r}") from exc
+
+
+def read_now(fd: int, max_bytes: int = 64 << 10) -> bytes | None:
+    """What socket ``fd`` holds, up to ``max_bytes``, without waiting: b"" at end of stream,
+    None when nothing is there yet.  A reset connection raises ``OSError``."""
+    try:
+        return os.read(fd, max_bytes)
+    except BlockingIOError:
+        return None
 
 
 def kernel_unsent(fd: int) -> int:

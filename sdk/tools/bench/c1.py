@@ -11,7 +11,10 @@ from the publisher's stamp to the last connection's read -- p50/p99 over
 :data:`PUBLISHES` publishes sent one after the other, each once the previous one had
 reached everyone.  The generators share the machine's two cores with the servers, so
 the time to reach everyone includes the generators reading their sockets (the same
-generator for every system).
+generator for every system).  Beside these: a healthy client's L1 on the first server,
+idle and with the connections held (its ratio), and a steady phase of
+:data:`STEADY_PUBLISHES` more publishes offered at :data:`STEADY_RATE` a second
+(deliveries/s, the last read's lag, each server's CPU).
 """
 
 from __future__ import annotations
@@ -24,22 +27,26 @@ from typing import Any
 
 import wire
 
-from .c1_load import c1_payload
+from .c1_load import C1_TOPIC, STAMP, c1_payload
 from .mesh import MeshCluster
-from .orchestrate import worker
+from .orchestrate import latency_measurement, latency_workers, run_pubsub, worker
 from .peers import Cluster, NatsCluster, Server, missing
 from .procs import LineReader, spawn, stop_process
 from .pub0sub import Pub0subHub
 from .pub0sub_clients import _connect as pub0sub_connect
 from .registry import Method, Params, Scenario, register_method, register_scenario, register_server, with_defaults
 from .results import FigureSpec, Measurement
-from .wireproto import CHANNEL, recv_until
+from .wireproto import recv_until
 
 ONE_HUB, MESH = 19_000, 100_000
 QUICK_ONE_HUB, QUICK_MESH = 300, 1_200
 #: Sockets per load-generator process: under its 20,000 descriptors, with room to spare.
 PER_PROCESS = 16_000
 PUBLISHES, QUICK_PUBLISHES = 20, 3
+#: The steady phase: this many more publishes, offered at STEADY_RATE a second whether or not
+#: the previous one has reached everyone (the servers may batch them into one write per connection).
+STEADY_PUBLISHES, QUICK_STEADY_PUBLISHES = 20, 3
+STEADY_RATE = 4.0
 MESH_SIZE = 6
 #: Seconds allowed per 1,000 connections to be opened and subscribed (plus a floor).
 CONNECT_SECONDS_PER_1000 = 10.0
@@ -98,16 +105,51 @@ class _Publisher:
             self.sock.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nPING\r\n')
             recv_until(self.sock, b"PONG\r\n")
 
-    def publish(self, number: int) -> None:
+    def publish(self, number: int) -> int:
+        """Send publish ``number``; its stamp (monotonic ns)."""
         payload = c1_payload(number, self.size)
         if self.system == "pub0sub":
-            mset = wire.MessageSet.build((CHANNEL,), [(b"", payload)])
+            mset = wire.MessageSet.build((C1_TOPIC,), [(b"", payload)])
             self.sock.sendall(wire.Publish(sets=(mset,)).encode())
         else:
-            self.sock.sendall(b"PUB %s %d\r\n%s\r\n" % (CHANNEL.encode(), len(payload), payload))
+            self.sock.sendall(b"PUB %s %d\r\n%s\r\n" % (C1_TOPIC.encode(), len(payload), payload))
+        return int(STAMP.unpack_from(payload)[0])
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _steady(pub: _Publisher, gens: list[tuple[Any, LineReader]], pids: list[int], *, first: int, count: int,
+            connections: int) -> dict[str, Any]:  # fmt: skip
+    """Publishes ``first``.. ``first+count-1`` sent at :data:`STEADY_RATE` a second: deliveries a
+    second over the phase (from the first publish's stamp to the last connection's read of the
+    last, plus the one interval the last publish has: a server that keeps up delivers exactly
+    the offered rate), how far that last read lagged its publish, and each server's CPU seconds."""
+    cpu_before = [cpu_seconds([pid]) for pid in pids]
+    stamps: list[int] = []
+    start = time.monotonic()
+    for k in range(count):
+        time.sleep(max(0.0, start + k / STEADY_RATE - time.monotonic()))
+        stamps.append(pub.publish(first + k))
+    reports = [json.loads(lines.next_line(timeout=PUBLISH_TIMEOUT * 3, what=f"c1 generator {proc.pid}"))
+               for proc, lines in gens]  # fmt: skip
+    delivered = sum(r["steady_deliveries"] for r in reports)
+    last_ns = max(r["last_ns"] for r in reports)
+    seconds = (last_ns - stamps[0]) / 1e9 + 1 / STEADY_RATE
+    return {"deliveries_per_s": delivered / seconds, "delivered": delivered,
+            "expected": count * connections, "offered_per_s": STEADY_RATE * connections, "publishes": count,
+            "last_lag_ms": round((last_ns - stamps[-1]) / 1e6, 1),
+            "server_cpu_seconds": [round(cpu_seconds([pid]) - used, 2)
+                                   for pid, used in zip(pids, cpu_before, strict=True)]}  # fmt: skip
+
+
+def _healthy_l1(system: str, address: tuple[str, int], p: Params) -> Measurement:
+    """L1 (a paced 10k msgs/s publisher and a subscriber, each its own connection, on topic
+    ``bench``, which no held connection has) on the first server: p50/p99/p99.9 in µs."""
+    at = {"host": address[0], "port": address[1]}
+    sub, pub = latency_workers(f"lat-sub-{system}", f"lat-pub-{system}", p, sub_at=at, pub_at=at)
+    [result] = run_pubsub([sub], pub, timeout=(p.seconds or 0) + p.timeout)
+    return latency_measurement(result)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -122,6 +164,7 @@ def _c1(system: str, one_hub: bool) -> Any:
         publishes = QUICK_PUBLISHES if p.quick else PUBLISHES
         addresses = server.addresses if isinstance(server, MeshCluster | NatsCluster) else [server.address]
         pids = _pids(server)
+        l1_idle = _healthy_l1(system, addresses[0], p)
         rss_before = rss_bytes(pids)
         processes = max(1, math.ceil(total / PER_PROCESS), len(addresses) if not one_hub else 1)
         shares = [total // processes + (k < total % processes) for k in range(processes)]
@@ -134,6 +177,7 @@ def _c1(system: str, one_hub: bool) -> Any:
                 rotated = addresses[k % len(addresses) :] + addresses[: k % len(addresses)]
                 argv = worker("c1-hold", system=system, addresses=[list(a) for a in rotated], connections=share,
                               source=f"127.0.0.{2 + k}", publishes=publishes, size=p.size,
+                              steady=QUICK_STEADY_PUBLISHES if p.quick else STEADY_PUBLISHES,
                               timeout=CONNECT_SECONDS_PER_1000 * total / 1000 + 60)  # fmt: skip
                 proc = spawn(argv)
                 gens.append((proc, LineReader(proc)))
@@ -145,10 +189,11 @@ def _c1(system: str, one_hub: bool) -> Any:
             connect_seconds = time.monotonic() - started
             time.sleep(SETTLE_SECONDS)
             rss_held = rss_bytes(pids)
+            l1_held = _healthy_l1(system, addresses[0], p)
             if isinstance(server, MeshCluster | NatsCluster):
                 for k in range(1, len(addresses)):
                     cluster: Cluster = server
-                    cluster.wait_interest(at=0, of=k)
+                    cluster.wait_interest(at=0, of=k, topic=C1_TOPIC)
             pub = _Publisher(system, addresses[0], p.size)
             cpu_before = cpu_seconds(pids)
             times: list[float] = []
@@ -158,17 +203,23 @@ def _c1(system: str, one_hub: bool) -> Any:
                            for proc, lines in gens]  # fmt: skip
                 times.append((max(r["last_ns"] for r in reports) - reports[0]["stamp_ns"]) / 1e6)
             cpu_used = cpu_seconds(pids) - cpu_before
+            steady = _steady(pub, gens, pids, first=publishes, connections=total,
+                             count=QUICK_STEADY_PUBLISHES if p.quick else STEADY_PUBLISHES)  # fmt: skip
         finally:
             if pub is not None:
                 pub.close()
             for proc, _ in gens:
                 stop_process(proc)
         figures = {"p50": _percentile(times, 0.5), "p99": _percentile(times, 0.99),
-                   "rss_per_conn": (rss_held - rss_before) / total}  # fmt: skip
+                   "rss_per_conn": (rss_held - rss_before) / total,
+                   "l1_p99_held": l1_held.figures["p99"],
+                   "l1_p99_ratio": l1_held.figures["p99"] / l1_idle.figures["p99"],
+                   "steady_deliveries": steady.pop("deliveries_per_s")}  # fmt: skip
         details = {"connections": total, "servers": len(pids), "generators": processes,
                    "connect_seconds": round(connect_seconds, 1), "rss_before": rss_before, "rss_held": rss_held,
                    "publish_ms": [round(t, 1) for t in times],
-                   "server_cpu_seconds_publishing": round(cpu_used, 2)}  # fmt: skip
+                   "server_cpu_seconds_publishing": round(cpu_used, 2),
+                   "l1_idle_us": l1_idle.figures, "l1_held_us": l1_held.figures, "steady": steady}  # fmt: skip
         return Measurement(figures=figures, details=details)
 
     return measure
@@ -176,7 +227,10 @@ def _c1(system: str, one_hub: bool) -> Any:
 
 _FIGURES = (FigureSpec(name="p99", unit="ms", higher_is_better=False),
             FigureSpec(name="p50", unit="ms", higher_is_better=False),
-            FigureSpec(name="rss_per_conn", unit="B", higher_is_better=False))  # fmt: skip
+            FigureSpec(name="rss_per_conn", unit="B", higher_is_better=False),
+            FigureSpec(name="l1_p99_held", unit="us", higher_is_better=False),
+            FigureSpec(name="l1_p99_ratio", unit="x idle", higher_is_better=False),
+            FigureSpec(name="steady_deliveries", unit="deliveries/s"))  # fmt: skip
 C1 = register_scenario(Scenario(
     id="C1", title=f"{ONE_HUB:,} idle subscribers on one server: RSS per connection, one publish to all (ms)",
     figures=_FIGURES, defaults=with_defaults(messages=0, quick_messages=0),

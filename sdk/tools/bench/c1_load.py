@@ -3,13 +3,15 @@
 A process may hold at most its descriptor limit of sockets (20,000 here), so C1 runs
 several of these, each from its own source address (127.0.0.2, .3, ...: one address
 has ~28k ephemeral ports toward one server).  Each connects its share round-robin over
-the servers it is given, subscribes every connection to :data:`CHANNEL` -- handshakes
+the servers it is given, subscribes every connection to :data:`C1_TOPIC` -- handshakes
 pipelined, a bounded number unconfirmed at a time, so a storm of SYNs never overflows
 the server's accept backlog -- prints ``ready N``, and then answers heartbeats and
 watches deliveries.  Each publish carries its number and its publisher's
 ``time.monotonic_ns()`` (CLOCK_MONOTONIC is system-wide); once every connection of
 this process has it, the process prints ``{"i": n, "last_ns": ..., "stamp_ns": ...}``.
-After ``publishes`` of them it prints ``{"done": true, "closed": ...}`` and exits.
+After ``publishes`` of them it waits for ``steady`` more (sent at a fixed rate, not one at a
+time), prints ``{"steady_deliveries": n, "last_ns": ...}``, then ``{"done": true, "closed": ...}``
+and exits.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import wire
 
-from .wireproto import CHANNEL, recv_until
+from .wireproto import recv_until
 
 #: Handshakes sent but not yet confirmed, at most (well under a listen backlog of 4096).
 UNCONFIRMED_MAX = 1_000
@@ -35,6 +37,9 @@ PUMP_EVERY = 100
 #: only and pick the port at connect(), by the whole 4-tuple.  A bind() to port 0 searches
 #: for a port no other socket of that address holds, slower with every connection held.
 IP_BIND_ADDRESS_NO_PORT = 24
+#: The topic every held connection subscribes to: not the other scenarios' ``bench``, so that
+#: the healthy L1 pair measured beside them (sdk.tools.bench.c1) does not fan out to them all.
+C1_TOPIC = "c1"
 #: The stamp at the front of each C1 payload: publisher's monotonic_ns, publish number.
 STAMP = struct.Struct(">QI")
 _HEADER = struct.Struct(">BI")
@@ -52,7 +57,7 @@ def c1_payload(number: int, size: int) -> bytes:
 class _Pub0subConnections:
     """pub0sub framing: HELLO+SUB at once; SUB_OK confirms; DELIVER frames carry the payload last."""
 
-    handshake = wire.Hello(client_name="c1").encode() + wire.Sub(sub_id=1, patterns=(CHANNEL,)).encode()
+    handshake = wire.Hello(client_name="c1").encode() + wire.Sub(sub_id=1, patterns=(C1_TOPIC,)).encode()
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -83,7 +88,7 @@ class _Pub0subConnections:
 class _NatsConnections:
     """NATS framing: INFO is read first (blocking, it is already there), then CONNECT+SUB+PING; PONG confirms."""
 
-    handshake = b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB %s 1\r\nPING\r\n' % CHANNEL.encode()
+    handshake = b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB %s 1\r\nPING\r\n' % C1_TOPIC.encode()
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -114,7 +119,7 @@ class _NatsConnections:
 
 
 def c1_hold(*, system: str, addresses: list[list[Any]], connections: int, source: str, publishes: int,
-            size: int, timeout: float = 120.0) -> None:  # fmt: skip
+            size: int, steady: int = 0, timeout: float = 120.0) -> None:  # fmt: skip
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -189,6 +194,15 @@ def c1_hold(*, system: str, addresses: list[list[Any]], connections: int, source
             print(json.dumps({"i": reported, "last_ns": last[reported], "stamp_ns": stamps[reported],
                               "connections": got[reported]}), flush=True)  # fmt: skip
             reported += 1
+    # The steady phase: ``steady`` more publishes sent at a fixed rate, not one at a time.
+    steady_range = range(publishes, publishes + steady)
+    deadline = time.monotonic() + timeout
+    while steady and time.monotonic() < deadline and any(got.get(n, 0) < connections - closed for n in steady_range):
+        pump(0.5)
+    if steady:
+        last_ns = max((last[n] for n in steady_range if n in last), default=0)
+        print(json.dumps({"steady_deliveries": sum(got.get(n, 0) for n in steady_range), "last_ns": last_ns}),
+              flush=True)  # fmt: skip
     print(json.dumps({"done": reported >= publishes, "closed": closed}), flush=True)
     for sock in socks.values():
         sock.close()
