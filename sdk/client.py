@@ -449,13 +449,9 @@ class Client:
         framed = proto.buffer.sequence
         count = proto.publish_encoded(topics, records, ends, headers)
         if proto.buffer.sequence != framed:  # frames filled: send them now, as publish() does
-            while self._stream is None and proto.failed is None:
-                await self._connected.wait()
-            self._check()
-            # As in _flush_now: a flusher woken during this write must not frame the records
-            # buffered after the last full frame (publish() would buffer them only after it).
-            self._flush_armed = False
-            await self._write()
+            # Only the full frames: the records after the last one wait, as publish() would have
+            # buffered them only after this write.
+            await self._send_framed()
         if not proto.buffer.empty:
             self._kick()
         return count
@@ -467,12 +463,17 @@ class Client:
 
     async def _flush_now(self) -> None:
         self._proto.flush()
+        await self._send_framed()
+
+    async def _send_framed(self) -> None:
+        """Write every frame the core holds (waiting for the connection, if it is down)."""
         while self._stream is None and self._proto.failed is None:
             # Disconnected: hold the publisher here so buffered frames cannot grow without bound.
             await self._connected.wait()
         self._check()
-        # Everything buffered is framed and this write sends it: a flusher woken by the same
-        # publishes has nothing left to do (it was a second lock and write per wake-up).
+        # This write sends every frame: a flusher woken by the same publishes has nothing to do
+        # (it was a second lock and write per wake-up), and must not frame what is buffered
+        # after them meanwhile (publish_encoded's tail: its frames would differ from publish()'s).
         self._flush_armed = False
         await self._write()
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wire.frames.mesh_v3 import ROUTED_SETS_KINDS
+
 
 @dataclass
 class Settings:
@@ -104,7 +106,7 @@ def summarize(
                     delivered += (pub.index, seq) in seen
     bytes_ = figures.get("traffic_bytes", {})
     frames = figures.get("traffic_frames", {})
-    data = ("ROUTED_SETS", "ROUTED_SETS_HEADERS")  # the frames that carry sets (mesh 3.0 and 3.1)
+    data = ROUTED_SETS_KINDS  # the frames that carry sets (mesh 3.0 and 3.1)
     payload = sum(bytes_.get(k, 0) for k in data)
     control = sum(v for k, v in bytes_.items() if k not in data)
     data_frames = sum(frames.get(k, 0) for k in data)

@@ -308,8 +308,9 @@ class RoutedSetsHeaders(_RoutedSetsBody):
         return {"ttl": self.ttl, "dests": list(self.dests), "origin": self.origin, "sets": sets}
 
 
-#: Both data frames (isinstance checks take either).
+#: Both data frames (isinstance checks take either), and their kinds' names (counters, reports).
 ROUTED_SETS_TYPES = (RoutedSets, RoutedSetsHeaders)
+ROUTED_SETS_KINDS = tuple(t.OPCODE.name for t in ROUTED_SETS_TYPES)
 
 
 def routed_sets_for_v30(frame: bytes) -> bytes:

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from wire.frames.mesh_v3 import ROUTED_SETS_KINDS
+
 from ...core.mesh.interest import InterestTable
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ def _delta(run: Run, start: str, end: str) -> dict[str, float]:
 
 
 def _control_over_payload(counters: dict[str, float]) -> float:
-    data = ("bytes:ROUTED_SETS", "bytes:ROUTED_SETS_HEADERS")
+    data = tuple(f"bytes:{kind}" for kind in ROUTED_SETS_KINDS)
     payload = sum(counters.get(k, 0) for k in data)
     control = sum(v for k, v in counters.items() if k.startswith("bytes:") and k not in data)
     return control / payload if payload else math.inf
