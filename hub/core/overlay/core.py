@@ -160,6 +160,7 @@ class Overlay:
         """A heartbeat round trip timed on the link to ``hub``: its advertised cost may change."""
         if hub in self.policy.links and self.costs.observe(hub, round_trip, self.clock.monotonic()):
             self._changed(advertise=True)
+            self._broke()  # this hub's routes move too (see _link_state)
 
     def referral(self, states: Iterable[wire.LinkState]) -> None:
         """Advertisements from a hub that refused our link (it was full): hubs to dial instead."""
@@ -306,7 +307,8 @@ class Overlay:
         if not self.membership.offer(state, encoded):
             self.flooding.repeat(state.hub_id, state.seq, peer)
             return
-        if known is not None and not set(known.neighbors) <= set(state.neighbors):
+        # A lost link or new costs (routes move as this floods: sets may loop to the hop limit): HEADS.
+        if known is not None and (not set(known.neighbors) <= set(state.neighbors) or known.costs != state.costs):
             self._broke()
         now = self.clock.monotonic()
         self.flooding.news(state.hub_id, state.seq, self.membership.frame_of(state.hub_id), peer, now)
@@ -537,8 +539,7 @@ class Overlay:
         ) if d is not None]  # fmt: skip
         return min(deadlines) if deadlines else None
 
-    def _broke(self) -> None:
-        """A link or hub failed: frames in flight may be lost (see :meth:`_heads_after_break`)."""
+    def _broke(self) -> None:  # a link or hub failed, or routes moved: frames in flight may be lost (HEADS)
         now = self.clock.monotonic()
         if self._broken_at is None:
             self._break_from = now
