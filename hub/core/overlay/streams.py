@@ -53,7 +53,8 @@ class _Stream:
     gap: _Gap | None = None
     #: when sets started waiting for the origin to say where the stream starts (JOINED)
     asked_start: float | None = None
-    #: the origin's last sequence on the topic from a HEADS that came before the start was known
+    #: the origin's last sequence on the topic, as its latest HEADS said: a tail beyond the
+    #: chain is asked for once nothing else is (a HEADS may come while a gap is being repaired)
     head: int = 0
 
 
@@ -220,7 +221,6 @@ class Streams:
     def _start(self, origin: int, topic: str, stream: _Stream, now: float) -> None:
         """A stream whose start is now known (or assumed): its held sets go, or wait for a repair."""
         stream.asked_start = None
-        head, stream.head = stream.head, 0
         at = self._effective(origin, topic, stream)
         if at is None:
             # Never said: the earliest held set starts the stream (or, with none, the head).
@@ -232,15 +232,20 @@ class Streams:
                 stream.chain = h.s.last_seq
                 self._emit(origin, h.s, [topic])
             else:
-                stream.chain = head or None
+                stream.chain = stream.head or None
         elif stream.chain is None:
             stream.chain = at
         self._release(origin, topic)
-        chain = stream.chain
-        if chain is not None and stream.gap is None:
-            upto = min(stream.held) if stream.held else head
-            if upto > chain:
-                self._open_gap(origin, topic, stream, chain, upto, now)
+        self._next_gap(origin, topic, stream, now)
+
+    def _next_gap(self, origin: int, topic: str, stream: _Stream, now: float) -> None:
+        """With no gap open: one up to the first set held back, else up to the origin's head."""
+        at = self._effective(origin, topic, stream)
+        if at is None or stream.gap is not None:
+            return
+        upto = min(stream.held) if stream.held else stream.head
+        if upto > at:
+            self._open_gap(origin, topic, stream, at, upto, now)
 
     def _open_gap(self, origin: int, topic: str, stream: _Stream, after: int, upto: int, now: float) -> None:
         gap = stream.gap
@@ -285,9 +290,8 @@ class Streams:
         if gap is not None and stream.chain is not None and stream.chain >= gap.upto:
             stream.gap = None
             self.counters.gaps_repaired += 1
-            if held:
-                # Something further on still waits: a new gap up to it.
-                self._open_gap(origin, topic, stream, stream.chain, min(held), gap.asked)
+            # Something further on still waits, or the origin said its topic goes further: a new gap.
+            self._next_gap(origin, topic, stream, gap.asked)
 
     def stored_less(self, origin: int, topics: tuple[str, ...], position: int) -> None:
         """The hub stored less than it was given (a storage error): chains go back to what it holds."""
@@ -304,16 +308,14 @@ class Streams:
             if not wants(head.topic):
                 continue
             stream = self._stream(origin, head.topic)
-            at = self._effective(origin, head.topic, stream)
-            if at is None:
+            stream.head = max(stream.head, head.last)
+            if self._effective(origin, head.topic, stream) is None:
                 # Where this hub's stream starts is not known: ask before judging the tail.
-                stream.head = max(stream.head, head.last)
                 if stream.asked_start is None:
                     stream.asked_start = now
                     self.starts.append((origin, head.topic))
                 continue
-            if head.last > at and stream.gap is None:
-                self._open_gap(origin, head.topic, stream, at, head.last, now)
+            self._next_gap(origin, head.topic, stream, now)
 
     def repaired(self, origin: int, topic: str, upto: int, missing: int, now: float) -> None:
         """The origin resent what it had up to ``upto``: what is still missing is given up."""
@@ -331,8 +333,7 @@ class Streams:
         stream.chain = max(stream.chain or 0, upto)
         stream.gap = None
         self._release(origin, topic)
-        if stream.held and stream.gap is None:
-            self._open_gap(origin, topic, stream, stream.chain, min(stream.held), now)
+        self._next_gap(origin, topic, stream, now)
 
     # -- time ------------------------------------------------------------------------------
 

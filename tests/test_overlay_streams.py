@@ -1,0 +1,81 @@
+"""The delivering side's stream state (hub/core/overlay/streams.py) driven directly: chains,
+hold-back, gaps, and what HEADS from the origin do to them.
+
+The simulator and the real-hub tests reach these states only under particular timings (a
+HEADS that lands while a repair is under way took a loaded machine and a publisher's hub
+restart); here each is set up exactly.
+"""
+
+from __future__ import annotations
+
+import wire
+from hub.core.overlay.streams import RepairAsk, Streams
+
+ORIGIN = 0x0A
+TOPIC = "ov.b"
+KEY = "ov"
+
+
+def streams() -> Streams:
+    s = Streams(stored_position=lambda origin, topic: 0, save_since=lambda since: None, hold_max_bytes=1 << 20)
+    s.joined(ORIGIN, KEY, 0, now=0.0)
+    return s
+
+
+def a_set(first: int, count: int, prev: int) -> wire.RoutedSet:
+    messages = wire.MessageSet.build([TOPIC], [(b"", b"m%d" % n) for n in range(first, first + count)])
+    return wire.RoutedSet(origin_seq=first, timestamp=0, messages=messages, prevs=(prev,))
+
+
+def wants(topic: str) -> bool:
+    return topic == TOPIC
+
+
+def delivered(s: Streams) -> list[int]:
+    return [f.origin_seq for _, f in s.take_ready()]
+
+
+def test_a_gap_is_asked_and_its_repair_releases_what_waited() -> None:
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0),), wants, now=1.0)
+    s.receive(ORIGIN, (a_set(5, 2, 4),), wants, now=1.0)  # 3..4 lost
+    assert delivered(s) == [1]
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 2, 4)]
+    s.receive(ORIGIN, (a_set(3, 2, 2),), wants, now=1.5)
+    assert delivered(s) == [3, 5]
+    assert s.open_gaps() == 0 and s.take_asks() == []
+
+
+def test_heads_while_a_gap_is_open_still_bring_the_tail() -> None:
+    """The origin says its topic ends at 10 while 3..4 are being repaired: once they are, the
+    tail 7..10 (lost with nothing after it) is asked for too, not forgotten."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(5, 2, 4)), wants, now=1.0)
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 2, 4)]
+    s.heads(ORIGIN, (wire.Head(topic=TOPIC, last=10),), wants, now=1.2)
+    s.receive(ORIGIN, (a_set(3, 2, 2),), wants, now=1.5)  # the repair
+    assert delivered(s) == [1, 3, 5]
+    assert [(a.after, a.upto) for a in s.take_asks()][-1] == (6, 10)
+    s.receive(ORIGIN, (a_set(7, 4, 6),), wants, now=2.0)
+    assert delivered(s) == [7]
+    assert s.open_gaps() == 0
+
+
+def test_heads_while_a_gap_is_open_are_kept_when_the_repair_comes_back_empty() -> None:
+    """The gap 3..4 is given up (the origin no longer had it), the head 10 still stands."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(5, 2, 4)), wants, now=1.0)
+    s.take_asks()
+    s.heads(ORIGIN, (wire.Head(topic=TOPIC, last=10),), wants, now=1.2)
+    s.repaired(ORIGIN, TOPIC, upto=4, missing=2, now=1.5)
+    assert delivered(s) == [1, 5]
+    assert [(a.after, a.upto) for a in s.take_asks()][-1] == (6, 10)
+    assert s.counters.messages_lost == 2
+
+
+def test_heads_at_or_below_the_chain_ask_nothing() -> None:
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 4, 0),), wants, now=1.0)
+    s.heads(ORIGIN, (wire.Head(topic=TOPIC, last=4),), wants, now=1.2)
+    assert s.take_asks() == [] and s.open_gaps() == 0
+
