@@ -9,6 +9,7 @@ restart); here each is set up exactly.
 from __future__ import annotations
 
 import wire
+from hub.core.overlay.after_changes import HeadsRounds
 from hub.core.overlay.streams import RepairAsk, Streams
 
 ORIGIN = 0x0A
@@ -79,3 +80,28 @@ def test_heads_at_or_below_the_chain_ask_nothing() -> None:
     s.heads(ORIGIN, (wire.Head(topic=TOPIC, last=4),), wants, now=1.2)
     assert s.take_asks() == [] and s.open_gaps() == 0
 
+
+# -- when the origin sends HEADS (hub/core/overlay/after_changes.py) -----------------------
+
+
+def test_heads_go_once_the_graph_is_quiet_and_again_later() -> None:
+    rounds = HeadsRounds(delay=1.0, window=10.0, again=6.0)
+    assert rounds.poll(0.0) == (None, None)  # nothing changed: no HEADS
+    rounds.changed(5.0)
+    rounds.changed(5.5)  # still changing: the first send waits for a quiet second
+    assert rounds.poll(6.0) == (None, 6.5)
+    assert rounds.poll(6.5) == (-5.0, 12.5)  # topics published from 10 s before the first change
+    assert rounds.poll(10.0) == (None, 12.5)
+    assert rounds.poll(12.5) == (-5.0, None)  # the second send: the round is over
+    assert rounds.poll(20.0) == (None, None)
+
+
+def test_a_change_between_the_two_sends_starts_the_round_again() -> None:
+    rounds = HeadsRounds(delay=1.0, window=10.0, again=6.0)
+    rounds.changed(5.0)
+    assert rounds.poll(6.0) == (-5.0, 12.0)
+    rounds.changed(8.0)
+    assert rounds.poll(9.0) == (-5.0, 15.0)  # the same round: its window still starts at 5 - 10
+    assert rounds.poll(15.0) == (-5.0, None)
+    rounds.changed(30.0)  # a new round
+    assert rounds.poll(31.0) == (20.0, 37.0)

@@ -24,13 +24,16 @@ class OverlayConfig:
     #: Bytes of sets held back behind gaps before the newest are dropped (they come back by
     #: repair once the gap closes): bounds the memory a lost set can pin.
     hold_max_bytes: int = 64 << 20
-    #: Sets can only be lost in flight when a link or a hub on their way fails.  After such a
-    #: break (once the graph has been quiet ``heads_delay`` seconds), an origin tells the hubs
-    #: it sends to where each topic it published in the ``heads_window`` seconds before the
-    #: break ends (HEADS): a lost set with nothing after it is found that way.  Nothing breaks,
-    #: no HEADS.
+    #: Sets can only be lost in flight around a change of routes: a link or hub on their way
+    #: fails, or hubs route on different maps while a change floods.  After such a change
+    #: (once the graph has been quiet ``heads_delay`` seconds, and again ``heads_again``
+    #: seconds later), an origin tells the hubs it sends to where each topic it published
+    #: from ``heads_window`` seconds before the change ends (HEADS): a lost set with nothing
+    #: after it is found that way.  No change, no HEADS.  ``heads_again`` outlasts other hubs'
+    #: pacing (ADVERTISE_MAX 4 s to advertise a change, SETTLE_MAX 1 s to route on it).
     heads_delay: float = 1.0
     heads_window: float = 10.0
+    heads_again: float = 6.0
     #: Interest changes pushed by an owner and lost in such a break are found the same way:
     #: once the graph is quiet, each hub asks the owner of each key it publishes under whether
     #: it holds that owner's latest version (WATCH).  A WATCH not answered within

@@ -35,6 +35,7 @@ import wire
 from wire.frames.mesh_v3 import ROUTED_SETS_TYPES, link_state_head, read_route_head, route_head, routed_sets_frame
 
 from ..mesh.interest import LocalInterest
+from .after_changes import HeadsRounds
 from .config import OverlayConfig
 from .costs import LinkCosts
 from .flooding import Flooding
@@ -124,9 +125,8 @@ class Overlay:
         self._restate()
         #: hubs to greet once reachable (see _returned); at start, the origins of kept stream starts
         self._greet: set[int] = {origin for origin, _ in (since or {})}
-        #: time of the last break, and of the first since HEADS last went out
-        self._broken_at: float | None = None
-        self._break_from = 0.0
+        #: HEADS after routes moved (see after_changes.py)
+        self._heads = HeadsRounds(delay=config.heads_delay, window=config.heads_window, again=config.heads_again)
         #: when to tell owners again what may have been lost in a break (see _recheck)
         self._recheck_at: float | None = None
         #: the next recheck whatever happened (config.recheck_interval), spread by hub id
@@ -147,6 +147,7 @@ class Overlay:
         for frame in self.membership.frames():
             self.outbox.send(hub, "LINK_STATE", frame)
         self._changed(advertise=True)
+        self._moved()
 
     def link_down(self, hub: int) -> None:
         if self.policy.link_down(hub, self.clock.monotonic()):
@@ -154,13 +155,13 @@ class Overlay:
             self.costs.forget(hub)
             self._advertise_urgent = True
             self._changed(advertise=True)
-            self._broke()
+            self._moved()
 
     def link_timed(self, hub: int, round_trip: float) -> None:
         """A heartbeat round trip timed on the link to ``hub``: its advertised cost may change."""
         if hub in self.policy.links and self.costs.observe(hub, round_trip, self.clock.monotonic()):
             self._changed(advertise=True)
-            self._broke()  # this hub's routes move too (see _link_state)
+            self._moved()  # this hub's routes move too (see _link_state)
 
     def referral(self, states: Iterable[wire.LinkState]) -> None:
         """Advertisements from a hub that refused our link (it was full): hubs to dial instead."""
@@ -226,10 +227,9 @@ class Overlay:
             else:
                 self._settle_at = next_at
         lost, found, gone = self.membership.note_reachability(now)
-        if lost:
-            self._broke()
-        elif found:
-            self._recheck_at = now + self.config.heads_delay
+        if lost or found:
+            # Sets for a hub unreachable meanwhile were dropped where it had no route.
+            self._moved()
         sends: list[Send] = []
         sends += self.registrations.refresh()
         sends += self.owned.refresh()
@@ -307,9 +307,9 @@ class Overlay:
         if not self.membership.offer(state, encoded):
             self.flooding.repeat(state.hub_id, state.seq, peer)
             return
-        # A lost link or new costs (routes move as this floods: sets may loop to the hop limit): HEADS.
-        if known is not None and (not set(known.neighbors) <= set(state.neighbors) or known.costs != state.costs):
-            self._broke()
+        # Links or costs changed: routes move as this floods (sets may loop to the hop limit).
+        if known is None or set(known.neighbors) != set(state.neighbors) or known.costs != state.costs:
+            self._moved()
         now = self.clock.monotonic()
         self.flooding.news(state.hub_id, state.seq, self.membership.frame_of(state.hub_id), peer, now)
         self._changed()
@@ -520,7 +520,7 @@ class Overlay:
                                        config.repair_retry_max, config.give_up_after)  # fmt: skip
         self._deliver_ready()
         self._ask_repairs()
-        heads_due = self._heads_after_break(now)
+        heads_due = self._heads_after_changes(now)
         recheck_due = self._recheck(now)
         retry, retry_max = config.watch_retry, config.recheck_interval
         for send in self.watching.retry(now, retry) + self.registrations.retry(now, retry, retry_max):
@@ -539,11 +539,11 @@ class Overlay:
         ) if d is not None]  # fmt: skip
         return min(deadlines) if deadlines else None
 
-    def _broke(self) -> None:  # a link or hub failed, or routes moved: frames in flight may be lost (HEADS)
+    def _moved(self) -> None:
+        """A link or hub came or went, or costs changed: frames in flight may be lost, so HEADS
+        follow (after_changes.py) and, once the graph is quiet, lost control frames are found."""
         now = self.clock.monotonic()
-        if self._broken_at is None:
-            self._break_from = now
-        self._broken_at = now
+        self._heads.changed(now)
         self._recheck_at = now + self.config.heads_delay
 
     def _recheck(self, now: float) -> float | None:
@@ -574,15 +574,12 @@ class Overlay:
                 self._sync(origin)
         return self._periodic_at
 
-    def _heads_after_break(self, now: float) -> float | None:
-        """Once the graph is quiet after a break, HEADS for topics published around it."""
-        if self._broken_at is None:
-            return None
-        due = self._broken_at + self.config.heads_delay
-        if now < due:
-            return due
-        heads = self.origin.published_since(self._break_from - self.config.heads_window)
-        self._broken_at = None
+    def _heads_after_changes(self, now: float) -> float | None:
+        """HEADS for the topics published around a change of routes, when due (after_changes.py)."""
+        since, next_at = self._heads.poll(now)
+        if since is None:
+            return next_at
+        heads = self.origin.published_since(since)
         by_dests: dict[frozenset[int], list[wire.Head]] = {}
         for head in heads:
             dests = self.watching.destinations(head.topic)
@@ -591,7 +588,7 @@ class Overlay:
         for dests, group in by_dests.items():
             for frame in heads_frames(group):
                 self._route_control(tuple(sorted(dests)), frame)
-        return None
+        return next_at
 
     # -- what it holds ---------------------------------------------------------------------
 

@@ -4,9 +4,9 @@ Every set this hub publishes carries, per topic, the last sequence of its previo
 set on that topic (``prev``), so whoever delivers it can tell whether it missed
 one.  Missed sets are asked for (REPAIR) and resent from a bounded memory of recent
 sets, else from the topic's log; a hub without logs can only resend what it still
-remembers, and says what it could not (REPAIRED).  Shortly after the last publish
-after a link or hub failed, the hubs a recently published topic goes to are told
-where it ends (HEADS): a tail lost in flight is found even when nothing follows it.
+remembers, and says what it could not (REPAIRED).  After routes moved
+(``after_changes.py``), the hubs a recently published topic goes to are told where it
+ends (HEADS): a tail lost in flight is found even when nothing follows it.
 """
 
 from __future__ import annotations
