@@ -75,7 +75,9 @@ def wait_overlay_interest(publisher: Hub, topics: list[str], subscribers: list[H
             time.sleep(0.5)
 
 
-def assert_every_acked_publish_arrived(history: History, hubs: list[Hub], topics: list[str], cluster: list[Hub]) -> None:
+def assert_every_acked_publish_arrived(
+    history: History, hubs: list[Hub], topics: list[str], cluster: list[Hub]
+) -> None:
     acked = {v for op in history.ops if op.status == "ok" for v in op.values}
     assert acked
     for hub in hubs:
@@ -95,9 +97,9 @@ def lost_report(history: History, reads: dict[str, list[tuple[int, bytes]]], hub
     lost = [op for op in history.ops if op.status == "ok" and not set(op.values) <= held]
     lines = []
     if lost:
-        lines.append(f"{len(lost)} acknowledged publishes lacking, of {len(history.ops)}: "
-                     f"first {lost[0].topic} at {lost[0].invoked_at - start:.1f} s, last {lost[-1].topic} at "
-                     f"{lost[-1].invoked_at - start:.1f} s; the history ends at {history.ops[-1].invoked_at - start:.1f} s")
+        first, last, end = (op.invoked_at - start for op in (lost[0], lost[-1], history.ops[-1]))
+        lines.append(f"{len(lost)} acknowledged publishes lacking, of {len(history.ops)}: first {lost[0].topic} "
+                     f"at {first:.1f} s, last {lost[-1].topic} at {last:.1f} s; the history ends at {end:.1f} s")
     for hub in hubs:
         try:
             o = overlay_of(hub)
