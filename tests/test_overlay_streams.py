@@ -105,3 +105,18 @@ def test_a_change_between_the_two_sends_starts_the_round_again() -> None:
     assert rounds.poll(15.0) == (-5.0, None)
     rounds.changed(30.0)  # a new round
     assert rounds.poll(31.0) == (20.0, 37.0)
+
+
+def test_changes_that_never_stop_delay_heads_by_a_bounded_time() -> None:
+    """A change every half second: HEADS go ``again`` seconds after the first change since they
+    last went, not never."""
+    rounds = HeadsRounds(delay=1.0, window=10.0, again=6.0)
+    sent = []
+    t = 10.0
+    while t < 30.0:
+        rounds.changed(t)
+        since, _ = rounds.poll(t)
+        if since is not None:
+            sent.append(t)
+        t += 0.5
+    assert sent[:3] == [16.0, 22.5, 29.0]

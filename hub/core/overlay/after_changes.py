@@ -12,8 +12,10 @@ round's first change, and once more ``again`` seconds later.  The second send is
 the first cannot see: other hubs advertise and settle on their own pacing (a link change is
 advertised up to ADVERTISE_MAX late, routes recomputed up to SETTLE_MAX late), so sets can
 still be lost after this hub's graph looked quiet, and the publisher may go on publishing
-meanwhile.  A change during a round starts it again from its first send.  With no change,
-no HEADS.
+meanwhile.  A change during a round starts it again from its first send.  While changes
+keep coming (a large overlay forming, a storm of failures), the first send waits for a quiet
+second at most ``again`` seconds: HEADS then go every few seconds until the graph settles.
+With no change, no HEADS.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class HeadsRounds:
         self.again = again
         #: the last change of the round under way (None: no first send pending)
         self._changed_at: float | None = None
+        #: the first change since HEADS last went (bounds how long a first send waits)
+        self._pending_since = 0.0
         #: when the second send is due (None: none pending)
         self._again_at: float | None = None
         #: the round's first change: topics published from ``window`` before it are told
@@ -35,6 +39,8 @@ class HeadsRounds:
         """Routes may have moved (a link or hub came or went, costs changed)."""
         if self._changed_at is None and self._again_at is None:
             self._first_change = now
+        if self._changed_at is None:
+            self._pending_since = now
         self._changed_at = now
         self._again_at = None
 
@@ -42,7 +48,7 @@ class HeadsRounds:
         """``(since, next)``: HEADS are due now for topics published at or after ``since`` (None:
         none due), and when to poll again (None: no round under way)."""
         if self._changed_at is not None:
-            due = self._changed_at + self.delay
+            due = min(self._changed_at + self.delay, self._pending_since + self.again)
             if now < due:
                 return None, due
             self._changed_at = None
