@@ -329,6 +329,8 @@ class HubServer:
             log.info("cluster secret file %s reloaded: %d secret(s) accepted, the first one proved", path,
                      len(secrets), extra=ev("cluster_secret_reloaded", x_path=str(path), x_secrets=len(secrets)))
         closed = self.mesh.core.readmit()
+        if self.mesh.overlay is not None:
+            self.mesh.overlay.readmit()
         log.info("mesh admission reloaded: %s; %d link(s) closed as no longer admitted", policy.rules.describe(),
                  closed, extra=ev("mesh_admission_reloaded", x_links_closed=closed))  # fmt: skip
         return True

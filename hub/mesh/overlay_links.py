@@ -124,9 +124,13 @@ class OverlayLinks:
                 f"the overlay routes by the hub id a hub's key gives ({own:016x}); this hub has "
                 f"{mesh.hub_id:016x} from an older data dir: start it without --mesh-overlay"
             )
+        admission = mesh.core.admission
         overlay = Overlay(
             self.config, hub_id=mesh.hub_id, peer_key=str(mesh.peer_id), addrs=mesh.listen_addrs, clock=mesh.clock,
             store=self.store, since=self.store.load_since(), joins=self.store.load_joins(),
+            # With --mesh-allow, hubs it does not name stay out of the map even when a third hub
+            # that admits them carries their advertisements and frames (docs/security.md).
+            admits=admission.may_dial if admission.rules.allowed_peers is not None else None,
         )  # fmt: skip
         driver = self.driver = OverlayDriver(overlay, on_dial=self._dial)
         driver.on_deadline = self._deadline_moved
@@ -134,6 +138,12 @@ class OverlayLinks:
         if patterns:
             driver.set_interest(patterns, ())
         nursery.start_soon(self._timer)
+
+    def readmit(self) -> None:
+        """The admission rules were reloaded (SIGHUP): hubs no longer allowed leave the map."""
+        if self.driver is not None:
+            self.driver.overlay.readmit()
+            self.driver.pump()
 
     def _deadline_moved(self) -> None:
         driver = self.driver

@@ -25,7 +25,6 @@ over several files.  The parts with state of their own are already apart.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -47,6 +46,7 @@ from .outbox import Outbox
 from .pacing import ADVERTISE_INTERVAL, ADVERTISE_MAX, SETTLE, SETTLE_MAX, Backoff
 from .rendezvous import OwnedKeys, Registrations, Send
 from .sending import SetSender
+from .status import overlay_status
 from .streams import Streams
 from .watching import JoinNotice, Watching
 
@@ -90,7 +90,9 @@ class Overlay:
         since: Mapping[tuple[int, str], int] | None = None,
         joins: Mapping[tuple[int, str], int] | None = None,
         seed: int | None = None,
+        admits: Callable[[str], bool] | None = None,
     ) -> None:
+        """``admits``: the allow-list, by peer key (see Membership.admits); None: every hub."""
         self.config = config
         self.hub_id = hub_id
         self.peer_key = peer_key
@@ -99,7 +101,7 @@ class Overlay:
         self.store = store
         self.boot = clock.wall_us()
         self._ls_seq = 0
-        self.membership = Membership(hub_id)
+        self.membership = Membership(hub_id, admits=admits)
         self.policy = LinkPolicy(config, self.membership, random.Random(hub_id if seed is None else seed))
         self.costs = LinkCosts()
         self.local = LocalInterest()
@@ -155,6 +157,12 @@ class Overlay:
             self.costs.forget(hub)
             self._advertise_urgent = True
             self._changed(advertise=True)
+            self._moved()
+
+    def readmit(self) -> None:
+        """The allow-list was reloaded: hubs it no longer names leave the map, as if gone."""
+        if self.membership.drop_unadmitted():
+            self._changed()  # the next settle forgets them (their keys, starts told)
             self._moved()
 
     def link_timed(self, hub: int, round_trip: float) -> None:
@@ -320,6 +328,8 @@ class Overlay:
                             kind: type[RoutedData] = wire.RoutedSets) -> None:  # fmt: skip
         """ROUTED_SETS(_HEADERS) from ``peer``: relay the same bytes on, deliver what is for this hub."""
         frame = frame or cast(RoutedData, kind.decode_body(body))
+        if self._refused(frame.origin):
+            return
         _, _, at = read_route_head(body, minimum_rest=10)
         op = frame.OPCODE
         self._relay(frame.ttl, frame.dests, op.name, lambda ttl, dests: routed_sets_frame(ttl, dests, body[at:], op))
@@ -327,6 +337,13 @@ class Overlay:
             self.streams.receive(frame.origin, frame.sets, self._wants, self.clock.monotonic())
             self._deliver_ready()
             self._ask_repairs()
+
+    def _refused(self, src: int) -> bool:
+        """A frame from a hub the allow-list leaves out: neither relayed nor acted on."""
+        if self.membership.knows(src):
+            return False
+        self.outbox.dropped["not_admitted"] += 1
+        return True
 
     def _relay(self, ttl: int, dests: tuple[int, ...], kind: str, make: Callable[[int, list[int]], bytes]) -> None:
         others = [d for d in dests if d != self.hub_id]
@@ -345,6 +362,8 @@ class Overlay:
         def envelope(ttl: int, dests: list[int]) -> bytes:
             return wire.Routed(ttl=ttl, dests=tuple(dests), src=frame.src, inner=inner).encode()
 
+        if self._refused(frame.src):
+            return
         self._relay(frame.ttl, frame.dests, kind, envelope)
         if self.hub_id in frame.dests:
             self._control(frame.src, inner)
@@ -593,25 +612,4 @@ class Overlay:
     # -- what it holds ---------------------------------------------------------------------
 
     def status(self) -> dict[str, object]:
-        streams, held = self.streams.state_size()
-        return {
-            "hub_id": f"{self.hub_id:016x}",
-            "links": sorted(f"{h:016x}" for h in self.policy.links),
-            "link_latency_ms": self.costs.status(),
-            "members": len(self.membership.entries),
-            "reachable": len(self.membership.reachable()),
-            "keys_owned": len(self.owned.keys),
-            "keys_watched": len(self.watching.keys),
-            "interest_unacked": len(self.registrations.unacked),
-            "unreachable": [f"{h:016x}" for h in self.membership.unreachable()],
-            "interest": self.registrations.status(),
-            "owned": self.owned.status(),
-            "watched": self.watching.status(),
-            "streams": streams,
-            "held_sets": held,
-            "open_gaps": self.streams.open_gaps(),
-            "counters": dataclasses.asdict(self.streams.counters),
-            "sent_frames": dict(self.outbox.sent_frames),
-            "sent_bytes": dict(self.outbox.sent_bytes),
-            "dropped": dict(self.outbox.dropped),
-        }
+        return overlay_status(self)

@@ -28,7 +28,7 @@ import functools
 import hashlib
 import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import wire
@@ -101,6 +101,13 @@ class Membership:
     _next_hop: dict[int, int] = field(default_factory=dict)
     _ring_at: int = -1
     _ring: list[tuple[int, int]] = field(default_factory=list)
+    #: Whose advertisements this hub takes, by peer key (``--mesh-allow``; None: anyone's).  A
+    #: hub it would not link to stays out of its map: never routed to or through, never an
+    #: owner, and what it originates is dropped (:meth:`knows`).
+    admits: Callable[[str], bool] | None = None
+    refused_adverts: int = 0
+    #: hubs a reloaded allow-list took out of the map, reported gone by the next settle
+    _unadmitted: list[int] = field(default_factory=list)
 
     # -- advertisements -------------------------------------------------------------
 
@@ -110,12 +117,34 @@ class Membership:
         known = self.entries.get(state.hub_id)
         if known is not None and not _newer(state, known.state):
             return False
+        if self.admits is not None and state.hub_id != self.self_id and not self.admits(state.peer_key):
+            self.refused_adverts += 1
+            return False
         self.entries[state.hub_id] = _Entry(state, known.unreachable_since if known else None, frame)
         if known is None or known.state.neighbors != state.neighbors or known.state.costs != state.costs:
             if self._routes_at == self.generation or self.deferred:
                 self.deferred = state.hub_id != self.self_id
             self.generation += 1
         return True
+
+    def knows(self, hub_id: int) -> bool:
+        """May a frame ``hub_id`` originated be acted on?  With an allow-list, only a hub whose
+        advertisement was taken (a relay may carry a hub this one refuses); without, any."""
+        return self.admits is None or hub_id in self.entries
+
+    def drop_unadmitted(self) -> bool:
+        """The allow-list was reloaded: hubs it no longer admits leave the map (and are reported
+        gone by the next :meth:`note_reachability`).  True if any did."""
+        admits = self.admits
+        if admits is None:
+            return False
+        gone = [h for h, e in self.entries.items() if h != self.self_id and not admits(e.state.peer_key)]
+        for hub in gone:
+            del self.entries[hub]
+        self._unadmitted += gone
+        if gone:
+            self.generation += 1
+        return bool(gone)
 
     def is_news(self, hub_id: int, seq: int) -> bool:
         """Could an advertisement of ``hub_id`` numbered ``seq`` be news?  (Read before decoding it.)"""
@@ -176,6 +205,8 @@ class Membership:
             del self.entries[hub]
         if gone:
             self.generation += 1
+        gone += self._unadmitted
+        self._unadmitted = []
         return lost, found, gone
 
     # -- the graph ----------------------------------------------------------------------
