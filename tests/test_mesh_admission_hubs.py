@@ -237,11 +237,6 @@ async def test_the_cluster_secret_rotates_by_sighup_without_a_refusal(tmp_path: 
 
 
 @pytest.mark.slow
-# On the overlay a hub off one hub's list leaves that hub's map only, and until every list agrees,
-# a key whose rendezvous owner one side counts and the other does not may not reach across
-# (docs/security.md): hub 1 here need not deliver "kept" to hub 0.  tests/test_overlay_admission.py
-# holds the overlay to what it promises instead.
-@pytest.mark.v2_only
 async def test_a_reload_unlinks_a_peer_taken_off_the_allow_list_and_keeps_the_others(tmp_path: Path) -> None:
     """SIGHUP reads --mesh-allow's file again: a live link whose peer left it is closed at once
     (``not_admitted``) and its redials are refused; the links of peers still on it stay up."""

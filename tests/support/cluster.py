@@ -264,9 +264,10 @@ def sends_to(at: Hub, topic: str, of: Hub, *, present: bool = True, hubs: Iterab
     Mesh v3 (``--mesh-overlay``): interest lives at the pattern's rendezvous key's owners and a
     publisher learns it by watching the key (docs/scale.md "Interest: rendezvous by key"), so
     a set published now goes to ``of`` when ``of`` is reachable from ``at`` and either ``at``
-    watches the key and the answer it uses names ``of``'s pattern, or ``at`` does not watch it
-    yet (its first publish waits for the owners' answer) and the key's owners, as ``at``'s
-    complete map gives them, hold the pattern.  No longer: the contrary.
+    watches the key and the owners' answers name ``of``'s pattern, or ``at`` does not watch it
+    yet (its first publish waits for the owners' answers) and one of the key's owners, as
+    ``at``'s complete map gives them, holds the pattern (a publisher sends to every hub either
+    owner names).  No longer: none does.
     """
     mesh = at.mesh()
     overlay = mesh.get("overlay")
@@ -287,7 +288,7 @@ def sends_to(at: Hub, topic: str, of: Hub, *, present: bool = True, hubs: Iterab
     if overlay["reachable"] != len(ring) - 1 or of not in ring:
         return False
     held = [topic in _owned(owner, key).get(of.hub_id, ()) for owner in owners_of(key, ring)]
-    return all(held) if present else not any(held)
+    return any(held) == present
 
 
 def _overlay_linked(hub: Hub) -> bool:

@@ -9,10 +9,12 @@ has two owners on the hash ring of reachable hubs.  Three roles, one class each:
   one of them restarts.  A hub-level subscribe costs two routed frames, however
   many hubs there are.
 * :class:`OwnedKeys` -- this hub as an owner: it keeps every hub's patterns under
-  its keys and the hubs that watch them.  The primary owner tells the watchers
-  each change (INTEREST_SET, one routed frame to all of them); both owners
-  answer a WATCH with everything, and a hub that becomes primary tells every
-  watcher everything.
+  its keys and the hubs that watch them.  Both owners answer a WATCH with
+  everything and tell the watchers each change (INTEREST_SET, one routed frame
+  to all of them): a publisher sends to every hub either owner names, so a hub
+  that could tell only one of them (the two sides' maps differ for a while: a
+  split healing, an allow-list not yet the same everywhere) is still reached.
+  A hub that becomes primary tells every watcher everything.
 * :class:`~hub.core.overlay.watching.Watching` (``watching.py``) -- this hub as a
   publisher: it watches the keys of the topics it publishes (the topic's first
   token, and ``*``) and keeps what the owners told it, from which come the hubs
@@ -244,7 +246,7 @@ class OwnedKeys:
 
     def _tell_change(self, key: str, owned: _Owned, entries: list[wire.InterestEntry]) -> list[Send]:
         owned.version = next_version(owned.version)
-        if not owned.primary or not owned.watchers:
+        if not owned.watchers:
             return []
         frame = wire.InterestSet(key=key, full=False, version=owned.version, entries=tuple(entries))
         return [(tuple(sorted(owned.watchers)), frame)]

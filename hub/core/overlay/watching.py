@@ -2,7 +2,7 @@
 
 It watches the keys of the topics it publishes (the topic's first token, and
 ``*``): a WATCH to each key's owners, answered by INTEREST_SET (everything, then
-each change from the primary owner).  From the snapshot in use come the hubs a
+each change after).  From the owners' answers (:func:`_in_use`) come the hubs a
 topic goes to, and the hubs that just became destinations (JOINED, with where
 their sets start).  The subscriber and owner sides are ``rendezvous.py``.
 """
@@ -124,14 +124,15 @@ class Watching:
         return sends
 
     def recheck(self, now: float) -> list[Send]:
-        """Frames may have been lost in a break: each key's owner in use says whether this hub
-        holds its latest version (it answers only if not); owners never heard from are asked again."""
+        """Frames may have been lost in a break: each owner whose answer is in use says whether
+        this hub holds its latest version (it answers only if not); owners never heard from are
+        asked again."""
         sends: list[Send] = []
         for key, watch in self.keys.items():
             owners = self.membership.owners(key)
-            in_use = next((o for o in owners if o in watch.snapshots), None)
-            if in_use is not None:
-                sends.append(((in_use,), wire.Watch(key=key, version=watch.versions[in_use])))
+            for owner in owners:
+                if owner in watch.snapshots:
+                    sends.append(((owner,), wire.Watch(key=key, version=watch.versions[owner])))
             silent = tuple(o for o in owners if o not in watch.snapshots)
             sends.extend(self._tell(key, watch, silent, now))
         return sends
@@ -194,13 +195,16 @@ class Watching:
                 snapshot.pop(entry.hub, None)
                 if not frame.full:
                     left.append(entry.hub)
-        return Answer(joined=self._use(frame.key, watch, last_seq, asked_at), left=left)
+        joined = self._use(frame.key, watch, last_seq, asked_at)
+        # Gone by its own word only once no owner's answer names it (the other owner's change
+        # may not have come yet: a hub that subscribes again meanwhile never stopped being one).
+        return Answer(joined=joined, left=[h for h in left if h not in watch.hubs])
 
     def _use(self, key: str, watch: _Watch, last_seq: int, asked_at: int | None = None) -> list[JoinNotice]:
         owners = self.membership.owners(key)
-        chosen = next((watch.snapshots[o] for o in owners if o in watch.snapshots), None)
-        if chosen is None:
+        if not any(o in watch.snapshots for o in owners):
             return []
+        chosen = _in_use(watch, owners)
         # Until every owner has answered, the answer in use may be one that had not heard of
         # every hub yet: hubs added meanwhile start where the first answer's did.
         settled = watch.answered and all(o in watch.snapshots for o in owners)
@@ -235,9 +239,7 @@ class Watching:
         watch = self.keys.get(key)
         if watch is None:
             return ()
-        owners = self.membership.owners(key)
-        chosen = next((watch.snapshots[o] for o in owners if o in watch.snapshots), {})
-        return chosen.get(hub, ())
+        return _in_use(watch, self.membership.owners(key)).get(hub, ())
 
     def hubs_of(self, key: str) -> frozenset[int]:
         watch = self.keys.get(key)
@@ -249,8 +251,19 @@ class Watching:
         (``STATUS``)."""
         out: dict[str, dict[str, object]] = {}
         for key, watch in sorted(self.keys.items()):
-            owners = self.membership.owners(key)
-            chosen = next((watch.snapshots[o] for o in owners if o in watch.snapshots), {})
+            chosen = _in_use(watch, self.membership.owners(key))
             hubs = {f"{h:016x}": list(p) for h, p in sorted(chosen.items()) if h != self.self_id}
             out[key] = {"answered": watch.answered, "hubs": hubs}
         return out
+
+
+def _in_use(watch: _Watch, owners: tuple[int, ...]) -> dict[int, tuple[str, ...]]:
+    """Where sets under a key go: every hub an owner's answer names, with the patterns of the
+    first owner that names it.  While every hub counts the same owners, both answers agree;
+    when maps differ for a while (a split healing, an allow-list not yet the same everywhere)
+    a hub may have told only the owner its own map gives, and sets still reach it."""
+    merged: dict[int, tuple[str, ...]] = {}
+    for owner in owners:
+        for hub, patterns in watch.snapshots.get(owner, {}).items():
+            merged.setdefault(hub, patterns)
+    return merged
