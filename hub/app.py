@@ -157,7 +157,8 @@ class HubServer:
                          max_open_files=config.max_open_files or None)  # fmt: skip
         store.open()
         if config.compact:
-            store.compaction = CompactionPolicy(config.compact, tombstone_seconds=config.compact_tombstone_seconds)
+            store.compaction = CompactionPolicy(config.compact, tombstone_seconds=config.compact_tombstone_seconds,
+                                                map_bytes=config.compaction_map_bytes)  # fmt: skip
         self.store = store
         self.consumers = ConsumerRegistry(config.data_dir, expiry_seconds=config.consumer_expiry_seconds)
         self.consumers.load()

@@ -120,10 +120,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--retention-bytes", "per-topic retention by size; 0: unlimited", metavar="BYTES", type=int)
     option("--retention-seconds", "per-topic retention by age; 0: unlimited", metavar="SECONDS", type=float)
     option("--retention-check-seconds", "seconds between retention checks", metavar="SECONDS", type=float)
-    option("--compact", "a topic or pattern whose log keeps only the latest record per key (docs/compaction.md); "
-           "repeatable", metavar="TOPIC|PATTERN", action="append", shown="none")  # fmt: skip
-    option("--compact-tombstone-seconds", "seconds a deletion marker is kept on a compacted topic",
-           metavar="SECONDS", type=float)  # fmt: skip
+    option("--compact", "a topic or pattern whose log keeps only the latest record per key (docs/compaction.md), "
+           "with its own tombstone retention if given; repeatable", metavar="'TOPIC|PATTERN [tombstone-seconds=S]'",
+           action="append", shown="none")  # fmt: skip
+    option("--compact-tombstone-seconds", "seconds a deletion marker is kept on a compacted topic (entries of "
+           "--compact that do not say)", metavar="SECONDS", type=float)  # fmt: skip
+    option("--compaction-map-bytes", "the most bytes of one compaction pass's offset map (about 27 per key; "
+           "more dirty keys: several passes)", metavar="BYTES", type=int)  # fmt: skip
     option("--compact-check-seconds", "seconds between checks for compacted topics due for a pass",
            metavar="SECONDS", type=float)  # fmt: skip
     option("--consumer-expiry-seconds", "forget durable subscriptions and groups idle this long",
@@ -248,6 +251,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "retention_check_seconds": args.retention_check_seconds,
         "compact": tuple(args.compact) if args.compact else None,
         "compact_tombstone_seconds": args.compact_tombstone_seconds,
+        "compaction_map_bytes": args.compaction_map_bytes,
         "compact_check_seconds": args.compact_check_seconds,
         "consumer_expiry_seconds": args.consumer_expiry_seconds,
         "ack_wait_seconds": args.ack_wait_seconds,

@@ -11,9 +11,10 @@ from typing import Any
 
 from wire import CLIENT_PROTOCOL_VERSION
 from wire.limits import DEFAULT_MAX_CLIENT_BODY
-from wire.topics import check_topic
 
 from .core.connect_rate import ConnectRateLimits
+from .storage.compaction_policy import parse_compact
+from .storage.offset_map import MIN_MAP_BYTES
 
 ENV_PREFIX = "PUB0SUB_HUB_"
 
@@ -91,10 +92,15 @@ class HubConfig:
     #: Seconds between retention checks.
     retention_check_seconds: float = 30.0
     #: Compacted topics (docs/compaction.md): names or patterns whose logs keep only the latest
-    #: record per key (Kafka's ``cleanup.policy=compact``); needs a data directory.
+    #: record per key (Kafka's ``cleanup.policy=compact``); needs a data directory.  An entry may
+    #: end with its own tombstone retention: ``"audit.> tombstone-seconds=600"``.
     compact: tuple[str, ...] = ()
-    #: Seconds a tombstone (a deletion marker) is kept on a compacted topic after it was appended.
+    #: Seconds a tombstone (a deletion marker) is kept on a compacted topic after it was appended,
+    #: for the ``compact`` entries that do not say.
     compact_tombstone_seconds: float = 24 * 3600.0
+    #: The most bytes one compaction pass's offset map takes (about 27 per distinct key; a topic
+    #: with more dirty keys is cleaned over several passes).
+    compaction_map_bytes: int = 64 << 20
     #: Seconds between checks for compacted topics due for a pass.
     compact_check_seconds: float = 10.0
     #: Durable subscriptions and groups nobody attached to for this long are forgotten.
@@ -200,8 +206,10 @@ class HubConfig:
             raise ValueError("mesh_write_interval must be >= 0")
         if self.compact and self.data_dir is None:
             raise ValueError("compact needs a data directory: a hub without one keeps no log to compact")
-        for name in self.compact:
-            check_topic(name, pattern=True)
+        for entry in self.compact:
+            parse_compact(entry)
+        if self.compaction_map_bytes < MIN_MAP_BYTES:
+            raise ValueError(f"compaction_map_bytes must be >= {MIN_MAP_BYTES} (two slots of an offset map)")
         if self.compact_tombstone_seconds < 0 or self.compact_check_seconds <= 0:
             raise ValueError("compact_tombstone_seconds must be >= 0 and compact_check_seconds positive")
         if self.durability not in ("received", "fsync"):

@@ -13,6 +13,8 @@ import pytest
 
 import sdk
 import wire
+from hub.storage.compaction_checkpoint import load_checkpoint
+from hub.storage.offset_map import OffsetMap
 from tests.support.compacting import (
     SEGMENT_BYTES,
     TOPIC,
@@ -21,11 +23,13 @@ from tests.support.compacting import (
     active_base,
     check_read,
     compacting_hub,
+    compaction_status,
     read_all,
     topic_dir,
     wait_compacted,
 )
 from tests.support.hubprocess import ROOT
+from tests.support.scrape import scrape, value
 from tests.support.syncclient import SyncClient, publish_frame
 
 pytestmark = pytest.mark.slow
@@ -60,6 +64,56 @@ def test_keeps_the_latest_value_per_key_at_its_offset(start_hub: StartHub, tmp_p
     assert sum(f.stat().st_size for f in files) < len(history.records) * 20
     leftovers = [p for p in topic_dir(tmp_path / "data").iterdir() if p.suffix in (".swap", ".compacting")]
     assert not leftovers
+
+
+def test_a_map_far_smaller_than_the_keys_cleans_in_rounds(start_hub: StartHub, tmp_path: Path) -> None:
+    """A hub whose offset map holds 8 keys, a topic of 40: passes clean the dirty part a map-full
+    at a time, each going on from the checkpoint the last one wrote, until the log is clean;
+    status and metrics say where the clean part ends and how full the map was."""
+    data = tmp_path / "data"
+    map_bytes = OffsetMap.bytes_for(8)
+    hub = compacting_hub(start_hub, data, "--compaction-map-bytes", str(map_bytes), "--metrics-listen",
+                         "127.0.0.1:0", "--compact-check-seconds", "0.05")  # fmt: skip
+    history = History()
+    with sdk.connect_blocking(hub.address) as client:
+        history.publish_rounds(client, rounds=10, keys=40)
+        history.delete(client, b"k003")
+        history.publish_rounds(client, rounds=2, keys=3, tag="tail")
+    status = wait_compacted(hub.address, within=120)
+    capacity = OffsetMap(map_bytes).capacity
+    assert status["passes"] >= 40 // capacity, status  # rounds: one map-full of keys each
+    assert status["map_bytes"] == map_bytes and 0 < status["last_map_capacity"] <= capacity
+    active = active_base(data)
+    assert status["topics"][TOPIC]["clean_end"] == active == status["topics"][TOPIC]["active_base"]
+    assert load_checkpoint(topic_dir(data)).clean_end == active
+    messages = read_all(hub.address)
+    check_read(messages, history)
+    closed = [m.key for m in messages if m.offset < active]
+    assert len(closed) == len(set(closed)), "below the checkpoint every key once"
+    m = scrape(hub.metrics_address)
+    assert value(m, "pub0sub_compaction_clean_end_offset", topic=TOPIC) == active
+    assert value(m, "pub0sub_compaction_passes_total") == compaction_status(hub.address)["passes"]
+    assert 0 < value(m, "pub0sub_compaction_map_capacity") <= capacity
+    assert value(m, "pub0sub_compaction_bytes_read_total") > 0
+
+
+def test_per_topic_tombstone_retention_from_the_compact_entry(start_hub: StartHub, tmp_path: Path) -> None:
+    """``--compact "kv.> tombstone-seconds=0"`` on a hub whose default keeps tombstones a day:
+    the entry decides, so the tombstone goes once it is in the clean part."""
+    data = tmp_path / "data"
+    hub = compacting_hub(start_hub, data, "--compact", "kv.> tombstone-seconds=0", "--compact-tombstone-seconds",
+                         "86400")  # fmt: skip
+    history = History()
+    with sdk.connect_blocking(hub.address) as client:
+        history.publish_rounds(client, rounds=5, keys=10)
+        history.delete(client, b"k004")
+        history.publish_rounds(client, rounds=10, keys=3, tag="b")
+    status = wait_compacted(hub.address)
+    assert status["rules"] == [{"pattern": "kv.>", "tombstone_seconds": 86400.0},
+                               {"pattern": "kv.>", "tombstone_seconds": 0.0}]  # fmt: skip
+    messages = read_all(hub.address)
+    check_read(messages, history)
+    assert status["passes"] >= 2 and [m for m in messages if m.key == b"k004"] == []
 
 
 def test_a_producer_retry_is_a_duplicate_after_compaction_and_a_restart(start_hub: StartHub, tmp_path: Path) -> None:

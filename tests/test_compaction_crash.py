@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 import sdk
-from hub.storage.compaction import PAUSE_ENV
+from hub.storage.compaction_checkpoint import CHECKPOINT_NAME, load_checkpoint
+from hub.storage.compaction_read import PAUSE_ENV
 from tests.support.compacting import (
     History,
     StartHub,
+    active_base,
     check_read,
     compacting_hub,
     read_all,
@@ -45,9 +47,11 @@ def leftovers(data: Path) -> list[str]:
         ("temp", ".compacting"),  # the output half made: thrown away on start
         ("swap", ".swap"),  # the output durable, nothing replaced yet: finished on start
         ("unlinked", ".swap"),  # the replaced segments after the first removed: finished on start
+        ("placed", None),  # every output in place, the checkpoint not written: the next pass cleans again
+        ("checkpointed", None),  # the checkpoint written: the next pass goes on from it
     ],
 )
-def test_killed_at_each_step_recovers(start_hub: StartHub, tmp_path: Path, step: str, on_disk: str) -> None:
+def test_killed_at_each_step_recovers(start_hub: StartHub, tmp_path: Path, step: str, on_disk: str | None) -> None:
     data = tmp_path / "data"
     hub = compacting_hub(start_hub, data, env={PAUSE_ENV: step})
     history = History()
@@ -59,7 +63,11 @@ def test_killed_at_each_step_recovers(start_hub: StartHub, tmp_path: Path, step:
         with sdk.connect_blocking(hub.address) as client:
             history.publish_rounds(client, rounds=1, keys=3, tag="during")
     kill9(hub)
-    assert [n for n in leftovers(data) if n.endswith(on_disk)], leftovers(data)
+    if on_disk is not None:
+        assert [n for n in leftovers(data) if n.endswith(on_disk)], leftovers(data)
+    else:
+        assert leftovers(data) == []
+        assert (topic_dir(data) / CHECKPOINT_NAME).exists() == (step == "checkpointed")
     # Read the recovered log back on a hub that does not compact: what recovery alone left.
     hub = start_hub("--data-dir", str(data), "--segment-bytes", "2048")
     assert leftovers(data) == []
@@ -68,10 +76,11 @@ def test_killed_at_each_step_recovers(start_hub: StartHub, tmp_path: Path, step:
     if step != "temp":
         assert len(messages) < len(history.records), "the committed compaction was finished"
     hub.stop()
-    # And compaction goes on from there.
+    # And compaction goes on from there, to a checkpoint at the active segment.
     hub = compacting_hub(start_hub, data)
     wait_compacted(hub.address)
     check_read(read_all(hub.address), history)
+    assert load_checkpoint(topic_dir(data)).clean_end == active_base(data)
 
 
 def test_killed_at_random_moments(start_hub: StartHub, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ stored), consumers only the ``LISTED`` most lagging.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from .connect_rate import ADDRESS_CLASSES
 from .histogram import Histogram
 
 if TYPE_CHECKING:
+    from ..storage.compaction_policy import CompactionPolicy
     from .hub import HubCore
     from .mesh.core import MeshCore
 
@@ -227,7 +229,27 @@ def _storage_families(core: HubCore, fsync_seconds: Histogram | None) -> list[Fa
     if fsync_seconds is not None:
         families.append(Family("pub0sub_fsync_duration_seconds", "histogram",
                                "Time one group commit's fsyncs took.").add(fsync_seconds))  # fmt: skip
+    if store.compaction is not None:
+        families.extend(_compaction_families(store.compaction))
     return families
+
+
+def _compaction_families(policy: CompactionPolicy) -> list[Family]:
+    """docs/compaction.md: what passes read, how full their offset map was, where topics are clean."""
+    clean_end = gauge("pub0sub_compaction_clean_end_offset", "Where a compacted topic's clean part ends: its "
+                      "checkpoint after the last pass (the first topics only).", labels=("topic",))  # fmt: skip
+    for topic, offset in itertools.islice(policy.checkpoints().items(), LISTED):
+        clean_end.add(offset, topic=topic)
+    return [
+        counter("pub0sub_compaction_passes", "Compaction passes finished.", policy.passes),
+        counter("pub0sub_compaction_failures", "Compaction passes that failed or were refused.", policy.failures),
+        counter("pub0sub_compaction_bytes_read", "Bytes compaction passes read from segment files.",
+                policy.bytes_read),
+        gauge("pub0sub_compaction_map_entries", "Keys the last pass's offset map held.", policy.last_map_entries),
+        gauge("pub0sub_compaction_map_capacity", "Keys the last pass's offset map could hold "
+              "(--compaction-map-bytes, or less for a small dirty part).", policy.last_map_capacity),
+        clean_end,
+    ]  # fmt: skip
 
 
 def consumer_lags(core: HubCore) -> list[tuple[str, str, int]]:

@@ -2,58 +2,44 @@
 
 Keeps the latest record of every key (Kafka's ``cleanup.policy=compact``) and drops a
 tombstone (a record with empty data in a set carrying ``wire.TOMBSTONE_HEADER``) once it
-is the latest of its key and older than the tombstone retention.  Records keep their
-offsets: a surviving run of consecutive records is written as its own LOG_BATCH with its
-original base offset and origin sequence, so a compacted segment is an ordinary version 2
-segment whose batches leave gaps between their offsets (docs/compaction.md).
+is in the clean part and older than the tombstone retention.  Records keep their offsets: a
+surviving run of consecutive records is written as its own LOG_BATCH with its original base
+offset and origin sequence, so a compacted segment is an ordinary version 2 segment whose
+batches leave gaps between their offsets (docs/compaction.md).
 
-The pass reads the closed segments twice: once to find the latest offset of every key,
-once to write what survives.  Consecutive segments are merged into one output file until
-it passes ``segment_bytes``; a segment with nothing to remove and at least half that size
-is left as it is.  Each output ends as a durable ``.swap`` file (hub/storage/compaction_files.py);
-the event loop then puts it in place (hub/storage/compaction_commit.py).  Nothing here
-touches the loop's state: segments are read through descriptors of their own.
+As Kafka's log cleaner: the topic's checkpoint (hub/storage/compaction_checkpoint.py) says
+where the clean part ends.  Phase 1 reads the dirty part (from there to the active segment)
+into a bounded :class:`OffsetMap` until it is full: the dirty prefix up to ``cut``.  Phase 2
+rewrites the clean part and that prefix, judging each record by the map (:class:`_Judge`);
+the next pass goes on from ``cut``.  Consecutive segments are merged into one output file
+until it passes ``segment_bytes``; a segment with nothing to remove and at least half that
+size is left as it is.  Each output ends as a durable ``.swap`` file
+(hub/storage/compaction_files.py); the event loop then puts it in place
+(hub/storage/compaction_commit.py), then the new checkpoint is written.  Nothing here touches
+the loop's state: segments are read through descriptors of their own.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wire import (
-    FRAME_TYPES,
-    Limits,
-    LogBatch,
-    LogBatchHeaders,
-    ProtocolError,
-    RecordBatch,
-    SegmentHeader,
-    check_header,
-    is_tombstone_block,
-)
-from wire.frames import HEADER, HEADER_SIZE
-from wire.opcodes import LOG_OPCODES
+from wire import LogBatch, LogBatchHeaders, RecordBatch, SegmentHeader, is_tombstone_block
 from wire.records import encode_records, iter_records
 
+from .compaction_checkpoint import Checkpoint, load_checkpoint
 from .compaction_files import SWAP_SUFFIX, TEMP_SUFFIX, range_name
-from .segment import INDEX_INTERVAL, MAX_STORED_BODY, READ_CHUNK
+from .compaction_read import Frame, SegmentReader, pause_if_asked
+from .offset_map import OffsetMap
+from .segment import INDEX_INTERVAL
 from .statefile import sync_directory
 
-log = logging.getLogger("pub0sub.hub.storage")
-
-#: Test hook (tests/test_compaction_crash.py): the name of a step (``temp``, ``swap``,
-#: ``unlinked``) at which compaction stops for good after writing ``DATA/compaction-paused-STEP``,
-#: so a test can SIGKILL the hub in exactly that state.
-PAUSE_ENV = "PUB0SUB_COMPACTION_PAUSE"
-
-
-class CompactionStopped(Exception):
-    """The hub is stopping: the pass was abandoned (its temporary file removed)."""
+#: Default bytes of a pass's offset map (``--compaction-map-bytes``): 2.5 M keys per round.
+DEFAULT_MAP_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,108 +79,81 @@ class PassResult:
     #: µs when the earliest surviving tombstone may go (0: none survives)
     tombstone_due: int = 0
     seconds: float = 0.0
+    #: bytes read from segment files, both phases
+    bytes_read: int = 0
+    #: the map: keys it held, and how many it could hold
+    map_entries: int = 0
+    map_capacity: int = 0
+    #: where the dirty part began, and the checkpoint to write once every output is in place
+    dirty_start: int = 0
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
 
 
-Frame = LogBatch | LogBatchHeaders
+class _Judge:
+    """Phase 2's rule for each record of the part a pass rewrites (docs/compaction.md, "a pass").
 
+    A record below ``cut`` goes if a later record of its key exists: the map (the dirty
+    prefix's keys) holds a later offset, or it is one of the checkpoint's ``held`` records --
+    unless it is a producer mark, then it stays and is held.  The latest record of a key stays,
+    except a tombstone in the clean part (below ``clean_end``: it went through a pass already)
+    past its retention.  Records from ``cut`` on are dirty records the map did not reach: kept
+    as they are, for the next pass."""
 
-def read_frames(path: Path, stop: threading.Event | None = None) -> Iterator[SegmentHeader | Frame]:
-    """Every frame of a closed segment, checksums verified (ProtocolError on damage)."""
-    limits = Limits(max_body=MAX_STORED_BODY)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        buf = b""
-        start = pos = 0
-        while pos < size:
-            if stop is not None and stop.is_set():
-                raise CompactionStopped
-            if pos + HEADER_SIZE > start + len(buf):
-                buf, start = os.pread(fd, READ_CHUNK, pos), pos
-            value, length = HEADER.unpack_from(buf, pos - start)
-            end = pos + HEADER_SIZE + length
-            if end > start + len(buf):
-                buf, start = os.pread(fd, max(READ_CHUNK, end - pos), pos), pos
-            if end > start + len(buf):
-                raise ProtocolError(f"{path}: frame at {pos} runs past the end of the file")
-            opcode = check_header(value, length, limits=limits, accept=LOG_OPCODES)
-            rel = pos - start
-            frame = FRAME_TYPES[opcode].decode_body(buf[rel + HEADER_SIZE : rel + HEADER_SIZE + length])
-            assert isinstance(frame, SegmentHeader | LogBatch | LogBatchHeaders)  # check_header accepted only these
-            yield frame
-            pos = end
-    finally:
-        os.close(fd)
+    def __init__(self, offsets: OffsetMap, before: Checkpoint, cut: int, expired_before: int,
+                 producers: Mapping[int, int]) -> None:  # fmt: skip
+        self.offsets = offsets
+        self.clean_end = before.clean_end
+        self.held_before = frozenset(before.held)
+        self.cut = cut
+        self.expired_before = expired_before
+        self.producers = producers
+        self.held: list[int] = []
+        #: append times (µs) of the tombstones kept
+        self.tombstones: list[int] = []
 
+    def is_mark(self, frame: Frame) -> bool:
+        """Does ``frame``'s last record stay whatever its key?  The last record of each producer's
+        newest batch in the topic (``producers``: producer -> highest sequence when the pass
+        began), for the tombstone retention: the producer table rebuilt from the log on a
+        restart then still knows the producer's sequence and answers a retry of that batch as a
+        duplicate (Kafka's cleaner keeps producers' last batches for the same reason).  Such a
+        record is older than any tombstone of its key, so it is gone before that tombstone."""
+        pid = frame.producer_id
+        return bool(pid) and frame.append_ts >= self.expired_before and frame.producer_seq >= self.producers.get(pid, 0)
 
-class _Latest:
-    """Phase 1: the offset of each key's latest record, and which of them are tombstones; and
-    each producer's newest batch (its sequence, last offset and append time)."""
-
-    def __init__(self) -> None:
-        self.offsets: dict[bytes, int] = {}
-        #: key -> append time (µs) of the key's latest record, when that is a tombstone
-        self.tombstones: dict[bytes, int] = {}
-        self.records = 0
-        #: producer id -> (producer_seq, last offset, append_ts) of its newest batch here
-        self.producers: dict[int, tuple[int, int, int]] = {}
-
-    def producer_marks(self, newest: Mapping[int, int] | None, expired_before: int) -> set[int]:
-        """Offsets kept whatever their key: the last record of each producer's newest batch, so
-        the producer table rebuilt from the log on a restart still knows the producer's
-        sequence and answers a retry of that batch as a duplicate (Kafka's cleaner keeps
-        producers' last batches for the same reason).  Only where these segments hold the
-        producer's newest batch (``newest``: producer -> highest sequence of the whole topic
-        when the pass began; None: assume they do), and for the tombstone retention: a record
-        kept so is older than any tombstone of its key, so it is gone before that tombstone."""
-        marks = set()
-        for producer, (seq, last, append_ts) in self.producers.items():
-            if append_ts >= expired_before and (newest is None or seq >= newest.get(producer, 0)):
-                marks.add(last)
-        return marks
-
-    def note(self, frame: Frame) -> None:
+    def survivors(self, frame: Frame) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+        """The runs of consecutive records of ``frame`` that survive: ``(first index, records)``."""
+        runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
         batch = frame.batch
-        if frame.producer_id:
-            known = self.producers.get(frame.producer_id)
-            if known is None or frame.producer_seq >= known[0]:
-                last = batch.base_offset + batch.count - 1
-                self.producers[frame.producer_id] = (frame.producer_seq, last, frame.append_ts)
-        offsets = self.offsets
-        tombstones = self.tombstones
+        base, cut = batch.base_offset, self.cut
+        if base >= cut:
+            return [(0, list(iter_records(batch.records)))]
+        mark = base + batch.count - 1 if self.is_mark(frame) else -1
         deletes = is_tombstone_block(frame.headers)
-        offset = batch.base_offset
-        for key, data in iter_records(batch.records):
-            offsets[key] = offset
-            if deletes and not data:
-                tombstones[key] = frame.append_ts
-            elif tombstones:
-                tombstones.pop(key, None)
-            offset += 1
-        self.records += batch.count
-
-
-def _survivors(
-    frame: Frame, latest: _Latest, expired_before: int, marks: set[int]
-) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
-    """The runs of consecutive records of ``frame`` that survive: ``(first index, records)``."""
-    runs: list[tuple[int, list[tuple[bytes, bytes]]]] = []
-    offsets = latest.offsets
-    tombstones = latest.tombstones
-    offset = frame.batch.base_offset
-    current: list[tuple[bytes, bytes]] | None = None
-    for i, (key, data) in enumerate(iter_records(frame.batch.records)):
-        keep = (offsets[key] == offset + i and not (key in tombstones and tombstones[key] < expired_before)) or (
-            offset + i in marks
-        )
-        if keep:
-            if current is None:
-                current = []
-                runs.append((i, current))
-            current.append((key, data))
-        else:
-            current = None
-    return runs
+        get = self.offsets.get
+        current: list[tuple[bytes, bytes]] | None = None
+        for i, (key, data) in enumerate(iter_records(batch.records)):
+            offset = base + i
+            if offset >= cut:
+                keep = True
+            elif get(key) > offset or offset in self.held_before:  # superseded
+                keep = offset == mark
+                if keep:
+                    self.held.append(offset)
+            elif deletes and not data:  # a tombstone, the latest of its key
+                keep = offset >= self.clean_end or frame.append_ts >= self.expired_before
+                if keep:
+                    self.tombstones.append(frame.append_ts)
+            else:
+                keep = True
+            if keep:
+                if current is None:
+                    current = []
+                    runs.append((i, current))
+                current.append((key, data))
+            else:
+                current = None
+        return runs
 
 
 def _encode_run(frame: Frame, first: int, records: list[tuple[bytes, bytes]]) -> bytes:
@@ -270,27 +229,34 @@ def compact(
     tombstone_us: int,
     segment_bytes: int,
     stop: threading.Event,
-    producers: Mapping[int, int] | None = None,
+    producers: Mapping[int, int],
+    map_bytes: int = DEFAULT_MAP_BYTES,
 ) -> PassResult:
     """Blocking: one pass over ``refs`` (closed segments, oldest first).  Returns the durable
     swap files for the loop to put in place, oldest first (their order matters:
-    docs/compaction.md, "crash safety").  ``producers``: the topic's producer table when the
-    pass began (producer -> highest sequence), see :meth:`_Latest.producer_marks`."""
+    docs/compaction.md, "crash safety"), and the checkpoint to write after them.
+    ``producers``: the topic's producer table when the pass began (producer -> highest
+    sequence), see :meth:`_Judge.is_mark`."""
     started = time.perf_counter()
     result = PassResult()
-    latest = _Latest()
-    for ref in refs:
-        for frame in read_frames(ref.path, stop):
-            if not isinstance(frame, SegmentHeader):
-                latest.note(frame)
-    result.records_read = latest.records
+    saved = load_checkpoint(directory)
+    active = refs[-1].end
+    # Clamped: retention may have removed the start of the log; a checkpoint past the closed
+    # segments (a log started again) is no promise about them.
+    clean_end = min(max(saved.clean_end, refs[0].base), active)
+    before = Checkpoint(clean_end, tuple(o for o in saved.held if o < clean_end))
+    # No more slots than the dirty part has offsets (an upper bound on its keys): small passes stay small.
+    offsets = OffsetMap(min(map_bytes, OffsetMap.bytes_for(active - clean_end)))
+    cut = _fill(offsets, refs, clean_end, stop, result)
     expired_before = now_us - tombstone_us
-    marks = latest.producer_marks(producers, expired_before)
+    judge = _Judge(offsets, before, cut, expired_before, producers)
     output: _Output | None = None
     group_removed = 0
     try:
         for ref in refs:
-            header, frames, removed, size = _rewrite(ref, latest, expired_before, marks, stop)
+            if ref.base >= cut:
+                break  # dirty, not reached by the map: the next pass
+            header, frames, removed, size = _rewrite(ref, judge, stop, result)
             result.records_removed += removed
             result.bytes_before += size
             if output is None and not removed and size >= segment_bytes // 2:
@@ -314,41 +280,59 @@ def compact(
     finally:
         if output is not None:
             output.abandon()
-    due = [ts + tombstone_us for ts in latest.tombstones.values() if ts >= expired_before]
-    result.tombstone_due = min(due, default=0)
+    result.tombstone_due = min(judge.tombstones, default=-tombstone_us) + tombstone_us
+    result.map_entries, result.map_capacity = offsets.entries, offsets.capacity
+    result.dirty_start = clean_end
+    result.checkpoint = Checkpoint(cut, tuple(sorted(judge.held)))
     result.seconds = time.perf_counter() - started
     return result
 
 
+def _fill(offsets: OffsetMap, refs: list[SegmentRef], start: int, stop: threading.Event, result: PassResult) -> int:
+    """Phase 1: put the dirty records from ``start`` on into ``offsets`` until a new key does
+    not fit.  Returns the offset where that happened (the end of the dirty prefix the pass
+    cleans), or the active segment's base if the whole dirty part fit."""
+    for ref in refs:
+        if ref.end <= start:
+            continue
+        reader = SegmentReader(ref.path, stop)
+        try:
+            for frame in reader:
+                if isinstance(frame, SegmentHeader):
+                    continue
+                batch = frame.batch
+                offset = batch.base_offset
+                if offset + batch.count <= start:
+                    continue
+                for key, _ in iter_records(batch.records):
+                    if offset >= start and not offsets.put(key, offset):
+                        return offset
+                    offset += 1
+        finally:
+            result.bytes_read += reader.bytes_read
+    return refs[-1].end
+
+
 def _rewrite(
-    ref: SegmentRef, latest: _Latest, expired_before: int, marks: set[int], stop: threading.Event
+    ref: SegmentRef, judge: _Judge, stop: threading.Event, result: PassResult
 ) -> tuple[SegmentHeader, list[tuple[bytes, int, int, int]], int, int]:
     """Phase 2 for one segment: its header, surviving frames, records removed, and its size."""
     header: SegmentHeader | None = None
     frames: list[tuple[bytes, int, int, int]] = []
     removed = 0
-    for frame in read_frames(ref.path, stop):
+    reader = SegmentReader(ref.path, stop)
+    for frame in reader:
         if isinstance(frame, SegmentHeader):
             header = frame
             continue
-        runs = _survivors(frame, latest, expired_before, marks)
+        runs = judge.survivors(frame)
         kept = sum(len(records) for _, records in runs)
         removed += frame.batch.count - kept
+        result.records_read += frame.batch.count
         for first, records in runs:
             frames.append(
                 (_encode_run(frame, first, records), frame.batch.base_offset + first, len(records), frame.append_ts)
             )
+    result.bytes_read += reader.bytes_read
     assert header is not None, ref.path
     return header, frames, removed, os.stat(ref.path).st_size
-
-
-def pause_if_asked(step: str, directory: Path) -> None:
-    """The crash tests' hook (:data:`PAUSE_ENV`): stop here, saying so, until the hub is killed."""
-    if os.environ.get(PAUSE_ENV) != step:
-        return
-    data_dir = directory.parent.parent
-    (data_dir / f"compaction-paused-{step}").write_text(f"{directory}\n")
-    log.warning("compaction paused at step %r (test hook %s)", step, PAUSE_ENV, extra={"event": "compaction_paused"})
-    deadline = time.monotonic() + 600  # bounded: a test that forgot to kill the hub does not hang it forever
-    while time.monotonic() < deadline:
-        time.sleep(0.05)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 
-from .compaction import Written, pause_if_asked
+from .compaction import Written
 from .compaction_files import finish_swap
+from .compaction_read import pause_if_asked
 from .segment import Segment, segment_name
 from .topic_log import TopicLog
 
