@@ -21,7 +21,7 @@ from hub.shell.compactor import compact_topic
 from hub.storage.batches import SharedBatch, StoredBatch
 from hub.storage.compaction_checkpoint import load_checkpoint
 from hub.storage.compaction_policy import CompactionPolicy, parse_compact
-from hub.storage.offset_map import MIN_MAP_BYTES, SLOT_BYTES, OffsetMap
+from hub.storage.offset_map import FULL, MIN_MAP_BYTES, NEW, SLOT_BYTES, OffsetMap
 from hub.storage.segment import Segment
 from hub.storage.store import LogStore
 from hub.storage.topic_log import LogSettings, TopicLog
@@ -232,10 +232,11 @@ def test_compact_entries_and_their_refusals() -> None:
 
 def test_the_offset_map_holds_its_capacity_and_refuses_a_new_key_beyond() -> None:
     offsets = OffsetMap(OffsetMap.bytes_for(1000))
-    assert offsets.capacity >= 1000 and offsets.nbytes <= OffsetMap.bytes_for(1000)
+    assert offsets.capacity >= 1000 and offsets.nbytes == OffsetMap.bytes_for(1000)
     for i in range(offsets.capacity):
-        assert offsets.put(b"key-%d" % i, i)
-    assert not offsets.put(b"one more", 5) and offsets.get(b"one more") == -1
-    assert offsets.put(b"key-7", 10**12)  # a key it holds: updated
+        assert offsets.put(b"key-%d" % i, i) == NEW
+    assert offsets.put(b"one more", 5) == FULL and offsets.get(b"one more") == -1
+    assert offsets.put(b"key-7", 10**12) == 7  # a key it holds: updated, the offset it replaced returned
     assert [offsets.get(b"key-%d" % i) for i in (0, 7, 999)] == [0, 10**12, 999]
+    assert [offsets.get(b"absent-%d" % i) for i in range(10_000)] == [-1] * 10_000
     assert offsets.entries == offsets.capacity

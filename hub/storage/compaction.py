@@ -34,7 +34,7 @@ from wire.records import encode_records, iter_records
 from .compaction_checkpoint import Checkpoint, load_checkpoint
 from .compaction_files import SWAP_SUFFIX, TEMP_SUFFIX, range_name
 from .compaction_read import Frame, SegmentReader, pause_if_asked
-from .offset_map import OffsetMap
+from .offset_map import FULL, OffsetMap
 from .segment import INDEX_INTERVAL
 from .statefile import sync_directory
 
@@ -92,16 +92,18 @@ class PassResult:
 class _Judge:
     """Phase 2's rule for each record of the part a pass rewrites (docs/compaction.md, "a pass").
 
-    A record below ``cut`` goes if a later record of its key exists: the map (the dirty
-    prefix's keys) holds a later offset, or it is one of the checkpoint's ``held`` records --
-    unless it is a producer mark, then it stays and is held.  The latest record of a key stays,
+    A record below ``cut`` goes if a later record of its key exists: in the dirty prefix, phase 1
+    marked it superseded (``superseded``: a bit per offset from ``clean_end``); in the clean
+    part, the map (the dirty prefix's keys) holds its key, or it is one of the checkpoint's
+    ``held`` records -- unless it is a producer mark, then it stays and is held.  The latest record of a key stays,
     except a tombstone in the clean part (below ``clean_end``: it went through a pass already)
     past its retention.  Records from ``cut`` on are dirty records the map did not reach: kept
     as they are, for the next pass."""
 
-    def __init__(self, offsets: OffsetMap, before: Checkpoint, cut: int, expired_before: int,
-                 producers: Mapping[int, int]) -> None:  # fmt: skip
+    def __init__(self, offsets: OffsetMap, superseded: bytearray, before: Checkpoint, cut: int,
+                 expired_before: int, producers: Mapping[int, int]) -> None:  # fmt: skip
         self.offsets = offsets
+        self.superseded = superseded
         self.clean_end = before.clean_end
         self.held_before = frozenset(before.held)
         self.cut = cut
@@ -130,13 +132,17 @@ class _Judge:
             return [(0, list(iter_records(batch.records)))]
         mark = base + batch.count - 1 if self.is_mark(frame) else -1
         deletes = is_tombstone_block(frame.headers)
-        get = self.offsets.get
+        get, superseded, clean_end = self.offsets.get, self.superseded, self.clean_end
         current: list[tuple[bytes, bytes]] | None = None
         for i, (key, data) in enumerate(iter_records(batch.records)):
             offset = base + i
             if offset >= cut:
                 keep = True
-            elif get(key) > offset or offset in self.held_before:  # superseded
+            elif (
+                superseded[(offset - clean_end) >> 3] & (1 << ((offset - clean_end) & 7))
+                if offset >= clean_end
+                else get(key) >= 0 or offset in self.held_before
+            ):  # a later record of its key is in the part cleaned
                 keep = offset == mark
                 if keep:
                     self.held.append(offset)
@@ -247,9 +253,11 @@ def compact(
     before = Checkpoint(clean_end, tuple(o for o in saved.held if o < clean_end))
     # No more slots than the dirty part has offsets (an upper bound on its keys): small passes stay small.
     offsets = OffsetMap(min(map_bytes, OffsetMap.bytes_for(active - clean_end)))
-    cut = _fill(offsets, refs, clean_end, stop, result)
+    # One bit per dirty offset the pass may clean; at most map_bytes / 8 bytes (the prefix ends there too).
+    superseded = bytearray((min(active - clean_end, map_bytes) + 7) // 8)
+    cut = _fill(offsets, superseded, refs, clean_end, stop, result)
     expired_before = now_us - tombstone_us
-    judge = _Judge(offsets, before, cut, expired_before, producers)
+    judge = _Judge(offsets, superseded, before, cut, expired_before, producers)
     output: _Output | None = None
     group_removed = 0
     try:
@@ -288,10 +296,15 @@ def compact(
     return result
 
 
-def _fill(offsets: OffsetMap, refs: list[SegmentRef], start: int, stop: threading.Event, result: PassResult) -> int:
+def _fill(offsets: OffsetMap, superseded: bytearray, refs: list[SegmentRef], start: int, stop: threading.Event,
+          result: PassResult) -> int:  # fmt: skip
     """Phase 1: put the dirty records from ``start`` on into ``offsets`` until a new key does
-    not fit.  Returns the offset where that happened (the end of the dirty prefix the pass
-    cleans), or the active segment's base if the whole dirty part fit."""
+    not fit (or ``superseded`` has no bit for the offset), marking in ``superseded`` each
+    record a later one of its key replaced in the map.  Returns the offset where it stopped
+    (the end of the dirty prefix the pass cleans), or the active segment's base if the whole
+    dirty part fit."""
+    put = offsets.put
+    end = start + 8 * len(superseded)
     for ref in refs:
         if ref.end <= start:
             continue
@@ -305,8 +318,14 @@ def _fill(offsets: OffsetMap, refs: list[SegmentRef], start: int, stop: threadin
                 if offset + batch.count <= start:
                     continue
                 for key, _ in iter_records(batch.records):
-                    if offset >= start and not offsets.put(key, offset):
-                        return offset
+                    if offset >= start:
+                        if offset >= end:
+                            return offset
+                        before = put(key, offset)
+                        if before == FULL:
+                            return offset
+                        if before >= 0:
+                            superseded[(before - start) >> 3] |= 1 << ((before - start) & 7)
                     offset += 1
         finally:
             result.bytes_read += reader.bytes_read
