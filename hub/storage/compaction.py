@@ -32,24 +32,15 @@ from wire import LogBatch, LogBatchHeaders, RecordBatch, SegmentHeader, is_tombs
 from wire.records import encode_records, iter_records
 
 from .compaction_checkpoint import Checkpoint, load_checkpoint
+from .compaction_dirty import fill_map
 from .compaction_files import SWAP_SUFFIX, TEMP_SUFFIX, range_name
-from .compaction_read import Frame, SegmentReader, pause_if_asked
-from .offset_map import FULL, OffsetMap
+from .compaction_read import Frame, SegmentReader, SegmentRef, pause_if_asked
+from .offset_map import OffsetMap
 from .segment import INDEX_INTERVAL
 from .statefile import sync_directory
 
-#: Default bytes of a pass's offset map (``--compaction-map-bytes``): 2.5 M keys per round.
+#: Default bytes of a pass's offset map (``--compaction-map-bytes``): 2.1 M keys per round.
 DEFAULT_MAP_BYTES = 64 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentRef:
-    """A closed segment as the loop saw it when the pass began."""
-
-    path: Path
-    base: int
-    #: the base offset of the segment after it: the end of the offsets it covers
-    end: int
 
 
 @dataclass(slots=True)
@@ -255,7 +246,7 @@ def compact(
     offsets = OffsetMap(min(map_bytes, OffsetMap.bytes_for(active - clean_end)))
     # One bit per dirty offset the pass may clean; at most map_bytes / 8 bytes (the prefix ends there too).
     superseded = bytearray((min(active - clean_end, map_bytes) + 7) // 8)
-    cut = _fill(offsets, superseded, refs, clean_end, stop, result)
+    cut, result.bytes_read = fill_map(offsets, superseded, refs, clean_end, stop)
     expired_before = now_us - tombstone_us
     judge = _Judge(offsets, superseded, before, cut, expired_before, producers)
     output: _Output | None = None
@@ -294,42 +285,6 @@ def compact(
     result.checkpoint = Checkpoint(cut, tuple(sorted(judge.held)))
     result.seconds = time.perf_counter() - started
     return result
-
-
-def _fill(offsets: OffsetMap, superseded: bytearray, refs: list[SegmentRef], start: int, stop: threading.Event,
-          result: PassResult) -> int:  # fmt: skip
-    """Phase 1: put the dirty records from ``start`` on into ``offsets`` until a new key does
-    not fit (or ``superseded`` has no bit for the offset), marking in ``superseded`` each
-    record a later one of its key replaced in the map.  Returns the offset where it stopped
-    (the end of the dirty prefix the pass cleans), or the active segment's base if the whole
-    dirty part fit."""
-    put = offsets.put
-    end = start + 8 * len(superseded)
-    for ref in refs:
-        if ref.end <= start:
-            continue
-        reader = SegmentReader(ref.path, stop)
-        try:
-            for frame in reader:
-                if isinstance(frame, SegmentHeader):
-                    continue
-                batch = frame.batch
-                offset = batch.base_offset
-                if offset + batch.count <= start:
-                    continue
-                for key, _ in iter_records(batch.records):
-                    if offset >= start:
-                        if offset >= end:
-                            return offset
-                        before = put(key, offset)
-                        if before == FULL:
-                            return offset
-                        if before >= 0:
-                            superseded[(before - start) >> 3] |= 1 << ((before - start) & 7)
-                    offset += 1
-        finally:
-            result.bytes_read += reader.bytes_read
-    return refs[-1].end
 
 
 def _rewrite(

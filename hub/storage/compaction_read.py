@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from wire import FRAME_TYPES, Limits, LogBatch, LogBatchHeaders, ProtocolError, SegmentHeader, check_header
@@ -24,6 +25,16 @@ Frame = LogBatch | LogBatchHeaders
 #: ``unlinked``, ``placed``, ``checkpointed``) at which compaction stops for good after writing
 #: ``DATA/compaction-paused-STEP``, so a test can SIGKILL the hub in exactly that state.
 PAUSE_ENV = "PUB0SUB_COMPACTION_PAUSE"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """A closed segment as the loop saw it when the pass began."""
+
+    path: Path
+    base: int
+    #: the base offset of the segment after it: the end of the offsets it covers
+    end: int
 
 
 class CompactionStopped(Exception):
