@@ -125,7 +125,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            action="append", shown="none")  # fmt: skip
     option("--compact-tombstone-seconds", "seconds a deletion marker is kept on a compacted topic (entries of "
            "--compact that do not say)", metavar="SECONDS", type=float)  # fmt: skip
-    option("--compaction-map-bytes", "the most bytes of one compaction pass's offset map (about 27 per key; "
+    option("--compaction-map-bytes", "the most bytes of one compaction pass's offset map (about 31 per key; "
            "more dirty keys: several passes)", metavar="BYTES", type=int)  # fmt: skip
     option("--compact-check-seconds", "seconds between checks for compacted topics due for a pass",
            metavar="SECONDS", type=float)  # fmt: skip

@@ -98,7 +98,7 @@ class HubConfig:
     #: Seconds a tombstone (a deletion marker) is kept on a compacted topic after it was appended,
     #: for the ``compact`` entries that do not say.
     compact_tombstone_seconds: float = 24 * 3600.0
-    #: The most bytes one compaction pass's offset map takes (about 27 per distinct key; a topic
+    #: The most bytes one compaction pass's offset map takes (about 31 per distinct key; a topic
     #: with more dirty keys is cleaned over several passes).
     compaction_map_bytes: int = 64 << 20
     #: Seconds between checks for compacted topics due for a pass.

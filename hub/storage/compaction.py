@@ -75,8 +75,10 @@ class PassResult:
     #: the map: keys it held, and how many it could hold
     map_entries: int = 0
     map_capacity: int = 0
-    #: where the dirty part began, and the checkpoint to write once every output is in place
+    #: where the dirty part began and ended (the active segment's base), and the checkpoint to
+    #: write once every output is in place
     dirty_start: int = 0
+    dirty_end: int = 0
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
 
 
@@ -242,11 +244,9 @@ def compact(
     # segments (a log started again) is no promise about them.
     clean_end = min(max(saved.clean_end, refs[0].base), active)
     before = Checkpoint(clean_end, tuple(o for o in saved.held if o < clean_end))
-    # No more slots than the dirty part has offsets (an upper bound on its keys): small passes stay small.
-    offsets = OffsetMap(min(map_bytes, OffsetMap.bytes_for(active - clean_end)))
     # One bit per dirty offset the pass may clean; at most map_bytes / 8 bytes (the prefix ends there too).
     superseded = bytearray((min(active - clean_end, map_bytes) + 7) // 8)
-    cut, result.bytes_read = fill_map(offsets, superseded, refs, clean_end, stop)
+    cut, result.bytes_read, offsets = fill_map(map_bytes, superseded, refs, clean_end, stop)
     expired_before = now_us - tombstone_us
     judge = _Judge(offsets, superseded, before, cut, expired_before, producers)
     output: _Output | None = None
@@ -281,7 +281,7 @@ def compact(
             output.abandon()
     result.tombstone_due = min(judge.tombstones, default=-tombstone_us) + tombstone_us
     result.map_entries, result.map_capacity = offsets.entries, offsets.capacity
-    result.dirty_start = clean_end
+    result.dirty_start, result.dirty_end = clean_end, active
     result.checkpoint = Checkpoint(cut, tuple(sorted(judge.held)))
     result.seconds = time.perf_counter() - started
     return result

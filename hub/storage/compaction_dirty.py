@@ -21,19 +21,19 @@ from .offset_map import FULL, OffsetMap
 WINDOW_KEYS = 65536
 
 
-def fill_map(offsets: OffsetMap, superseded: bytearray, refs: list[SegmentRef], start: int,
-             stop: threading.Event) -> tuple[int, int]:  # fmt: skip
-    """Phase 1: put the dirty records from ``start`` on into ``offsets`` until a new key does
-    not fit (or ``superseded`` has no bit for the offset), marking in ``superseded`` each
-    record a later one of its key replaces.  Returns the offset where it stopped (the end of
-    the dirty prefix the pass cleans; the active segment's base if the whole dirty part fit),
-    and the bytes it read.
+def fill_map(map_bytes: int, superseded: bytearray, refs: list[SegmentRef], start: int,
+             stop: threading.Event) -> tuple[int, int, OffsetMap]:  # fmt: skip
+    """Phase 1: put the dirty records from ``start`` on into an offset map of at most
+    ``map_bytes`` until a new key does not fit (or ``superseded`` has no bit for the offset),
+    marking in ``superseded`` each record a later one of its key replaces.  Returns the offset
+    where it stopped (the end of the dirty prefix the pass cleans; the active segment's base if
+    the whole dirty part fit), the bytes it read, and the map.
 
     Records go through a :class:`_Window` first, a dict of the last offset of each key since
     it was last emptied: a key updated many times costs one dict store per record and one
     digest per window, not one per record."""
-    end = start + 8 * len(superseded)
-    window = _Window(offsets, superseded, start)
+    end = min(start + 8 * len(superseded), refs[-1].end)
+    window = _Window(map_bytes, superseded, start, end)
     bytes_read = 0
     for ref in refs:
         if ref.end <= start:
@@ -49,32 +49,44 @@ def fill_map(offsets: OffsetMap, superseded: bytearray, refs: list[SegmentRef], 
             for key, _ in iter_records(batch.records):
                 if offset >= start:
                     if offset >= end:
-                        cut = window.flush()
-                        return (offset if cut is None else cut), bytes_read + reader.bytes_read
-                    if window.add(key, offset) and (cut := window.flush()) is not None:
-                        return cut, bytes_read + reader.bytes_read
+                        cut = window.flush(offset)
+                        return (offset if cut is None else cut), bytes_read + reader.bytes_read, window.map()
+                    if window.add(key, offset) and (cut := window.flush(offset + 1)) is not None:
+                        return cut, bytes_read + reader.bytes_read, window.map()
                 offset += 1
         bytes_read += reader.bytes_read
-    cut = window.flush()
-    return (refs[-1].end if cut is None else cut), bytes_read
+    cut = window.flush(end)
+    return (refs[-1].end if cut is None else cut), bytes_read, window.map()
 
 
 class _Window:
     """Phase 1's write-combining window in front of the offset map: each key's last offset since
-    the last flush, in order of first appearance (a dict keeps it), and those first offsets."""
+    the last flush, in order of first appearance (a dict keeps it), and those first offsets.
 
-    def __init__(self, offsets: OffsetMap, superseded: bytearray, start: int) -> None:
-        self.offsets = offsets
+    The map is made at the first flush, sized for the keys in the window plus the records still
+    to read (no more can be new keys), at most ``map_bytes``: a dirty part of many updates of
+    few keys, read whole in the first window, gets a map of its size."""
+
+    def __init__(self, map_bytes: int, superseded: bytearray, start: int, end: int) -> None:
+        self.map_bytes = map_bytes
+        self.offsets: OffsetMap | None = None
         self.superseded = superseded
         self.start = start
+        self.end = end
         self.last: dict[bytes, int] = {}
         self.firsts: list[int] = []
         self._room()
 
+    def map(self) -> OffsetMap:
+        assert self.offsets is not None  # flushed before every return of fill_map
+        return self.offsets
+
     def _room(self) -> None:
         # Flush once the window holds more keys than the map has room for (some may be in it):
         # a flush then finds where the map fills, not much past it.
-        self.limit = min(WINDOW_KEYS, self.offsets.capacity - self.offsets.entries + 1)
+        m = self.offsets
+        room = OffsetMap.capacity_for(self.map_bytes) if m is None else m.capacity - m.entries
+        self.limit = min(WINDOW_KEYS, room + 1)
 
     def _mark(self, offset: int) -> None:
         rel = offset - self.start
@@ -91,10 +103,14 @@ class _Window:
         self.firsts.append(offset)
         return len(self.firsts) >= self.limit
 
-    def flush(self) -> int | None:
-        """Put the window into the map.  Returns the first offset of the first key that did not
-        fit (every record before it has its key in the map), or None if all did.  Keys already in
-        the map are updated even after that, so the map's older record of each is marked."""
+    def flush(self, next_offset: int) -> int | None:
+        """Put the window into the map (``next_offset``: the first record not read yet).  Returns
+        the first offset of the first key that did not fit (every record before it has its key
+        in the map), or None if all did.  Keys already in the map are updated even after that,
+        so the map's older record of each is marked."""
+        if self.offsets is None:
+            keys = len(self.last) + max(0, self.end - next_offset)
+            self.offsets = OffsetMap(min(self.map_bytes, OffsetMap.bytes_for(keys)))
         cut: int | None = None
         put, mark, firsts = self.offsets.put, self._mark, self.firsts
         for j, (key, offset) in enumerate(self.last.items()):

@@ -65,6 +65,8 @@ class _TopicState:
     #: where the last pass's dirty part began, and the keys its map held
     dirty_start: int = 0
     map_entries: int = 0
+    #: the last pass's map filled before the end of the dirty part: the next round is due now
+    unfinished: bool = False
 
 
 @dataclass
@@ -133,6 +135,7 @@ class CompactionPolicy:
         state = self._states.setdefault(topic, _TopicState())
         state.failed_below = active
         state.tombstone_due = 0
+        state.unfinished = False
         self.failures += 1
 
     def done(self, topic: str, result: PassResult, *, checkpointed: bool) -> None:
@@ -143,6 +146,7 @@ class CompactionPolicy:
         state.clean_end = result.checkpoint.clean_end if checkpointed else result.dirty_start
         state.tombstone_due = result.tombstone_due
         state.dirty_start, state.map_entries = result.dirty_start, result.map_entries
+        state.unfinished = checkpointed and result.checkpoint.clean_end < result.dirty_end
         self.passes += 1
         self.records_read += result.records_read
         self.records_removed += result.records_removed
@@ -151,6 +155,11 @@ class CompactionPolicy:
         self.last_seconds = result.seconds
         self.last_bytes_read = result.bytes_read
         self.last_map_entries, self.last_map_capacity = result.map_entries, result.map_capacity
+
+    def unfinished(self, topic: str) -> bool:
+        """Did the last pass over ``topic`` stop where its map filled, short of the active segment?"""
+        state = self._states.get(topic)
+        return state is not None and state.unfinished
 
     def checkpoints(self) -> dict[str, int]:
         """Each compacted topic's clean end, as the last pass left it."""

@@ -54,7 +54,7 @@ class OffsetMap:
         self.slots = slots = _prime_at_most(map_bytes // SLOT_BYTES)
         #: double hashing: the probe step is 1 .. slots - 1, from the digest's other half
         self._steps = max(1, slots - 1)
-        self.capacity = max(1, int(slots * LOAD_FACTOR))
+        self.capacity = max(1, int(slots * LOAD_FACTOR))  # as capacity_for
         self.entries = 0
         #: keyed with random bytes; each digest starts from a copy of this hasher (cheaper than keying anew)
         self._hasher = hashlib.blake2b(digest_size=DIGEST_BYTES, key=os.urandom(16))
@@ -71,6 +71,11 @@ class OffsetMap:
         while not _is_prime(slots) or int(slots * LOAD_FACTOR) < entries:
             slots += 1
         return slots * SLOT_BYTES
+
+    @staticmethod
+    def capacity_for(map_bytes: int) -> int:
+        """The keys a map of ``map_bytes`` holds."""
+        return max(1, int(_prime_at_most(map_bytes // SLOT_BYTES) * LOAD_FACTOR))
 
     @property
     def nbytes(self) -> int:
