@@ -30,7 +30,7 @@ class _Watch:
     asked: dict[int, float] = field(default_factory=dict)
     #: owner -> this hub's last sequence sent when it asked (hubs its answer adds start after it)
     asked_seq: dict[int, int] = field(default_factory=dict)
-    #: The hubs this key's sets go to, from the snapshot in use.
+    #: The hubs this key's sets go to, from the owners' answers (:func:`_in_use`).
     table: InterestTable[int] = field(default_factory=InterestTable)
     hubs: frozenset[int] = frozenset()
     #: This hub's last sequence when the watch started: hubs in the first answer get sets after it.
@@ -205,8 +205,8 @@ class Watching:
         if not any(o in watch.snapshots for o in owners):
             return []
         chosen = _in_use(watch, owners)
-        # Until every owner has answered, the answer in use may be one that had not heard of
-        # every hub yet: hubs added meanwhile start where the first answer's did.
+        # Until every owner has answered, the answers in use may not have heard of every hub
+        # yet: hubs added meanwhile start where the first answer's did.
         settled = watch.answered and all(o in watch.snapshots for o in owners)
         since = last_seq if settled else watch.started_after
         if asked_at is not None:
@@ -246,8 +246,8 @@ class Watching:
         return frozenset() if watch is None else watch.hubs
 
     def status(self) -> dict[str, dict[str, object]]:
-        """Per watched key: answered yet, and the hubs (with their patterns) of the answer in
-        use: where a set published under it now goes, but for hubs the graph does not reach now
+        """Per watched key: answered yet, and the hubs (with their patterns) the owners' answers
+        name: where a set published under it now goes, but for hubs the graph does not reach now
         (``STATUS``)."""
         out: dict[str, dict[str, object]] = {}
         for key, watch in sorted(self.keys.items()):
