@@ -107,7 +107,7 @@ class Overlay:
         self.local = LocalInterest()
         self.registrations = Registrations(self.membership, clock.monotonic)
         self.owned = OwnedKeys(self.membership, version_base=self.boot & 0xFFFFFFFF)
-        self.watching = Watching(self.membership, sent_upto=lambda: self.sender.join_since())
+        self.watching = Watching(self.membership, lambda: self.sender.join_since(), lambda *w: self.joins.watching(*w))
         self.streams = Streams(
             stored_position=store.stored_position,
             save_since=store.save_since,
@@ -117,6 +117,7 @@ class Overlay:
         self.origin = OriginSide(store, recent_max_bytes=config.recent_max_bytes)
         #: where this hub's sets for each destination start (told again when the hub returns)
         self.joins = Joins(store.save_joins, joins)
+        self.watching.resume(self.joins.unsettled(), clock.monotonic())  # watches a crash cut short
         self.outbox = Outbox(self.membership, self.policy.links)
         self.flooding = Flooding(self.outbox, self.policy.links)
         self.sender = SetSender(config, hub_id, self.watching, self.origin, self.outbox, self._route_control)

@@ -13,6 +13,16 @@ silently (found by the mesh fault plan "pause h3 | kill h2 | restart h2 | resume
 overlay).  So every change is saved (``save``: the hub's ``DATA/overlay-joins.json``, the
 simulator's store), and a restarted hub begins from what was saved.
 
+The same goes for a key whose watch not every owner has answered yet: the hubs a late answer
+names get this hub's sets under the key from the watch's start on (sets sent meanwhile went
+only where the first answer said, or wait parked).  A hub that crashes before the last answer
+came has stored those sets, but the hubs only that answer would name are owed them and nobody
+knows it; restarted, this hub would watch the key again only when it next publishes under it,
+from then on (found by tests/test_overlay_properties.py: a subscriber hub down while the only
+other owner of its key was the publisher's own hub).  So the watch's start is saved too (as hub
+0, which no hub is: :data:`UNSETTLED`), and a restarted hub watches those keys again from there
+at once.
+
 Starts restored from the file are not dropped until the destination leaves (an answer that no
 longer names it) or is forgotten by the membership.  Checking them against the first answer
 after a restart is not safe: a restarted hub's map is partial for a moment, and a hub it takes
@@ -26,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 Key = tuple[int, str]
+#: The "hub" under which a watched key that not every owner has answered yet keeps its start.
+UNSETTLED = 0
 
 
 class Joins:
@@ -60,8 +72,19 @@ class Joins:
         if stale:
             self._save(self.starts)
 
+    def watching(self, key: str, since: int | None) -> None:
+        """A watch of ``key`` started after this hub's sequence ``since``, or (None) every owner answered."""
+        if since is None:
+            self.left(UNSETTLED, key)
+        elif self.starts.setdefault((UNSETTLED, key), since) == since:
+            self._save(self.starts)
+
+    def unsettled(self) -> list[tuple[str, int]]:
+        """``(key, since)`` of watches not settled (some owner had not answered) before a restart."""
+        return self.of_hub(UNSETTLED)
+
     def hubs(self) -> set[int]:
-        return {hub for hub, _ in self.starts}
+        return {hub for hub, _ in self.starts if hub != UNSETTLED}
 
     def of_hub(self, hub: int) -> list[tuple[str, int]]:
         """``(key, since)`` told to ``hub`` (a list: the caller tells them again, which may change them)."""

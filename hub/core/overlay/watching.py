@@ -36,6 +36,8 @@ class _Watch:
     #: This hub's last sequence when the watch started: hubs in the first answer get sets after it.
     started_after: int = 0
     answered: bool = False
+    #: every owner has answered once (until then the start is kept across restarts: joins.py)
+    settled: bool = False
     last_used: float = 0.0
 
 
@@ -61,11 +63,19 @@ class Answer:
 class Watching:
     """The keys this hub publishes under, and the hubs each of its topics goes to."""
 
-    def __init__(self, membership: Membership, sent_upto: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self,
+        membership: Membership,
+        sent_upto: Callable[[], int] = lambda: 0,
+        on_watch: Callable[[str, int | None], None] = lambda key, since: None,
+    ) -> None:
         self.membership = membership
         self.self_id = membership.self_id
         #: This hub's last sequence sent so far (the sender's ``join_since``).
         self.sent_upto = sent_upto
+        #: told when a watch starts (key, its start) and once every owner has answered (key, None):
+        #: joins.py keeps the starts of watches not settled yet across restarts
+        self.on_watch = on_watch
         self.keys: dict[str, _Watch] = {}
         self._dests: dict[str, frozenset[int]] = {}
 
@@ -91,9 +101,18 @@ class Watching:
             watch = self.keys.get(key)
             if watch is None:
                 watch = self.keys[key] = _Watch(started_after=last_seq)
+                self.on_watch(key, last_seq)
                 sends.extend(self._tell(key, watch, self.membership.owners(key), now, last_seq))
             watch.last_used = now
         return sends
+
+    def resume(self, unsettled: list[tuple[str, int]], now: float) -> None:
+        """Watches some owner had not answered before this hub restarted (key, start): watched
+        again from their starts, so the hubs such an owner names still get the sets sent
+        meanwhile (the owners are told once the map knows them: :meth:`refresh`)."""
+        for key, since in unsettled:
+            if key not in self.keys:
+                self.keys[key] = _Watch(started_after=since, last_used=now)
 
     def idle(self, now: float, idle_for: float) -> list[Send]:
         """Stop watching keys not published under for ``idle_for`` seconds."""
@@ -103,6 +122,8 @@ class Watching:
                 owners = tuple(watch.told)
                 if owners:
                     sends.append((owners, wire.Watch(key=key, on=False)))
+                if not watch.settled:
+                    self.on_watch(key, None)
                 del self.keys[key]
                 self._dests.clear()
         return sends
@@ -215,6 +236,9 @@ class Watching:
             # where this hub stood when it asked.
             since = min(since, asked_at)
         watch.answered = True
+        if not watch.settled and all(o in watch.snapshots for o in owners):
+            watch.settled = True
+            self.on_watch(key, None)
         table: InterestTable[int] = InterestTable()
         for hub, patterns in chosen.items():
             table.add(hub, patterns)
