@@ -116,6 +116,30 @@ def run_world(seed: int, subscriptions: list[tuple[int, str]], events: list[tupl
             (0.74, ("publish", 0, "a.x")), (0.25, ("publish", 0, "b.x")), (0.49, ("burst", 3, "b.x")),
             (0.42, ("crash", 3, 0.5))],
 )  # fmt: skip
+# And the next two until a restarted publisher greeted the destinations it had told JOINED
+# (1072: its map, filled afresh, never saw them come back) and sent them HEADS for every topic
+# under the key when, restarted, it held no answer naming their patterns (1172429).
+@example(
+    seed=1072,
+    subscriptions=[(5, "a.x"), (2, "*.z"), (1, "c.z"), (1, "b.>"), (4, "b.>")],
+    events=[(0.23077152428931727, ("subscribe", 0, "c.z")), (2.225073858507e-311, ("cut", 2, 0, 5.333551467683543)),
+            (0.3321440191436271, ("burst", 3, "b.x")), (0.4206539146289143, ("crash", 1, 0.5)),
+            (0.4274795376654269, ("unsubscribe", 0, "c.z")), (6.625024379894185e-24, ("publish", 0, "c.z")),
+            (0.01, ("cut", 2, 0, 5.333551467683543)), (4.977882710569972e-74, ("publish", 5, "b.x")),
+            (0.08, ("burst", 1, "b.x")), (0.05, ("publish", 0, "b.x")), (0.32980453873511445, ("subscribe", 4, "b.>")),
+            (0.09340013184775915, ("publish", 2, "b.x")), (0.6586005697320252, ("publish", 2, "b.x")),
+            (0.12707872776338242, ("publish", 5, "b.x")), (0.5198706282102433, ("burst", 4, "b.x")),
+            (0.39507636433033194, ("crash", 0, 2.358287090801378))],
+)  # fmt: skip
+@example(
+    seed=1172429,
+    subscriptions=[(2, "*.z"), (3, "*.z"), (4, "*.z"), (1, "b.>"), (0, "b.>"), (1, "c.z")],
+    events=[(0.6984955467497562, ("cut", 4, 2, 2.858733868987103)), (0.050382832868917954, ("unsubscribe", 2, "*.z")),
+            (0.6269387860216776, ("crash", 1, 0.2)), (0.39392393440176604, ("burst", 1, "c.z")),
+            (4.952467477759492e-31, ("cut", 0, 2, 5.248109003984809)),
+            (0.7703458561334879, ("crash", 1, 1.144273958523222)),
+            (0.7611716958648463, ("burst", 2, "a.y")), (0.6186357360730455, ("subscribe", 1, "c.z"))],
+)  # fmt: skip
 @given(seed=st.integers(0, 2**32), subscriptions=standing, events=schedule)
 def test_every_steady_subscriber_gets_every_set_once_in_order(seed, subscriptions, events) -> None:
     world, ids, published, changed = run_world(seed, subscriptions, events)

@@ -40,7 +40,7 @@ from .costs import LinkCosts
 from .flooding import Flooding
 from .joins import Joins
 from .links import LinkPolicy
-from .membership import Membership, keys_of_topic, rendezvous_key
+from .membership import Membership, key_patterns, keys_of_topic, rendezvous_key
 from .origin import OriginSide, OwnLog, heads_frames
 from .outbox import Outbox
 from .pacing import ADVERTISE_INTERVAL, ADVERTISE_MAX, SETTLE, SETTLE_MAX, Backoff
@@ -126,8 +126,9 @@ class Overlay:
         self._advertise_due = self._advertise_urgent = False
         self._adverts = Backoff(ADVERTISE_INTERVAL, ADVERTISE_MAX, quiet=2 * ADVERTISE_MAX)
         self._restate()
-        #: hubs to greet once reachable (see _returned); at start, the origins of kept stream starts
-        self._greet: set[int] = {origin for origin, _ in (since or {})}
+        #: hubs to greet once reachable (see _returned); at start, the origins of kept stream starts and
+        #: the destinations of kept JOINED: a map filled afresh never sees them come back ("found")
+        self._greet: set[int] = {origin for origin, _ in (since or {})} | self.joins.hubs()
         #: HEADS after routes moved (see after_changes.py)
         self._heads = HeadsRounds(delay=config.heads_delay, window=config.heads_window, again=config.heads_again)
         #: when to tell owners again what may have been lost in a break (see _recheck)
@@ -421,8 +422,8 @@ class Overlay:
         """
         since = self.joins.tell(notice.hub, notice.key, notice.since)
         sends: list[Send] = [((notice.hub,), wire.Joined(key=notice.key, since=since))]
-        # Not topics with parked sets: they go once unparked (a head first: repaired, sent twice).
-        wanted = self._heads_for(self.watching.patterns_of(notice.key, notice.hub))
+        # Not parked topics (they go once unparked); a hub restarted since knows no patterns: all under the key.
+        wanted = self._heads_for(self.watching.patterns_of(notice.key, notice.hub) or key_patterns(notice.key))
         heads = [h for h in wanted if h.last > since and h.topic not in self.sender.parked_topics]
         sends.extend(((notice.hub,), frame) for frame in heads_frames(heads))
         return sends

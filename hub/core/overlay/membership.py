@@ -381,6 +381,11 @@ def rendezvous_key(pattern: str) -> str:
     return "*" if first in ("*", ">") else first
 
 
+def key_patterns(key: str) -> tuple[str, ...]:
+    """Patterns that match every topic a publisher watches ``key`` for (:func:`keys_of_topic`)."""
+    return (">",) if key == "*" else (key, key + ".>")
+
+
 def keys_of_topic(topic: str) -> tuple[str, str]:
     """The two keys a publisher of ``topic`` watches."""
     return (rendezvous_key(topic), "*")
