@@ -74,6 +74,23 @@ def test_heads_while_a_gap_is_open_are_kept_when_the_repair_comes_back_empty() -
     assert s.counters.messages_lost == 2
 
 
+def test_a_resent_set_held_behind_a_start_that_moved_earlier_is_delivered() -> None:
+    """The origin said the stream starts after 1, then (a second JOINED) after 0.  Its repair of
+    1..2 resends set 2 chained from 1; by then the gap is 0..1, so the set waits; the REPAIRED
+    that follows it must deliver it, not skip over it to 2 as if it had been."""
+    s = Streams(stored_position=lambda origin, topic: 0, save_since=lambda since: None, hold_max_bytes=1 << 20)
+    s.joined(ORIGIN, KEY, 1, now=0.0)
+    s.heads(ORIGIN, (wire.Head(topic=TOPIC, last=2),), wants, now=0.1)
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 1, 2)]
+    s.joined(ORIGIN, KEY, 0, now=0.2)
+    s.receive(ORIGIN, (a_set(2, 1, 1),), wants, now=0.3)  # the repair's set, chained from 1
+    assert delivered(s) == [] and s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 0, 1)]
+    s.repaired(ORIGIN, TOPIC, upto=2, missing=0, now=0.3)
+    assert delivered(s) == [2]
+    s.repaired(ORIGIN, TOPIC, upto=1, missing=0, now=0.4)  # the second ask's answer: nothing more
+    assert delivered(s) == [] and s.open_gaps() == 0 and s.counters.messages_lost == 0
+
+
 def test_heads_at_or_below_the_chain_ask_nothing() -> None:
     s = streams()
     s.receive(ORIGIN, (a_set(1, 4, 0),), wants, now=1.0)

@@ -318,15 +318,28 @@ class Streams:
             self._next_gap(origin, head.topic, stream, now)
 
     def repaired(self, origin: int, topic: str, upto: int, missing: int, now: float) -> None:
-        """The origin resent what it had up to ``upto``: what is still missing is given up."""
+        """The origin resent what it had up to ``upto``: what is still missing is given up.
+
+        What it resent may be held, not delivered: a start that moved earlier meanwhile (a
+        second JOINED) reopens the gap below the resent sets, chained from the old start.  Those
+        are delivered, in order, before the rest up to ``upto`` is given up (skipping to it
+        dropped them as if delivered)."""
         stream = self.streams.get((origin, topic))
         if stream is None or stream.gap is None or stream.gap.after >= upto:
             return
         at = stream.chain or 0
         if at >= upto:
             return
-        self.counters.gaps_lost += 1
-        self.counters.messages_lost += missing
+        resent = sorted(p for p in stream.held if p <= upto)
+        if missing or not resent:
+            self.counters.gaps_lost += 1
+            self.counters.messages_lost += missing
+        for prev in resent:
+            h = stream.held.pop(prev)
+            self.held_bytes -= h.size
+            if stream.chain is None or h.s.last_seq > stream.chain:
+                stream.chain = h.s.last_seq
+                self._emit(origin, h.s, [topic])
         self._skip(origin, topic, stream, upto, now)
 
     def _skip(self, origin: int, topic: str, stream: _Stream, upto: int, now: float) -> None:
