@@ -437,10 +437,10 @@ class Overlay:
             self._route_control((src,), frame)
 
     def _heads_for(self, patterns: Iterable[str]) -> list[wire.Head]:
-        """Where this hub's topics that ``patterns`` match end."""
+        """Where this hub's topics that ``patterns`` match end (told again after changes: origin.py)."""
         table = LocalInterest()
         table.add(patterns)
-        return self.origin.heads_matching(lambda topic: table.wants((topic,)))
+        return self.origin.heads_matching(lambda topic: table.wants((topic,)), self.clock.monotonic())
 
     def _answer_repair(self, src: int, repair: wire.Repair) -> None:
         encoded, missing = self.origin.repair(repair.topic, repair.after, repair.upto)

@@ -101,6 +101,8 @@ class Membership:
     _next_hop: dict[int, int] = field(default_factory=dict)
     _ring_at: int = -1
     _ring: list[tuple[int, int]] = field(default_factory=list)
+    #: times the ring's members changed (a hub joined or left the reachable set)
+    _ring_changes: int = 0
     #: Whose advertisements this hub takes, by peer key (``--mesh-allow``; None: anyone's).  A
     #: hub it would not link to stays out of its map: never routed to or through, never an
     #: owner, and what it originates is dropped (:meth:`knows`).
@@ -349,15 +351,26 @@ class Membership:
 
     def owners(self, key: str) -> tuple[int, ...]:
         """The hubs that own ``key``: its successors on the ring of reachable hubs (us included)."""
+        ring = self._current_ring()
+        start = bisect.bisect_left(ring, (key_ring_position(key), 0))
+        count = min(RENDEZVOUS_OWNERS, len(ring))
+        return tuple(ring[(start + i) % len(ring)][1] for i in range(count))
+
+    def _current_ring(self) -> list[tuple[int, int]]:
         self._routes()
         if self._ring_at != self._routes_at:  # the ring follows the routes (held down with them)
             self._ring_at = self._routes_at
             members = [self.self_id, *self.reachable()]
-            self._ring = sorted((hub_ring_position(h), h) for h in members)
-        ring = self._ring
-        start = bisect.bisect_left(ring, (key_ring_position(key), 0))
-        count = min(RENDEZVOUS_OWNERS, len(ring))
-        return tuple(ring[(start + i) % len(ring)][1] for i in range(count))
+            ring = sorted((hub_ring_position(h), h) for h in members)
+            if ring != self._ring:
+                self._ring_changes += 1
+            self._ring = ring
+        return self._ring
+
+    def ring_changes(self) -> int:
+        """How many times the ring's members changed (so, possibly, any key's owners)."""
+        self._current_ring()
+        return self._ring_changes
 
 
 def _strippable(state: wire.LinkState) -> bool:

@@ -140,14 +140,19 @@ class OriginSide:
                 del self._published[topic]
         return heads
 
-    def heads_matching(self, matches: Callable[[str], bool]) -> list[wire.Head]:
-        """This hub's last sequence on each of its topics ``matches`` (a SYNC's answer)."""
+    def heads_matching(self, matches: Callable[[str], bool], now: float) -> list[wire.Head]:
+        """This hub's last sequence on each of its topics ``matches`` (a SYNC's answer, a JOINED's
+        HEADS).  They count as published ``now`` for :meth:`published_since`: a HEADS lost in a
+        change of routes goes again with the HEADS after it -- a restarted hub has no publish
+        of its own yet to put a topic there, and its greetings cross a map that is still filling."""
         heads = []
+        published = self._published
         for topic in sorted(self._prev):
             if matches(topic):
                 last = self.prev_of(topic)
                 if last:
                     heads.append(wire.Head(topic=topic, last=last))
+                    published[topic] = max(published.get(topic, now), now)
         return heads
 
     def state_size(self) -> int:

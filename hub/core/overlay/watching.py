@@ -18,6 +18,17 @@ from ..mesh.interest import InterestTable
 from .membership import Membership, keys_of_topic
 from .rendezvous import Send, next_version, owners_changed
 
+#: After the ring of owners changed (a hub crashed, returned, joined), or an owner change cut an
+#: ask short (``_Watch.cut_short``), hubs named for the first time start no later than this
+#: hub stood then, for this long: their INTEREST may have been on its way to the new owners
+#: (or with an owner that left) while this hub published.  Past the churn of a crash or a split
+#: healing (routes settle within seconds), a hub named for the first time is taken to want
+#: from then on.  The price: a hub that really subscribes within this time of a change gets
+#: up to this much of what was published before.
+CUT_SHORT_KEEP = 10.0
+#: A ring change is seen when the graph settles, this long after it at most (SETTLE_MAX 1 s).
+RING_SEEN_WITHIN = 2.0
+
 
 @dataclass(slots=True)
 class _Watch:
@@ -30,13 +41,19 @@ class _Watch:
     asked: dict[int, float] = field(default_factory=dict)
     #: owner -> this hub's last sequence sent when it asked (hubs its answer adds start after it)
     asked_seq: dict[int, int] = field(default_factory=dict)
+    #: (the earliest such sequence, when) of an ask that an owner change cut short (its owner
+    #: left the key before answering): the hubs it would have named may be named by another
+    #: owner later, asked later; they still start there, for CUT_SHORT_KEEP seconds.
+    cut_short: tuple[int, float] | None = None
     #: The hubs this key's sets go to, from the owners' answers (:func:`_in_use`).
     table: InterestTable[int] = field(default_factory=InterestTable)
     hubs: frozenset[int] = frozenset()
     #: This hub's last sequence when the watch started: hubs in the first answer get sets after it.
     started_after: int = 0
     answered: bool = False
-    #: every owner has answered once (until then the start is kept across restarts: joins.py)
+    #: when the watch started (the time of its first publish, or of a resume after a restart)
+    started_at: float = 0.0
+    #: every owner has answered once, the ring quiet (until then the start outlives a crash: joins.py)
     settled: bool = False
     last_used: float = 0.0
 
@@ -78,6 +95,12 @@ class Watching:
         self.on_watch = on_watch
         self.keys: dict[str, _Watch] = {}
         self._dests: dict[str, frozenset[int]] = {}
+        #: the ring's change count last seen, and (where this hub stood, when) at its last change
+        self._ring_seen = 0
+        self._ring_moved: tuple[int, float] | None = None
+        #: (where this hub stood, when) at the last refresh: a change is seen only when the graph
+        #: settles, up to a second or so after it, and this hub may have published meanwhile
+        self._refreshed: tuple[int, float] = (0, -1e18)
 
     def destinations(self, topic: str) -> frozenset[int]:
         """Hubs (never this one) with a pattern that matches ``topic``."""
@@ -100,7 +123,7 @@ class Watching:
         for key in keys_of_topic(topic):
             watch = self.keys.get(key)
             if watch is None:
-                watch = self.keys[key] = _Watch(started_after=last_seq)
+                watch = self.keys[key] = _Watch(started_after=last_seq, started_at=now)
                 self.on_watch(key, last_seq)
                 sends.extend(self._tell(key, watch, self.membership.owners(key), now, last_seq))
             watch.last_used = now
@@ -112,7 +135,7 @@ class Watching:
         meanwhile (the owners are told once the map knows them: :meth:`refresh`)."""
         for key, since in unsettled:
             if key not in self.keys:
-                self.keys[key] = _Watch(started_after=since, last_used=now)
+                self.keys[key] = _Watch(started_after=since, last_used=now, started_at=now)
 
     def idle(self, now: float, idle_for: float) -> list[Send]:
         """Stop watching keys not published under for ``idle_for`` seconds."""
@@ -130,16 +153,23 @@ class Watching:
 
     def refresh(self, now: float) -> list[Send]:
         """The graph changed: watch with new or restarted owners; drop what old owners said."""
+        changes = self.membership.ring_changes()
+        stood = self.sent_upto()
+        if changes != self._ring_seen:
+            self._ring_seen = changes
+            before, at = self._refreshed
+            self._ring_moved = (before if now - at <= RING_SEEN_WITHIN else stood, now)
+        self._refreshed = (stood, now)
         sends = []
         for key, watch in self.keys.items():
             owners = self.membership.owners(key)
             for owner in list(watch.told):
                 if owner not in owners:
                     del watch.told[owner]
-                    self._drop(watch, owner)
+                    self._drop(watch, owner, now)
             fresh = owners_changed(watch.told, owners, self.membership)
             for owner in fresh:
-                self._drop(watch, owner)
+                self._drop(watch, owner, now)
             if fresh:
                 sends.extend(self._tell(key, watch, tuple(fresh), now))
         return sends
@@ -156,7 +186,19 @@ class Watching:
                     sends.append(((owner,), wire.Watch(key=key, version=watch.versions[owner])))
             silent = tuple(o for o in owners if o not in watch.snapshots)
             sends.extend(self._tell(key, watch, silent, now))
+            self._settled(key, watch, owners, now)
         return sends
+
+    def _settled(self, key: str, watch: _Watch, owners: tuple[int, ...], now: float) -> None:
+        """Every owner has answered, and the ring has not changed for CUT_SHORT_KEEP: the watch's
+        start need not outlive a crash any more (joins.py).  (A hub just started, its map still
+        filling, is its keys' only owner for a moment: its own answer is not enough.)"""
+        moved = self._ring_moved
+        if watch.settled or (moved is not None and now - moved[1] < CUT_SHORT_KEEP):
+            return
+        if all(o in watch.snapshots for o in owners):
+            watch.settled = True
+            self.on_watch(key, None)
 
     def retry(self, now: float, after: float) -> list[Send]:
         """WATCHes unanswered for ``after`` seconds go again."""
@@ -181,11 +223,13 @@ class Watching:
         return [(owners, wire.Watch(key=key))] if owners else []
 
     @staticmethod
-    def _drop(watch: _Watch, owner: int) -> None:
+    def _drop(watch: _Watch, owner: int, now: float) -> None:
         watch.snapshots.pop(owner, None)
         watch.versions.pop(owner, None)
         watch.asked.pop(owner, None)
-        watch.asked_seq.pop(owner, None)
+        seq = watch.asked_seq.pop(owner, None)
+        if seq is not None and (watch.cut_short is None or seq <= watch.cut_short[0]):
+            watch.cut_short = (seq, now)
 
     def answer(self, src: int, frame: wire.InterestSet, last_seq: int, now: float) -> Answer:
         """An owner's INTEREST_SET: the hubs that became destinations under the key, those that
@@ -216,12 +260,12 @@ class Watching:
                 snapshot.pop(entry.hub, None)
                 if not frame.full:
                     left.append(entry.hub)
-        joined = self._use(frame.key, watch, last_seq, asked_at)
+        joined = self._use(frame.key, watch, last_seq, now, asked_at)
         # Gone by its own word only once no owner's answer names it (the other owner's change
         # may not have come yet: a hub that subscribes again meanwhile never stopped being one).
         return Answer(joined=joined, left=[h for h in left if h not in watch.hubs])
 
-    def _use(self, key: str, watch: _Watch, last_seq: int, asked_at: int | None = None) -> list[JoinNotice]:
+    def _use(self, key: str, watch: _Watch, last_seq: int, now: float, asked_at: int | None = None) -> list[JoinNotice]:
         owners = self.membership.owners(key)
         if not any(o in watch.snapshots for o in owners):
             return []
@@ -235,10 +279,19 @@ class Watching:
             # asked (an owner that answered first may not have known them yet), so they start
             # where this hub stood when it asked.
             since = min(since, asked_at)
+        if watch.cut_short is not None:
+            if now - watch.cut_short[1] < CUT_SHORT_KEEP:
+                since = min(since, watch.cut_short[0])
+            else:
+                watch.cut_short = None
+        moved = self._ring_moved
+        if moved is not None and now - moved[1] < CUT_SHORT_KEEP:
+            # A watch started about when the ring changed: its first sets may have been asked of
+            # owners that had not heard yet of hubs whose INTEREST was on its way to them.
+            fresh = watch.started_at >= moved[1] - RING_SEEN_WITHIN
+            since = min(since, watch.started_after if fresh else max(moved[0], watch.started_after))
         watch.answered = True
-        if not watch.settled and all(o in watch.snapshots for o in owners):
-            watch.settled = True
-            self.on_watch(key, None)
+        self._settled(key, watch, owners, now)
         table: InterestTable[int] = InterestTable()
         for hub, patterns in chosen.items():
             table.add(hub, patterns)
