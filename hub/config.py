@@ -120,6 +120,9 @@ class HubConfig:
     #: cluster can outgrow a full mesh.  Off: the v2 full mesh.  Either way v1/v2 peers link.
     mesh_overlay: bool = False
     mesh_degree: int = 8
+    #: With the overlay: direct links (not advertised) to hubs this one sends to that the
+    #: overlay reaches only through relays, at most this many (hub/core/overlay/shortcuts.py).
+    mesh_shortcuts: int = 6
     #: Find hubs through the DHT (off: link only to --bootstrap hubs, e.g. behind a fixed proxy).
     discovery: bool = True
     #: Seconds between heartbeats on mesh links; ``mesh_heartbeat_misses`` missed = peer dead.
@@ -179,6 +182,8 @@ class HubConfig:
             raise ValueError("mesh_dump needs a mesh: set mesh_listen too")
         if self.metrics_topics < 0:
             raise ValueError("metrics_topics must be >= 0")
+        if self.mesh_shortcuts < 0:
+            raise ValueError(f"mesh_shortcuts must be >= 0 (0: none), got {self.mesh_shortcuts}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         for name in ("max_body", "max_connections", "max_subscriptions", "max_topics_per_connection",

@@ -41,10 +41,11 @@ def overlay_of(hub: Hub) -> dict[str, Any]:
 
 
 def formed(hubs: list[Hub], max_peers: int) -> bool:
-    """Every hub reaches every other through the overlay, none above ``max_peers`` links."""
+    """Every hub reaches every other through the overlay, none above ``max_peers`` links and shortcuts."""
     for hub in hubs:
         overlay = overlay_of(hub)
-        assert len(overlay["links"]) <= max_peers, f"{hub.name} holds {len(overlay['links'])} links"
+        held = len(overlay["links"]) + len(overlay["shortcuts"])
+        assert held <= max_peers, f"{hub.name} holds {held} links and shortcuts"
         if overlay["reachable"] < len(hubs) - 1:
             return False
     return True

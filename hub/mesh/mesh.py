@@ -292,8 +292,8 @@ class Mesh:
             return
         if version.overlay:
             assert self.overlay is not None  # v3 is registered only with the overlay (hub/app.py)
-            if not self.overlay.room_for(peer_id):
-                await self.overlay.refer(stream)
+            if not self.overlay.room_for(peer_id, shortcut=version.shortcut):
+                await self.overlay.refuse(stream, shortcut=version.shortcut)
                 return
         elif self._closing or self._nursery is None or not self.core.may_accept(str(peer_id)):
             await stream.reset()
@@ -345,7 +345,8 @@ class Mesh:
         finally:
             link.dialing = False
 
-    async def _open_stream(self, link: PeerLink) -> tuple[Any, MeshVersion]:
+    async def _open_stream(self, link: PeerLink, *, shortcut: bool = False) -> tuple[Any, MeshVersion]:
+        """A mesh stream to ``link``'s peer: the newest version both speak, or a shortcut's."""
         host = self.host
         # A failed dial blocks the peer for 60 s in py-libp2p's negative cache; a restarted
         # hub must be reachable again at once.
@@ -359,7 +360,7 @@ class Mesh:
             await host.connect(PeerInfo(link.peer_id, link.static_addrs))
         else:
             await host.connect(PeerInfo(link.peer_id, link.addrs))
-        offered = self.core.admission.versions_to_offer(self.config.versions)
+        offered = self.core.admission.versions_to_offer(v for v in self.config.versions if v.shortcut == shortcut)
         stream = await host.new_stream(link.peer_id, [TProtocol(v.protocol_id) for v in offered])
         return stream, MeshVersion.from_protocol(str(stream.get_protocol()))
 

@@ -67,7 +67,7 @@ class MeshShell(Protocol):
 
     def _link_for(self, peer_id: ID) -> PeerLink: ...
 
-    async def _open_stream(self, link: PeerLink) -> tuple[Any, MeshVersion]: ...
+    async def _open_stream(self, link: PeerLink, *, shortcut: bool = False) -> tuple[Any, MeshVersion]: ...
 
     async def _admitted(self, stream: Any, version: MeshVersion, peer_id: ID, *, outbound: bool) -> bool: ...
 
@@ -177,16 +177,25 @@ class OverlayLinks:
         if outbound and not peer.linked and self.driver is not None:
             self.driver.dial_failed(hub_id_for(link.peer_bytes))  # refused, referred, or cut short
 
-    def room_for(self, peer_id: ID) -> bool:
-        """May a v3 stream from ``peer_id`` become a link?  The overlay's bound decides: it may
-        take one link past it to heal a split, and then closes one it can spare."""
+    def room_for(self, peer_id: ID, *, shortcut: bool = False) -> bool:
+        """May a v3 stream from ``peer_id`` become a link (or a shortcut)?  The overlay's bound
+        decides: it may take one link past it to heal a split, and then closes one it can spare."""
         driver = self.driver
         if driver is None or self.mesh._closing or self.mesh._nursery is None:
             return False
         known = self.mesh.core.links.get(str(peer_id))
         if known is not None and known.live:
-            return True
-        return driver.may_accept(hub_id_for(peer_id.to_bytes()))
+            return not shortcut  # one session per hub: a live one is replaced by a link only
+        return driver.may_accept(hub_id_for(peer_id.to_bytes()), shortcut=shortcut)
+
+    async def refuse(self, stream: Any, *, shortcut: bool) -> None:
+        """No room: a link's stream is referred (:meth:`refer`), a shortcut's is just reset (the
+        dialling hub keeps its routes through the overlay)."""
+        if not shortcut:
+            await self.refer(stream)
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+            await stream.reset()
 
     async def refer(self, stream: Any) -> None:
         """A full hub answers a v3 stream with what it knows of the cluster, then closes it."""
@@ -204,8 +213,8 @@ class OverlayLinks:
         with trio.CancelScope(shield=True), trio.move_on_after(1.0):
             await stream.reset()
 
-    def _dial(self, state: wire.LinkState) -> None:
-        """The overlay wants a link to the hub ``state`` advertises."""
+    def _dial(self, state: wire.LinkState, shortcut: bool) -> None:
+        """The overlay wants a link (or a shortcut) to the hub ``state`` advertises."""
         mesh = self.mesh
         if mesh._closing or mesh._nursery is None:
             return
@@ -221,14 +230,16 @@ class OverlayLinks:
         link = mesh._link_for(peer_id)
         link.addrs = addrs
         if not link.live and not link.dialing:
-            mesh._nursery.start_soon(self._dial_once, link, state.hub_id)
+            mesh._nursery.start_soon(self._dial_once, link, state.hub_id, shortcut)
+        elif shortcut and self.driver is not None:
+            self.driver.overlay.dial_ended(state.hub_id)  # a session to it exists or is on its way
 
-    async def _dial_once(self, link: PeerLink, hub: int) -> None:
+    async def _dial_once(self, link: PeerLink, hub: int, shortcut: bool = False) -> None:
         mesh = self.mesh
         link.dialing = True
         try:
             with trio.fail_after(DIAL_TIMEOUT):
-                stream, version = await mesh._open_stream(link)
+                stream, version = await mesh._open_stream(link, shortcut=shortcut)
             if not await mesh._admitted(stream, version, link.peer_id, outbound=True):
                 with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                     await stream.reset()

@@ -29,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--degree", type=int, default=d.degree)
     p.add_argument("--max-peers", type=int, default=d.max_peers)
+    p.add_argument("--shortcuts", type=int, default=d.shortcuts, help="shortcuts per hub (0: none)")
     p.add_argument("--form", type=float, default=d.form, help="seconds for the overlay to form")
     p.add_argument("--warm", type=float, default=d.warm, help="seconds of traffic before the steady figures")
     p.add_argument("--steady", type=float, default=d.steady, help="seconds of traffic without faults")
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         degree=args.degree,
         max_peers=args.max_peers,
+        shortcuts=args.shortcuts,
         form=args.form,
         warm=args.warm,
         steady=args.steady,

@@ -166,6 +166,7 @@ class TestBed:
                 {
                     "hub": hub.name,
                     "links": len(overlay.get("links", [])),
+                    "shortcuts": len(overlay.get("shortcuts", [])),
                     "rss_mib": round(rss / 2**20, 1),
                     "cpu_seconds": round(cpu, 1),
                     "counters": overlay.get("counters", {}),

@@ -145,6 +145,8 @@ def summarize(
             "max": max((h["links"] for h in hubs), default=None),
             "mean": sum(h["links"] for h in hubs) / len(hubs) if hubs else None,
         },
+        # links and shortcuts (hub/core/overlay/shortcuts.py) together: what --max-peers bounds
+        "connections_max": max((h["links"] + h.get("shortcuts", 0) for h in hubs), default=None),
         "rss_mib_max": max((h["rss_mib"] for h in hubs), default=None),
         "faults": faults,
         "subscriber_errors": [e for s in subs for e in s.errors],
@@ -173,7 +175,8 @@ def render(report: dict[str, Any]) -> str:
             f"redundancy {num(report['redundancy'], '{:.3f}')}  "
             f"control/payload {num(report['control_over_payload_bytes'], '{:.3f}')}  "
             f"interest frames per join {num(report['interest_frames_per_join'])}",
-            f"links per hub: max {links['max']}, mean {num(links['mean'])}  RSS max {num(report['rss_mib_max'])} MiB",
+            f"links per hub: max {links['max']}, mean {num(links['mean'])}, with shortcuts max "
+            f"{report.get('connections_max')}  RSS max {num(report['rss_mib_max'])} MiB",
             f"idle: CPU {num(idle.get('cpu_percent_mean'), '{:.2f}')}% of a core per hub (max "
             f"{num(idle.get('cpu_percent_max'), '{:.2f}')}%), RSS {num(idle.get('rss_mib_mean'))} MiB",
         ]

@@ -29,7 +29,8 @@ def _nothing() -> None:
 
 
 class OverlayDriver:
-    def __init__(self, overlay: Overlay, *, on_dial: Callable[[wire.LinkState], None]) -> None:
+    def __init__(self, overlay: Overlay, *, on_dial: Callable[[wire.LinkState, bool], None]) -> None:
+        """``on_dial(state, shortcut)``: open a link (or a shortcut) to the hub ``state`` advertises."""
         self.overlay = overlay
         self.hub_id = overlay.hub_id
         self.on_dial = on_dial
@@ -53,8 +54,8 @@ class OverlayDriver:
 
     # -- links ---------------------------------------------------------------------------
 
-    def may_accept(self, hub: int) -> bool:
-        return self.overlay.may_accept(hub)
+    def may_accept(self, hub: int, *, shortcut: bool = False) -> bool:
+        return self.overlay.may_accept(hub, shortcut=shortcut)
 
     def link_up(self, peer: OverlayPeer) -> bool:
         """``peer`` greeted: the overlay has a neighbour (False: it has no room, the link closes)."""
@@ -64,7 +65,9 @@ class OverlayDriver:
         if old is not None and old is not peer:
             self.peers.pop(hub)
             old.close(CloseReason.REPLACED)
-        if hub not in self.overlay.links and not self.overlay.may_accept(hub):
+        shortcut = peer.version.shortcut
+        known = hub in self.overlay.links or hub in self.overlay.shortcuts.live
+        if not known and not self.overlay.may_accept(hub, shortcut=shortcut):
             log.info(
                 "mesh peer %s: no room for another overlay link (max_peers); closing",
                 peer.link.key,
@@ -73,7 +76,7 @@ class OverlayDriver:
             peer.close(CloseReason.PRUNED)
             return False
         self.peers[hub] = peer
-        self.overlay.link_up(hub)
+        self.overlay.link_up(hub, shortcut=shortcut)
         self.pump()
         return True
 
@@ -104,7 +107,9 @@ class OverlayDriver:
         overlay = self.overlay
         deadline = overlay.tick()
         for state in overlay.dials():
-            self.on_dial(state)
+            self.on_dial(state, False)
+        for state in overlay.shortcut_dials():
+            self.on_dial(state, True)
         surplus = overlay.surplus_link()
         if surplus is not None:
             peer = self.peers.pop(surplus, None)

@@ -7,7 +7,9 @@ peer gets headered sets as plain FORWARD_BATCH sets, without their headers);
 ``/pub0sub/mesh/3.0.0`` is the overlay (``hub/core/overlay/``), spoken only by hubs
 started with ``--mesh-overlay``; ``/pub0sub/mesh/3.1.0`` is 3.0 whose LINK_STATEs carry each
 link's latency (a 3.0 peer is sent them without).  The dialer offers ``[v3.1, v3,] v2.1, v2, v1``
-and multistream-select picks the newest both speak.
+and multistream-select picks the newest both speak.  ``/pub0sub/mesh/3.1.0-shortcut`` is a 3.1
+session opened as a shortcut (``hub/core/overlay/shortcuts.py``): only offered alone, by a hub
+that asks for a shortcut, so both ends know from the protocol id that the link is not advertised.
 
 The encoders here build the same bytes as ``wire.ForwardBatch`` /
 ``wire.Forward`` (the tests prove it) but from pieces encoded *once* per
@@ -44,6 +46,7 @@ class MeshVersion(Enum):
     V2_1 = "/pub0sub/mesh/2.1.0"
     V3 = "/pub0sub/mesh/3.0.0"
     V3_1 = "/pub0sub/mesh/3.1.0"
+    V3_1_SHORTCUT = "/pub0sub/mesh/3.1.0-shortcut"
 
     @property
     def protocol_id(self) -> str:
@@ -57,8 +60,13 @@ class MeshVersion(Enum):
 
     @property
     def overlay(self) -> bool:
-        """The overlay's link session (``overlay_peer.py``): 3.0 and 3.1."""
-        return self is MeshVersion.V3 or self is MeshVersion.V3_1
+        """The overlay's link session (``overlay_peer.py``): 3.0 and 3.1, links and shortcuts."""
+        return self is MeshVersion.V3 or self is MeshVersion.V3_1 or self is MeshVersion.V3_1_SHORTCUT
+
+    @property
+    def shortcut(self) -> bool:
+        """A 3.1 session that is a shortcut (hub/core/overlay/shortcuts.py), not an overlay link."""
+        return self is MeshVersion.V3_1_SHORTCUT
 
     @property
     def headers(self) -> bool:
@@ -84,11 +92,13 @@ _OPCODES = {
     MeshVersion.V2_1: wire.MESH_V2_1_OPCODES,
     MeshVersion.V3: wire.MESH_V3_OPCODES,
     MeshVersion.V3_1: wire.MESH_V3_1_OPCODES,
+    MeshVersion.V3_1_SHORTCUT: wire.MESH_V3_1_OPCODES,
 }
 
 #: What a hub offers when it dials, newest first (v3 is added in front with ``--mesh-overlay``).
 ALL_VERSIONS = (MeshVersion.V2_1, MeshVersion.V2, MeshVersion.V1)
-OVERLAY_VERSIONS = (MeshVersion.V3_1, MeshVersion.V3, *ALL_VERSIONS)
+#: With it, a shortcut's stream id too: registered, but offered only alone (``Mesh._open_stream``).
+OVERLAY_VERSIONS = (MeshVersion.V3_1, MeshVersion.V3, *ALL_VERSIONS, MeshVersion.V3_1_SHORTCUT)
 
 
 def make_decoder(version: MeshVersion) -> wire.FrameDecoder:

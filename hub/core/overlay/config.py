@@ -52,6 +52,16 @@ class OverlayConfig:
     recent_max_bytes: int = 16 << 20
     #: A publisher stops watching a rendezvous key it has not published under for this long.
     watch_idle: float = 600.0
+    #: Shortcuts (shortcuts.py): direct links, not advertised, that carry frames for a hub the
+    #: overlay reaches only through relays.  At most this many per hub, and never more than
+    #: ``max_peers - degree - 2`` (two slots stay for a joining hub and for healing a split),
+    #: so with the defaults a hub holds at most 9 overlay links + 6 shortcuts (0: none).
+    shortcuts: int = 6
+    #: Only sets of topics wanted by at most this many hubs ask for a shortcut: a topic many
+    #: hubs want is best served by its tree, whose relays mostly want it themselves.
+    shortcut_fanout: int = 8
+    #: A shortcut nothing crossed either way for this long is closed by the hub that opened it.
+    shortcut_idle: float = 60.0
     #: Seconds between dial attempts to the same hub.
     redial_interval: float = 5.0
     #: Dials in flight at once.
@@ -60,5 +70,7 @@ class OverlayConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.degree <= self.max_peers:
             raise ValueError("degree must be in 1..max_peers")
+        if self.shortcuts < 0 or self.shortcut_fanout < 1:
+            raise ValueError("shortcuts must be >= 0 and shortcut_fanout >= 1")
         if not 1 <= self.ttl <= 255:
             raise ValueError("ttl must be in 1..255")

@@ -46,6 +46,7 @@ from .outbox import Outbox
 from .pacing import ADVERTISE_INTERVAL, ADVERTISE_MAX, SETTLE, SETTLE_MAX, Backoff
 from .rendezvous import OwnedKeys, Registrations, Send
 from .sending import SetSender
+from .shortcuts import Shortcuts
 from .status import overlay_status
 from .streams import Streams
 from .watching import JoinNotice, Watching
@@ -118,9 +119,12 @@ class Overlay:
         #: where this hub's sets for each destination start (told again when the hub returns)
         self.joins = Joins(store.save_joins, joins)
         self.watching.resume(self.joins.unsettled(), clock.monotonic())  # watches a crash cut short
-        self.outbox = Outbox(self.membership, self.policy.links)
+        self.shortcuts = Shortcuts(config, self.membership, self.policy.links)
+        self.policy.shortcuts = self.shortcuts.live
+        self.outbox = Outbox(self.membership, self.policy.links, self.shortcuts)
         self.flooding = Flooding(self.outbox, self.policy.links)
-        self.sender = SetSender(config, hub_id, self.watching, self.origin, self.outbox, self._route_control)
+        self.sender = SetSender(config, hub_id, self.watching, self.origin, self.outbox, self._route_control,
+                                self.shortcuts.count)  # fmt: skip
         self._settle_at: float | None = None
         self._settles = Backoff(SETTLE, SETTLE_MAX, quiet=SETTLE_MAX)
         self._advertise_due = self._advertise_urgent = False
@@ -140,13 +144,21 @@ class Overlay:
 
     # -- links -------------------------------------------------------------------------
 
-    def may_accept(self, hub: int) -> bool:
-        """May a link from ``hub`` be accepted (``max_peers`` bounds inbound links too)?"""
+    def may_accept(self, hub: int, *, shortcut: bool = False) -> bool:
+        """May a link (or a shortcut) from ``hub`` be accepted (``max_peers`` bounds inbound links too)?"""
+        if shortcut:
+            return hub != self.hub_id and self.shortcuts.may_accept(hub)
         return hub != self.hub_id and self.policy.may_accept(hub, self.clock.monotonic())
 
-    def link_up(self, hub: int) -> None:
+    def link_up(self, hub: int, *, shortcut: bool = False) -> None:
+        if shortcut:
+            self.shortcuts.up(hub, self.clock.monotonic())
+            return
+        if hub in self.shortcuts.live and self.shortcuts.down(hub):
+            self._moved()  # the shell replaced a shortcut's session by this link: frames may be lost
         if not self.policy.link_up(hub):
             return
+        self.shortcuts.make_room()
         # Everything this hub knows goes to the new neighbour (it floods on what is news to it).
         for frame in self.membership.frames():
             self.outbox.send(hub, "LINK_STATE", frame)
@@ -154,6 +166,11 @@ class Overlay:
         self._moved()
 
     def link_down(self, hub: int) -> None:
+        if hub in self.shortcuts.live:
+            self.outbox.forget(hub)
+            if self.shortcuts.down(hub):
+                self._moved()  # it broke, or the other end closed it: what was in flight is lost
+            return
         if self.policy.link_down(hub, self.clock.monotonic()):
             self.outbox.forget(hub)
             self.costs.forget(hub)
@@ -180,16 +197,22 @@ class Overlay:
                 self._changed()
 
     def dial_ended(self, hub: int) -> None:
-        """A dial to ``hub`` failed (or its link came up: :meth:`link_up` says so too)."""
+        """A dial (a link's or a shortcut's) to ``hub`` failed (or it came up: :meth:`link_up` says so too)."""
         self.policy.dial_ended(hub)
+        self.shortcuts.dial_ended(hub)
 
     def dials(self) -> list[wire.LinkState]:
         return self.policy.dials(self.clock.monotonic())
 
+    def shortcut_dials(self) -> list[wire.LinkState]:
+        """Hubs to open a shortcut to (shortcuts.py): dialled as shortcuts, not as links."""
+        return self.shortcuts.dials()
+
     def surplus_link(self) -> int | None:
-        """A neighbour whose link the shell should close: both ends hold more than ``degree``, or
-        this hub took a link past ``max_peers`` to heal a split and can spare this one."""
-        return self.policy.surplus(self.clock.monotonic())
+        """A link the shell should close: both ends hold more than ``degree``, this hub took one
+        past ``max_peers`` to heal a split and can spare it, or a shortcut idle or in the way."""
+        surplus = self.policy.surplus(self.clock.monotonic())
+        return self.shortcuts.to_close() if surplus is None else surplus
 
     @property
     def links(self) -> set[int]:
@@ -330,11 +353,14 @@ class Overlay:
                             kind: type[RoutedData] = wire.RoutedSets) -> None:  # fmt: skip
         """ROUTED_SETS(_HEADERS) from ``peer``: relay the same bytes on, deliver what is for this hub."""
         frame = frame or cast(RoutedData, kind.decode_body(body))
+        if peer in self.shortcuts.live:
+            self.shortcuts.touched.add(peer)
         if self._refused(frame.origin):
             return
         _, _, at = read_route_head(body, minimum_rest=10)
         op = frame.OPCODE
-        self._relay(frame.ttl, frame.dests, op.name, lambda ttl, dests: routed_sets_frame(ttl, dests, body[at:], op))
+        rest = body[at:]
+        self.outbox.relay(self.hub_id, frame.ttl, frame.dests, op.name, lambda t, d: routed_sets_frame(t, d, rest, op))
         if self.hub_id in frame.dests:
             self.streams.receive(frame.origin, frame.sets, self._wants, self.clock.monotonic())
             self._deliver_ready()
@@ -347,16 +373,6 @@ class Overlay:
         self.outbox.dropped["not_admitted"] += 1
         return True
 
-    def _relay(self, ttl: int, dests: tuple[int, ...], kind: str, make: Callable[[int, list[int]], bytes]) -> None:
-        others = [d for d in dests if d != self.hub_id]
-        if not others:
-            return
-        if ttl == 0:
-            self.outbox.dropped["ttl"] += 1
-            return
-        for hop, group in self.outbox.by_next_hop(others, kind).items():
-            self.outbox.send(hop, kind, make(ttl - 1, group))
-
     def _routed(self, frame: wire.Routed) -> None:
         inner = frame.inner
         kind = inner.OPCODE.name
@@ -366,7 +382,7 @@ class Overlay:
 
         if self._refused(frame.src):
             return
-        self._relay(frame.ttl, frame.dests, kind, envelope)
+        self.outbox.relay(self.hub_id, frame.ttl, frame.dests, kind, envelope)
         if self.hub_id in frame.dests:
             self._control(frame.src, inner)
 
@@ -453,21 +469,7 @@ class Overlay:
         return self.local.wants((topic,))
 
     def _deliver_ready(self) -> None:
-        ready = self.streams.take_ready()
-        i = 0
-        while i < len(ready):
-            origin = ready[i][0]
-            j = i
-            while j < len(ready) and ready[j][0] == origin:
-                j += 1
-            sets = [s for _, s in ready[i:j]]
-            stored = self.store.deliver(origin, sets)
-            if stored is not None:
-                target = sets[-1].origin_seq + sets[-1].messages.count - 1
-                if stored < target:
-                    topics = tuple({t for s in sets for t in s.messages.topics})
-                    self.streams.stored_less(origin, topics, stored)
-            i = j
+        self.streams.hand_over(self.store.deliver)
 
     def _ask_repairs(self) -> None:
         for ask in self.streams.take_asks():
@@ -542,6 +544,7 @@ class Overlay:
         self._deliver_ready()
         self._ask_repairs()
         heads_due = self._heads_after_changes(now)
+        shortcuts_due = self.shortcuts.review(now)
         recheck_due = self._recheck(now)
         retry, retry_max = config.watch_retry, config.recheck_interval
         for send in self.watching.retry(now, retry) + self.registrations.retry(now, retry, retry_max):
@@ -552,7 +555,7 @@ class Overlay:
             self._route_control(*send)
         scan = self.policy.next_scan()
         deadlines = [d for d in (
-            self._settle_at, flood_due, repair_due, heads_due, recheck_due,
+            self._settle_at, flood_due, repair_due, heads_due, recheck_due, shortcuts_due,
             self.watching.next_retry(retry), self.registrations.next_retry(retry, retry_max),
             self.sender.parked[0][0] + config.park_max if self.sender.parked else None,
             min(w.last_used for w in self.watching.keys.values()) + config.watch_idle if self.watching.keys else None,

@@ -39,6 +39,8 @@ class LinkPolicy:
     membership: Membership
     rng: random.Random
     links: set[int] = field(default_factory=set)
+    #: live shortcuts (shortcuts.py): the shell holds one session per hub, so none is dialled as a link
+    shortcuts: set[int] = field(default_factory=set)
     #: hub -> when its dial started
     dialing: dict[int, float] = field(default_factory=dict)
     #: hub -> when it was last dialled (a failed or ended link is not redialled sooner)
@@ -99,7 +101,7 @@ class LinkPolicy:
         me = membership.self_id
 
         def eligible(hub: int) -> bool:
-            if hub == me or hub in self.links or hub in self.dialing:
+            if hub == me or hub in self.links or hub in self.dialing or hub in self.shortcuts:
                 return False
             state = membership.get(hub)
             if state is None or not state.addrs:

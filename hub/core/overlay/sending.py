@@ -28,13 +28,16 @@ class SetSender:
         origin: OriginSide,
         outbox: Outbox,
         route_control: Callable[[tuple[int, ...], wire.Frame], None],
+        sent_to: Callable[[frozenset[int], int, float], None],
     ) -> None:
+        """``sent_to(dests, sets, now)``: told where each live set goes (shortcuts.py counts it)."""
         self.config = config
         self.hub_id = hub_id
         self.watching = watching
         self.origin = origin
         self.outbox = outbox
         self.route_control = route_control
+        self.sent_to = sent_to
         #: the last sequence this hub published
         self.last_seq = 0
         #: (destinations, encoded set), in publish order, until the next flush
@@ -63,6 +66,7 @@ class SetSender:
         dests = self.destinations(topics)
         if dests:
             self.pending.append((dests, encoded))
+            self.sent_to(dests, 1, now)
         return len(dests)
 
     @property
@@ -95,6 +99,7 @@ class SetSender:
                 dests = self.destinations(topics)
                 if dests:
                     self.pending.append((dests, encoded))
+                    self.sent_to(dests, 1, now)
             else:
                 self.parked.append(item)
                 self._parked_topics.update(topics)

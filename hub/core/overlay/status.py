@@ -10,6 +10,7 @@ from .links import LinkPolicy
 from .membership import Membership
 from .outbox import Outbox
 from .rendezvous import OwnedKeys, Registrations
+from .shortcuts import Shortcuts
 from .streams import Streams
 from .watching import Watching
 
@@ -26,6 +27,7 @@ class _Parts(Protocol):
     registrations: Registrations
     streams: Streams
     outbox: Outbox
+    shortcuts: Shortcuts
 
 
 def overlay_status(overlay: _Parts) -> dict[str, object]:
@@ -35,6 +37,8 @@ def overlay_status(overlay: _Parts) -> dict[str, object]:
         "hub_id": f"{overlay.hub_id:016x}",
         "links": sorted(f"{h:016x}" for h in overlay.policy.links),
         "link_latency_ms": overlay.costs.status(),
+        "shortcuts": sorted(f"{h:016x}" for h in overlay.shortcuts.live),
+        "shortcut_counts": overlay.shortcuts.status(),
         "members": len(overlay.membership.entries),
         # advertisements of hubs --mesh-allow does not name, left out of the map
         "refused_adverts": overlay.membership.refused_adverts,

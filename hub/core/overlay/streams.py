@@ -384,6 +384,25 @@ class Streams:
         ready, self.ready = self.ready, []
         return ready
 
+    def hand_over(self, deliver: Callable[[int, list[wire.ForwardSet]], int | None]) -> None:
+        """The sets ready, to the store (``deliver``: one call per run of the same origin's); a
+        store that kept less than it was given (hub/core/overlay/core.py's OverlayStore) has the
+        rest asked again."""
+        ready = self.take_ready()
+        i = 0
+        while i < len(ready):
+            origin = ready[i][0]
+            j = i
+            while j < len(ready) and ready[j][0] == origin:
+                j += 1
+            sets = [s for _, s in ready[i:j]]
+            stored = deliver(origin, sets)
+            if stored is not None:
+                target = sets[-1].origin_seq + sets[-1].messages.count - 1
+                if stored < target:
+                    self.stored_less(origin, tuple({t for s in sets for t in s.messages.topics}), stored)
+            i = j
+
     def take_asks(self) -> list[RepairAsk]:
         asks, self.asks = self.asks, []
         return asks

@@ -19,6 +19,7 @@ from ...core.mesh.interest import InterestTable
 
 if TYPE_CHECKING:
     from .run import Run
+    from .world import World
 
 
 #: Seconds of publish time per point of the report's timeline.
@@ -52,7 +53,8 @@ class Report:
             f"interest frames per join: of its key mean {j['join_frames_mean']:.1f} max {j['join_frames_max']}, "
             f"of any key in its 2 s mean {j['frames_mean']:.1f} max {j['frames_max']}  "
             f"first delivery p50 {j['first_p50_ms']:.0f} ms p99 {j['first_p99_ms']:.0f} ms",
-            f"degree mean {f['degree_mean']:.2f} max {f['degree_max']}  "
+            f"degree mean {f['degree_mean']:.2f} max {f['degree_max']}  shortcuts {f['shortcuts']} "
+            f"(made {f['shortcuts_made']})  connections max {f['connections_max']}  "
             f"state per hub: streams max {f['streams_max']}  held max {f['held_max']}  open gaps {f['open_gaps']}",
         ]
 
@@ -160,6 +162,10 @@ def summarize(run: Run) -> Report:
         },
         "degree_mean": sum(degrees) / len(degrees) if degrees else 0.0,
         "degree_max": max(degrees, default=0),
+        # links and shortcuts together: what max_peers bounds
+        "connections_max": max(connections(world), default=0),
+        "shortcuts": sum(len(h.overlay.shortcuts.live) for h in world.up_hubs() if h.overlay is not None) // 2,
+        "shortcuts_made": world.shortcuts_made,
         "streams_max": max((s for s, _ in sizes), default=0),
         "held_max": max((h for _, h in sizes), default=0),
         "open_gaps": sum(h.overlay.streams.open_gaps() for h in world.up_hubs() if h.overlay is not None),
@@ -174,3 +180,8 @@ def summarize(run: Run) -> Report:
         ],
     }
     return Report(figures)
+
+
+def connections(world: World) -> list[int]:
+    """Links and shortcuts of each hub: what ``max_peers`` bounds."""
+    return [len(h.overlay.links) + len(h.overlay.shortcuts.live) for h in world.up_hubs() if h.overlay is not None]

@@ -13,6 +13,8 @@ class SimSettings:
     seed: int = 1
     degree: int = 8
     max_peers: int = 16
+    #: shortcuts per hub (hub/core/overlay/shortcuts.py; 0: none)
+    shortcuts: int = 6
     form: float = 30.0
     warm: float = 30.0
     steady: float = 30.0

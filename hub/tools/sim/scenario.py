@@ -36,7 +36,7 @@ INTEREST_KINDS = ("INTEREST", "WATCH", "INTEREST_SET", "JOINED")
 
 
 def build(settings: SimSettings) -> Run:
-    config = OverlayConfig(degree=settings.degree, max_peers=settings.max_peers)
+    config = OverlayConfig(degree=settings.degree, max_peers=settings.max_peers, shortcuts=settings.shortcuts)
     world = World(hubs=settings.hubs, seed=settings.seed, config=config)
     run = Run(settings, world)
     rng = world.rng

@@ -152,6 +152,7 @@ class World:
         self.frames_sent = 0
         #: links that came up, and that ended (closed, broken, or with a crashed hub)
         self.links_made = 0
+        self.shortcuts_made = 0  # of which shortcuts (hub/core/overlay/shortcuts.py)
         self.links_ended = 0
         #: advertisement body -> decoded: the real hubs each decode every advertisement that is
         #: news to them; here they share one decode (LinkState is immutable), which at 300 hubs
@@ -260,11 +261,11 @@ class World:
 
     # -- the network -----------------------------------------------------------------------
 
-    def _dial(self, src: int, dst: int) -> None:
+    def _dial(self, src: int, dst: int, shortcut: bool = False) -> None:
         rtt = 2 * self.latency(src, dst)
-        self.loop.at(self.clock.now + rtt + self.setup, self._dial_done, src, dst)
+        self.loop.at(self.clock.now + rtt + self.setup, self._dial_done, src, dst, shortcut)
 
-    def _dial_done(self, src: int, dst: int) -> None:
+    def _dial_done(self, src: int, dst: int, shortcut: bool = False) -> None:
         a, b = self.hubs[src], self.hubs[dst]
         if not a.up or a.overlay is None:
             return
@@ -273,24 +274,25 @@ class World:
             and b.overlay is not None
             and not self.cut_between(src, dst)
             and self.pair(src, dst) not in self.links
-            and b.overlay.may_accept(src)
-            and a.overlay.may_accept(dst)
+            and b.overlay.may_accept(src, shortcut=shortcut) and a.overlay.may_accept(dst, shortcut=shortcut)
         )
         if not ok:
             a.overlay.dial_ended(dst)
-            if b.up and b.overlay is not None and not self.cut_between(src, dst):
+            if not shortcut and b.up and b.overlay is not None and not self.cut_between(src, dst):
                 a.overlay.referral(b.overlay.membership.states())  # a full hub says who else there is
             self.pump(src)
             return
         assert b.overlay is not None
         epoch = self.links[self.pair(src, dst)] = next(self._epochs)
         self.links_made += 1
-        a.overlay.link_up(dst)
-        b.overlay.link_up(src)
+        a.overlay.link_up(dst, shortcut=shortcut)
+        b.overlay.link_up(src, shortcut=shortcut)
+        self.shortcuts_made += shortcut
         self.pump(src)
         self.pump(dst)
-        # The dialler's first PING is answered a round trip later: the link's cost (mesh v3.1).
-        self.loop.at(self.clock.now + 2 * self.latency(src, dst), self._timed, src, dst, epoch)
+        if not shortcut:  # a shortcut has no cost: it is in nobody's map
+            # The dialler's first PING is answered a round trip later: the link's cost (mesh v3.1).
+            self.loop.at(self.clock.now + 2 * self.latency(src, dst), self._timed, src, dst, epoch)
 
     def _timed(self, src: int, dst: int, epoch: int) -> None:
         hub = self.hubs[src]
@@ -308,6 +310,8 @@ class World:
         deadline = overlay.tick()
         for state in overlay.dials():
             self._dial(hub_id, state.hub_id)
+        for state in overlay.shortcut_dials():
+            self._dial(hub_id, state.hub_id, shortcut=True)
         surplus = overlay.surplus_link()
         if surplus is not None:
             self.close(hub_id, surplus)

@@ -1,0 +1,73 @@
+"""Shortcuts between real hubs (``--mesh-overlay``; hub/core/overlay/shortcuts.py).
+
+Six hubs of degree 2 (``--mesh-degree 2 --max-peers 5``, so one slot for a shortcut) form a
+sparse overlay where some pairs are two or more hops apart.  A hub that publishes to such a
+hub opens a shortcut to it: a libp2p stream of its own protocol id, not advertised, not in
+either hub's overlay links, and everything still arrives once and in order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+
+import sdk
+from tests.support.cluster import HUB_POLL, Cluster, Hub
+from tests.support.syncclient import wait_log_holds
+from tests.support.waiting import wait_until
+
+from .test_mesh_overlay import HEARTBEAT, MISSES, OVERLAY, formed, overlay_of, standing_interest, wait_overlay_interest
+
+SPARSE = [*OVERLAY, "--mesh-degree", "2", "--max-peers", "5"]
+SHORTCUT = "/pub0sub/mesh/3.1.0-shortcut"
+
+
+def far_pair(hubs: list[Hub]) -> tuple[Hub, Hub]:
+    """Two hubs at least two hops apart in the overlay the hubs report."""
+    ids = {overlay_of(h)["hub_id"]: h for h in hubs}
+    graph = {i: set(overlay_of(h)["links"]) for i, h in ids.items()}
+    for a in ids:
+        seen, todo = {a: 0}, deque([a])
+        while todo:
+            here = todo.popleft()
+            for there in graph[here]:
+                if there not in seen and here in graph.get(there, set()):
+                    seen[there] = seen[here] + 1
+                    todo.append(there)
+        for b, hops in seen.items():
+            if hops >= 2:
+                return ids[a], ids[b]
+    raise AssertionError(f"no pair two hops apart: {graph}")
+
+
+def test_a_hub_publishing_to_a_far_hub_opens_a_shortcut_and_delivers_in_order(tmp_path: Path) -> None:
+    with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES, extra=SPARSE) as cl:
+        hubs = cl.start(6)
+        wait_until(lambda: formed(hubs, 5), timeout=60, what="the overlay formed", **HUB_POLL)
+        x, y = far_pair(hubs)
+        y_id = overlay_of(y)["hub_id"]
+        standing_interest(y, ["sc.t"], "keeps-y-interested")
+        wait_overlay_interest(x, ["sc.t"], [y])
+        sent: list[bytes] = []
+        with sdk.connect_blocking(x.address) as client:
+
+            def publish_some() -> bool:
+                for _ in range(10):
+                    sent.append(b"m%05d" % len(sent))
+                    client.publish_acked("sc.t", sent[-1])
+                time.sleep(0.1)
+                return y_id in overlay_of(x)["shortcuts"]
+
+            wait_until(publish_some, timeout=30, what="a shortcut from the publisher's hub", **HUB_POLL)
+            for _ in range(20):
+                publish_some()
+        log = wait_log_holds(y.address, ["sc.t"], set(sent), timeout=30)
+        got = [v for _, v in log["sc.t"] if not v.startswith(b"warm-up")]
+        assert got == sent  # once each, in order, across the switch from relays to the shortcut
+        # Its own protocol id at both ends, and no overlay link: nobody's routes changed for it.
+        assert overlay_of(y)["shortcuts"] == [overlay_of(x)["hub_id"]]
+        assert y_id not in overlay_of(x)["links"]
+        sessions = [p for p in x.mesh()["peers"] if p["connected"] and p["protocol"] == SHORTCUT]
+        assert len(sessions) == 1
+        assert all(len(overlay_of(h)["links"]) + len(overlay_of(h)["shortcuts"]) <= 5 for h in hubs)
