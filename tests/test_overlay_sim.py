@@ -192,3 +192,23 @@ def test_sets_out_of_sequence_order_go_in_frames_of_their_own() -> None:
     frames = overlay.take_outbox()[b]
     decoded = [wire.RoutedSets.decode_body(frame[wire.HEADER_SIZE :]) for frame in frames]  # raises if mixed
     assert [[s.origin_seq for s in f.sets] for f in decoded] == [[10], [1]]  # type: ignore[attr-defined]
+
+
+def test_a_hub_that_restarts_before_its_neighbours_notice_gets_their_map() -> None:
+    """A hub restarts and links again before its neighbours have seen its old links end (a
+    heartbeat bound, a session replaced): to them it is the same link, but the hub's map is
+    empty.  Each must send it everything it knows again, or it routes nowhere (found by the
+    property test: a restarted hub that stayed alone in its map, its SYNC and REPAIR unroutable)."""
+    world = World(hubs=5, seed=4, config=OverlayConfig(degree=2, max_peers=4), detect_crash=5.0)
+    ids = world.order
+    for i, hub in enumerate(ids):
+        world.loop.at(0.3 * i, world.start, hub, ids[max(0, i - 2) : i])
+    world.loop.run_until(10.0)
+    x = ids[-1]
+    neighbours = sorted(world.hubs[x].overlay.links)
+    world.crash(x)
+    world.loop.at(world.clock.now + 0.3, world.start, x, neighbours)
+    world.loop.run_until(world.clock.now + 2.0)  # well before the 5 s it takes to notice
+    overlay = world.hubs[x].overlay
+    assert overlay is not None and set(overlay.links) == set(neighbours)
+    assert overlay.membership.reachable_count() == len(ids) - 1

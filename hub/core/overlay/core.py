@@ -154,16 +154,16 @@ class Overlay:
         if shortcut:
             self.shortcuts.up(hub, self.clock.monotonic())
             return
-        if hub in self.shortcuts.live and self.shortcuts.down(hub):
-            self._moved()  # the shell replaced a shortcut's session by this link: frames may be lost
-        if not self.policy.link_up(hub):
-            return
-        self.shortcuts.make_room()
-        # Everything this hub knows goes to the new neighbour (it floods on what is news to it).
+        self.shortcuts.down(hub)  # if it was a shortcut, the shell replaced its session by this link
+        new = self.policy.link_up(hub)
+        # Everything this hub knows goes to the neighbour (it floods on what is news to it); also
+        # over a session that replaced a live one: the far end may have restarted, its map empty.
         for frame in self.membership.frames():
             self.outbox.send(hub, "LINK_STATE", frame)
-        self._changed(advertise=True)
-        self._moved()
+        if new:
+            self.shortcuts.make_room()
+            self._changed(advertise=True)
+        self._moved()  # and frames in flight on a replaced session are lost
 
     def link_down(self, hub: int) -> None:
         if hub in self.shortcuts.live:
