@@ -174,6 +174,19 @@ def run_world(
         (0.14500730089504812, ("crash", 0, 3.888161378273384)), (0.5139823005419769, ("unsubscribe", 3, "c.z"))
     ],
 )  # fmt: skip
+# And this one until a restarted publisher's HEADS after changes also went to the hubs of its
+# kept JOINED (it watches nothing yet), and a JOINED that found no route was told again later.
+@example(
+    seed=317987929,
+    subscriptions=[(5, "a.*"), (0, "c.z"), (3, "c.z"), (5, "c.z"), (2, "c.z"), (0, "b.>"), (2, "b.>"), (3, "b.>")],
+    events=[
+        (1.1125369292536007e-308, ("cut", 2, 3, 5.291610807522813)),
+        (0.041756365380783415, ("unsubscribe", 5, "*.z")), (0.6088026515384958, ("burst", 1, "c.z")),
+        (0.0, ("cut", 2, 4, 2.36382628582997)), (0.6343398465029475, ("cut", 0, 4, 3.0)),
+        (0.5025558288490408, ("crash", 1, 1.2982097516879525)),
+        (5.94434685581532e-154, ("cut", 0, 5, 2.7312537622609754)), (0.6472166591191926, ("publish", 5, "a.y"))
+    ],
+)  # fmt: skip
 @given(seed=st.integers(0, 2**32), subscriptions=standing, events=schedule)
 def test_every_steady_subscriber_gets_every_set_once_in_order(seed, subscriptions, events) -> None:
     check_world(subscriptions, *run_world(seed, subscriptions, events))
@@ -208,6 +221,33 @@ def test_every_steady_subscriber_gets_every_set_once_in_order(seed, subscription
         (3.5683374945240083e-34, ("subscribe", 3, "c.z")),
         (2.3825369536330796e-113, ("crash", 3, 3.3722077252199907)), (0.6277903640419947, ("publish", 0, "c.z")),
         (0.043021312203707945, ("burst", 2, "c.z")), (0.6277903640419947, ("publish", 0, "c.z"))
+    ],
+)  # fmt: skip
+# And these until a stream waiting for its start asked the origin again every second (its
+# SYNC found no route; 406) and the restarted publisher's HEADS reached the hubs of its kept
+# JOINED (8711).
+@example(
+    seed=406,
+    subscriptions=[(2, "c.z"), (3, "b.>"), (2, "a.x"), (1, "a.*"), (3, "a.x"), (1, "a.x"), (1, "a.*"), (4, "b.>")],
+    events=[
+        (0.544599537438104, ("publish", 5, "a.x")), (0.05764202376640776, ("unsubscribe", 2, "c.z")),
+        (0.01, ("subscribe", 0, "a.x")), (0.7291566776002427, ("cut", 1, 1, 4.351148621722249)),
+        (0.465084946886998, ("cut", 4, 3, 2.1058077371604043)), (0.6889781219698664, ("publish", 4, "c.z")),
+        (0.4284270844693963, ("publish", 1, "a.x")), (0.5519391681027036, ("burst", 4, "a.x")),
+        (0.5095536007203039, ("subscribe", 5, "*.z")), (0.5820040264544525, ("burst", 2, "b.x")),
+        (0.5999230776822277, ("burst", 2, "c.z")), (0.18255425789397361, ("burst", 2, "a.x")),
+        (0.6392024344407814, ("cut", 4, 2, 2.1058077371604043)), (1.175494351e-38, ("burst", 4, "a.x"))
+    ],
+)  # fmt: skip
+@example(
+    seed=8711,
+    subscriptions=[(5, "c.z"), (3, "c.z"), (4, "c.z"), (2, "a.x"), (3, "b.>"), (5, "b.>")],
+    events=[
+        (0.22053043507244952, ("burst", 2, "a.x")), (0.4541958414062799, ("unsubscribe", 0, "c.z")),
+        (0.42873865443644443, ("subscribe", 2, "a.*")), (6.103515625e-05, ("crash", 0, 2.00001)),
+        (0.259275334515262, ("cut", 3, 5, 2.00001)), (0.36897941339645285, ("publish", 2, "a.x")),
+        (7.78360192565136e-293, ("publish", 3, "c.z")), (1.175494351e-38, ("cut", 1, 3, 1.998280694277295)),
+        (0.1705033461912795, ("cut", 3, 5, 2.00001)), (0.3536924525457239, ("cut", 3, 5, 2.00001))
     ],
 )  # fmt: skip
 @given(seed=st.integers(0, 2**32), subscriptions=standing, events=schedule)

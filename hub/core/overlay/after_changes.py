@@ -20,6 +20,28 @@ With no change, no HEADS.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
+import wire
+
+from .membership import keys_of_topic
+from .origin import heads_frames
+from .rendezvous import Send
+
+
+def heads_sends(
+    heads: list[wire.Head], destinations: Callable[[str], frozenset[int]], told: Mapping[str, set[int]]
+) -> list[Send]:
+    """HEADS for ``heads``, one send per set of hubs: each topic's destinations, and every hub
+    told JOINED under one of its keys (``told``, joins.py) -- all a restarted hub knows of its
+    destinations until it watches the keys again (they keep the topics they want)."""
+    by_dests: dict[frozenset[int], list[wire.Head]] = {}
+    for head in heads:
+        dests = destinations(head.topic).union(*(told.get(key, ()) for key in keys_of_topic(head.topic)))
+        if dests:
+            by_dests.setdefault(dests, []).append(head)
+    return [(tuple(sorted(dests)), frame) for dests, group in by_dests.items() for frame in heads_frames(group)]
+
 
 class HeadsRounds:
     def __init__(self, *, delay: float, window: float, again: float) -> None:

@@ -34,9 +34,10 @@ import wire
 from wire.frames.mesh_v3 import ROUTED_SETS_TYPES, link_state_head, read_route_head, route_head, routed_sets_frame
 
 from ..mesh.interest import LocalInterest
-from .after_changes import HeadsRounds
+from .after_changes import HeadsRounds, heads_sends
 from .config import OverlayConfig
 from .costs import LinkCosts
+from .delivering import hand_over
 from .flooding import Flooding
 from .joins import Joins
 from .links import LinkPolicy
@@ -437,6 +438,8 @@ class Overlay:
         while it was down or not yet known, including a last set with nothing after it.
         """
         since = self.joins.tell(notice.hub, notice.key, notice.since)
+        if not self.membership.is_reachable(notice.hub):
+            self._greet.add(notice.hub)  # these find no route: told again once it is reachable
         sends: list[Send] = [((notice.hub,), wire.Joined(key=notice.key, since=since))]
         # Not parked topics (they go once unparked); a hub restarted since knows no patterns: all under the key.
         wanted = self._heads_for(self.watching.patterns_of(notice.key, notice.hub) or key_patterns(notice.key))
@@ -469,7 +472,7 @@ class Overlay:
         return self.local.wants((topic,))
 
     def _deliver_ready(self) -> None:
-        self.streams.hand_over(self.store.deliver)
+        hand_over(self.streams, self.store.deliver)
 
     def _ask_repairs(self) -> None:
         for ask in self.streams.take_asks():
@@ -601,17 +604,10 @@ class Overlay:
     def _heads_after_changes(self, now: float) -> float | None:
         """HEADS for the topics published around a change of routes, when due (after_changes.py)."""
         since, next_at = self._heads.poll(now)
-        if since is None:
-            return next_at
-        heads = self.origin.published_since(since)
-        by_dests: dict[frozenset[int], list[wire.Head]] = {}
-        for head in heads:
-            dests = self.watching.destinations(head.topic)
-            if dests:
-                by_dests.setdefault(dests, []).append(head)
-        for dests, group in by_dests.items():
-            for frame in heads_frames(group):
-                self._route_control(tuple(sorted(dests)), frame)
+        if since is not None:
+            told = self.joins.hubs_by_key()  # a restarted hub watches nothing yet: its JOINED say where
+            for send in heads_sends(self.origin.published_since(since), self.watching.destinations, told):
+                self._route_control(*send)
         return next_at
 
     # -- what it holds ---------------------------------------------------------------------

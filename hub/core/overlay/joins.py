@@ -83,6 +83,14 @@ class Joins:
         """``(key, since)`` of watches not settled (some owner had not answered) before a restart."""
         return self.of_hub(UNSETTLED)
 
+    def hubs_by_key(self) -> dict[str, set[int]]:
+        """The hubs told JOINED under each key."""
+        by_key: dict[str, set[int]] = {}
+        for hub, key in self.starts:
+            if hub != UNSETTLED:
+                by_key.setdefault(key, set()).add(hub)
+        return by_key
+
     def hubs(self) -> set[int]:
         return {hub for hub, _ in self.starts if hub != UNSETTLED}
 

@@ -51,8 +51,10 @@ class _Stream:
     chain: int | None
     held: dict[int, _Held] = field(default_factory=dict)  # prev -> set waiting for it
     gap: _Gap | None = None
-    #: when sets started waiting for the origin to say where the stream starts (JOINED)
+    #: when sets started waiting for the origin to say where the stream starts (JOINED), and
+    #: when it was last asked (SYNC)
     asked_start: float | None = None
+    start_asked: float = 0.0
     #: the origin's last sequence on the topic, as its latest HEADS said: a tail beyond the
     #: chain is asked for once nothing else is (a HEADS may come while a gap is being repaired)
     head: int = 0
@@ -76,8 +78,10 @@ class StreamCounters:
 
 
 #: Seconds sets wait for their origin to say where their stream starts before the first of
-#: them is taken as the start.
-START_WAIT = 3.0
+#: them is taken as the start; the origin is asked again every START_RETRY meanwhile (a SYNC
+#: that found no route, or its answer, is lost like any frame around a change of routes).
+START_WAIT = 10.0
+START_RETRY = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +197,7 @@ class Streams:
             # hold the set and ask, rather than take it as the start and lose what came before.
             self._hold(stream, s, index)
             if stream.asked_start is None:
-                stream.asked_start = now
+                stream.asked_start = stream.start_asked = now
                 self.starts.append((origin, topic))
             return False
         if at is None or prev <= at:
@@ -312,7 +316,7 @@ class Streams:
             if self._effective(origin, head.topic, stream) is None:
                 # Where this hub's stream starts is not known: ask before judging the tail.
                 if stream.asked_start is None:
-                    stream.asked_start = now
+                    stream.asked_start = stream.start_asked = now
                     self.starts.append((origin, head.topic))
                 continue
             self._next_gap(origin, head.topic, stream, now)
@@ -356,10 +360,13 @@ class Streams:
         deadline: float | None = None
         for (origin, topic), stream in list(self.streams.items()):
             if stream.asked_start is not None:
-                due = stream.asked_start + START_WAIT
-                if now >= due:
+                if now >= stream.asked_start + START_WAIT:
                     self._start(origin, topic, stream, now)
                 else:
+                    if now >= stream.start_asked + START_RETRY:
+                        stream.start_asked = now
+                        self.starts.append((origin, topic))
+                    due = min(stream.asked_start + START_WAIT, stream.start_asked + START_RETRY)
                     deadline = due if deadline is None else min(deadline, due)
             gap = stream.gap
             if gap is None:
@@ -383,25 +390,6 @@ class Streams:
     def take_ready(self) -> list[tuple[int, wire.ForwardSet]]:
         ready, self.ready = self.ready, []
         return ready
-
-    def hand_over(self, deliver: Callable[[int, list[wire.ForwardSet]], int | None]) -> None:
-        """The sets ready, to the store (``deliver``: one call per run of the same origin's); a
-        store that kept less than it was given (hub/core/overlay/core.py's OverlayStore) has the
-        rest asked again."""
-        ready = self.take_ready()
-        i = 0
-        while i < len(ready):
-            origin = ready[i][0]
-            j = i
-            while j < len(ready) and ready[j][0] == origin:
-                j += 1
-            sets = [s for _, s in ready[i:j]]
-            stored = deliver(origin, sets)
-            if stored is not None:
-                target = sets[-1].origin_seq + sets[-1].messages.count - 1
-                if stored < target:
-                    self.stored_less(origin, tuple({t for s in sets for t in s.messages.topics}), stored)
-            i = j
 
     def take_asks(self) -> list[RepairAsk]:
         asks, self.asks = self.asks, []
