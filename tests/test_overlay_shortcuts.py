@@ -58,7 +58,9 @@ def shortcuts_of(world: World, hub: int) -> set[int]:
     return overlay.shortcuts.live
 
 
-def test_a_hub_sending_to_a_far_hub_opens_a_shortcut_and_later_sets_cross_no_relay() -> None:
+def shortcut_in_use() -> tuple[World, int, int, list[int]]:
+    """A sparse world where hub x publishes to hub y, two or more hops away, until a shortcut
+    between them is up: the world, x, y and the sequences published so far."""
     world = sparse()
     x, y = far_pair(world)
     world.subscribe(y, "pair.t")
@@ -66,6 +68,11 @@ def test_a_hub_sending_to_a_far_hub_opens_a_shortcut_and_later_sets_cross_no_rel
     first = publish(world, x, "pair.t", 30)
     world.loop.run_until(world.clock.now + 3.0)
     assert y in shortcuts_of(world, x) and x in shortcuts_of(world, y)
+    return world, x, y, first
+
+
+def test_a_hub_sending_to_a_far_hub_opens_a_shortcut_and_later_sets_cross_no_relay() -> None:
+    world, x, y, first = shortcut_in_use()
     copies = world.payload_copies
     later = publish(world, x, "pair.t", 30)
     world.loop.run_until(world.clock.now + 3.0)
@@ -79,13 +86,7 @@ def test_a_hub_sending_to_a_far_hub_opens_a_shortcut_and_later_sets_cross_no_rel
 
 
 def test_an_idle_shortcut_closes_and_the_overlay_carries_sets_again() -> None:
-    world = sparse()
-    x, y = far_pair(world)
-    world.subscribe(y, "pair.t")
-    world.loop.run_until(world.clock.now + 5.0)
-    first = publish(world, x, "pair.t", 20)
-    world.loop.run_until(world.clock.now + 3.0)
-    assert y in shortcuts_of(world, x)
+    world, x, y, first = shortcut_in_use()
     world.loop.run_until(world.clock.now + CONFIG.shortcut_idle + 5.0)
     assert not shortcuts_of(world, x) and not shortcuts_of(world, y)
     overlay = world.hubs[x].overlay
@@ -96,12 +97,7 @@ def test_an_idle_shortcut_closes_and_the_overlay_carries_sets_again() -> None:
 
 
 def test_a_shortcut_that_breaks_mid_stream_loses_nothing() -> None:
-    world = sparse()
-    x, y = far_pair(world)
-    world.subscribe(y, "pair.t")
-    world.loop.run_until(world.clock.now + 5.0)
-    seqs = publish(world, x, "pair.t", 40)
-    assert y in shortcuts_of(world, x)
+    world, x, y, seqs = shortcut_in_use()
     # The network between the two fails while sets cross: what was in flight on it is lost.
     world.loop.at(world.clock.now + 0.35, world.cut, x, y, 8.0)
     seqs += publish(world, x, "pair.t", 60)
