@@ -30,9 +30,9 @@ CONFIG = OverlayConfig(degree=2, max_peers=3, give_up_after=1e9)
 #: max_peers - degree - 2 = 1 shortcut per hub; idle ones close within the run
 WITH_SHORTCUTS = OverlayConfig(degree=2, max_peers=5, give_up_after=1e9, shortcut_idle=3.0)
 
-#: ``PUB0SUB_OVERLAY_WORLDS=1500 pytest tests/test_overlay_properties.py``: that many random worlds
-#: per test, drawn afresh each run, instead of the suite's fixed few -- how most explicit
-#: examples below were found (it stops at the first failing world and prints it).
+#: ``PUB0SUB_OVERLAY_WORLDS=1500 python -m pytest -n 0 tests/test_overlay_properties.py``: that
+#: many random worlds per test, drawn afresh each run, instead of the suite's fixed few -- how
+#: most explicit examples below were found (it stops at the first failing world and prints it).
 WORLDS = int(os.environ.get("PUB0SUB_OVERLAY_WORLDS", "0"))
 
 
