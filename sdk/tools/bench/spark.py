@@ -6,6 +6,13 @@
   ``sum(length(value))``), in two partitions (one per core).
 * S2, streaming read to the sink: :mod:`sdk.tools.bench.spark_stream`.
 
+Each is measured twice per master: reading all seven source columns (``spark-local``,
+``spark-cluster``: comparable with the figures before 2026-11-28) and reading only the columns
+its query uses through the source's option ``columns`` (``spark-local-narrow``,
+``spark-cluster-narrow``; S1: ``value``), as a user should write such a query: PySpark gives
+Python data sources no column pruning, so without the option the JVM copies every column of
+every row out of Arrow.
+
 Both masters measure against one server: a hub with a data directory plus a standalone master
 and two 1-core workers on loopback (:class:`HubAndSparkCluster`, started on the first cluster
 measurement), idle while ``local[2]`` runs.
@@ -146,38 +153,39 @@ def publish_raw(address: str, messages: int, size: int, timeout: float) -> tuple
     return CHANNEL, before, after
 
 
-def _read(spark: SparkSession, address: str, topic: str, start: int, end: int) -> Any:
-    return (
+def s1_dataframe(spark: SparkSession, address: str, topic: str, start: int, end: int, columns: str | None) -> Any:
+    reader = (
         spark.read.format("pub0sub")
         .option("hub", address)
         .option("subscribe", topic)
         .option("startingOffsets", json.dumps({topic: start}))
         .option("endingOffsets", json.dumps({topic: end}))
         .option("minPartitions", str(WORKERS))  # one partition per core: each costs a task and a subscription
-        .load()
     )
+    return (reader.option("columns", columns) if columns else reader).load()
 
 
-def _count(df: Any) -> Any:
+def s1_query(df: Any) -> Any:
     """The S1 query: every row is read and its value's length summed."""
     return df.selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
 
 
-def _s1(which: str) -> Callable[[Server | None, Params], Measurement]:
+def _s1(which: str, columns: str | None) -> Callable[[Server | None, Params], Measurement]:
     def measure(server: Server | None, p: Params) -> Measurement:
         assert p.messages is not None
         address, master = hub_address(server), master_of(server, which)
         topic, start, end = publish_raw(address, p.messages, p.size, p.timeout)
         spark = session_for(master, "pub0sub-bench-S1")
-        _count(_read(spark, address, topic, start, end))  # warm-up: Python workers, JIT (module docstring)
-        df = _read(spark, address, topic, start, end)
+        warm_up = s1_dataframe(spark, address, topic, start, end, columns)
+        s1_query(warm_up)  # Python workers, JIT (module docstring)
+        df = s1_dataframe(spark, address, topic, start, end, columns)
         started = time.perf_counter()
-        row = _count(df)
+        row = s1_query(df)
         seconds = time.perf_counter() - started
         if row.n != end - start or row.bytes != (end - start) * p.size:
             raise RuntimeError(f"read {row.n} rows / {row.bytes} bytes, expected {end - start} x {p.size}")
         details = {"rows": row.n, "seconds": round(seconds, 3), "partitions": df.rdd.getNumPartitions(),
-                   "master": master}  # fmt: skip
+                   "master": master, "columns": df.columns}  # fmt: skip
         return Measurement(figures={"rows": row.n / seconds}, details=details)
 
     return measure
@@ -193,10 +201,27 @@ S1 = register_scenario(Scenario(
     figures=(FigureSpec(name="rows", unit="rows/s"),),
     defaults=with_defaults(messages=1_000_000, quick_messages=20_000),
 ))  # fmt: skip
-for _which in ("local", "cluster"):
+#: S1's query uses only ``value``: the narrow methods say so with option ``columns``
+S1_COLUMNS = "value"
+
+
+def variants() -> list[tuple[str, str, bool]]:
+    """``(method suffix, master, narrow)`` in the order the methods alternate: each master's two
+    methods side by side, so a round switches SparkContexts once per master, not per method."""
+    return [(f"{which}{'-narrow' if narrow else ''}", which, narrow)
+            for which in ("local", "cluster") for narrow in (False, True)]  # fmt: skip
+
+
+def columns_tooling(columns: str | None) -> str:
+    return f"the source's option columns={columns}" if columns else "all seven source columns"
+
+
+for _suffix, _which, _narrow in variants():
+    _columns = S1_COLUMNS if _narrow else None
     register_method("S1", Method(
-        system="pub0sub", method=f"spark-{_which}", server="pub0sub-log+spark", measure=_s1(_which),
+        system="pub0sub", method=f"spark-{_suffix}", server="pub0sub-log+spark", measure=_s1(_which, _columns),
         unavailable=unavailable,
-        tooling=f"hub --data-dir filled by raw PUBLISH frames; {TOOLING[_which]}, count + sum(length(value)) over "
-                f"the range in {WORKERS} partitions, after the same query untimed (warm-up)",
+        tooling=f"hub --data-dir filled by raw PUBLISH frames; {TOOLING[_which]}, {columns_tooling(_columns)}, "
+                f"count + sum(length(value)) over the range in {WORKERS} partitions, after the same query untimed "
+                "(warm-up)",
     ))  # fmt: skip

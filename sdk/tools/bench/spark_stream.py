@@ -10,6 +10,9 @@ publisher sends ``messages`` records as fast as it can.  Measured from the hub's
 * ``p50``/``p99``: publish-to-output latency per message (output append time minus the input's
   timestamp carried in the value).  With an unpaced publisher this is mostly queueing: what waits
   for the next micro-batch while the current one runs.
+
+The ``-narrow`` methods read only the columns the query uses (``key,value,timestamp``) with the
+source's option ``columns``; the others read all seven.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from ..spark_runs.pipeline import Streams, latency_percentiles, next_offsets, read_topic
+from ..spark_runs.pipeline import QUERY_COLUMNS, Streams, latency_percentiles, next_offsets, read_topic
 from .peers import Server
 from .registry import Method, Params, Scenario, register_method, register_scenario, with_defaults
 from .results import FigureSpec, Measurement
-from .spark import TOOLING, hub_address, master_of, publish_raw, session_for, unavailable
+from .spark import TOOLING, columns_tooling, hub_address, master_of, publish_raw, session_for, unavailable, variants
 from .wireproto import CHANNEL
 
 WARM_UP_MESSAGES = 10_000
@@ -42,7 +45,7 @@ def _wait_for(address: str, topic: str, count: int, timeout: float, streams: Str
         time.sleep(POLL)
 
 
-def _s2(which: str) -> Callable[[Server | None, Params], Measurement]:
+def _s2(which: str, columns: str | None) -> Callable[[Server | None, Params], Measurement]:
     def measure(server: Server | None, p: Params) -> Measurement:
         assert p.messages is not None
         address, master = hub_address(server), master_of(server, which)
@@ -54,7 +57,7 @@ def _s2(which: str) -> Callable[[Server | None, Params], Measurement]:
         root = Path(tempfile.mkdtemp(prefix="pub0sub-bench-s2-"))
         streams = Streams(spark, address, address, out, root, {"processingTime": "0 seconds"},
                           topics=("subscribe", topic), starting=json.dumps({topic: start}),
-                          parquet_too=False)  # fmt: skip
+                          parquet_too=False, columns=columns)  # fmt: skip
         try:
             streams.start()
             publish_raw(address, WARM_UP_MESSAGES, p.size, p.timeout)  # executors' Python workers start here
@@ -76,7 +79,7 @@ def _s2(which: str) -> Callable[[Server | None, Params], Measurement]:
             if value is not None:
                 figures[name] = value
         details = {"rows": len(rows), "seconds": round(seconds, 3), "master": master,
-                   "batches": len(streams.batches.get(f"{out}-topic", []))}  # fmt: skip
+                   "batches": len(streams.batches.get(f"{out}-topic", [])), "columns": columns or "all"}  # fmt: skip
         return Measurement(figures=figures, details=details)
 
     return measure
@@ -88,10 +91,11 @@ S2 = register_scenario(Scenario(
              FigureSpec(name="p99", unit="ms", higher_is_better=False)),
     defaults=with_defaults(messages=1_000_000, quick_messages=20_000),
 ))  # fmt: skip
-for _which in ("local", "cluster"):
+for _suffix, _which, _narrow in variants():
+    _columns = QUERY_COLUMNS if _narrow else None
     register_method("S2", Method(
-        system="pub0sub", method=f"spark-{_which}", server="pub0sub-log+spark", measure=_s2(_which),
+        system="pub0sub", method=f"spark-{_suffix}", server="pub0sub-log+spark", measure=_s2(_which, _columns),
         unavailable=unavailable,
-        tooling=f"raw PUBLISH frames -> hub -> readStream.format('pub0sub') -> writeStream.format('pub0sub') "
-                f"-> same hub; {TOOLING[_which]}, one micro-batch after another",
+        tooling=f"raw PUBLISH frames -> hub -> readStream.format('pub0sub') ({columns_tooling(_columns)}) -> "
+                f"writeStream.format('pub0sub') -> same hub; {TOOLING[_which]}, one micro-batch after another",
     ))  # fmt: skip

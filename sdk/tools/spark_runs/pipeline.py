@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 INPUT_PATTERN = "in.*"
+#: The source columns the topic query uses (it stamps the value with the input's timestamp and
+#: keeps the key): option ``columns`` with these spares the JVM's copy of the other four.
+QUERY_COLUMNS = "key,value,timestamp"
 #: Failures of Spark's own machinery, not of the pipeline, that a query is started again from its
 #: checkpoint for (at most MAX_SPARK_RESTARTS times per pipeline), as a job supervisor would: a
 #: Python worker that does not connect back within Spark's fixed timeout on a loaded machine.
@@ -104,6 +107,8 @@ class Streams:
     starting: str = "earliest"
     #: also write the input rows to Parquet (a second query)
     parquet_too: bool = True
+    #: the source's option ``columns`` (None: all seven); the Parquet query writes only these
+    columns: str | None = None
     queries: list[StreamingQuery] = field(default_factory=list)
     #: per query name: micro-batches run and their durations (ms), over every start
     batches: dict[str, list[int]] = field(default_factory=dict)
@@ -127,6 +132,8 @@ class Streams:
         )
         if self.max_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_per_trigger))
+        if self.columns:
+            reader = reader.option("columns", self.columns)
         stream = reader.load()
         stamped = stream.selectExpr(
             "key", "concat(value, CAST(concat('@', CAST(unix_micros(timestamp) AS STRING)) AS BINARY)) AS value"
