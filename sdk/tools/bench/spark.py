@@ -17,12 +17,17 @@ Both masters measure against one server: a hub with a data directory plus a stan
 and two 1-core workers on loopback (:class:`HubAndSparkCluster`, started on the first cluster
 measurement), idle while ``local[2]`` runs.
 A process holds one SparkContext, so :func:`session_for` stops the other master's session
-when the methods alternate, and every measurement may start on a new JVM.  So each first runs
-the same query untimed over the whole range: the executors' Python workers start, and the JVM
-compiles the Arrow-to-row copy that takes most of a read's CPU (measured with JFR: ~60% of the
-CPU of a 1M-row S1 is the JVM, mostly ``UnsafeProjection`` of the six columns).  With a
-20,000-row warm-up, as before 2026-11-24, the timed query also paid for that compilation:
-the JVM's CPU per 1M rows was ~1.0 s on the first full read and ~0.6 s from the second on.
+when the methods alternate: every measurement starts new Python workers, and on the cluster new
+executor JVMs.  (The driver JVM stays: pyspark keeps its gateway when a context stops, so on
+``local[2]``, whose executor lives in the driver JVM, only a run's first sample starts on a
+fresh JVM.)  So each first runs the same query untimed over the whole range: the executors'
+Python workers start, and the JVM compiles the Arrow-to-row copy that takes most of a read's CPU
+(measured with JFR: ~60% of the CPU of a 1M-row S1 is the JVM, mostly ``UnsafeProjection`` of
+the six columns).  With a 20,000-row warm-up, as before 2026-11-24, the timed query also paid
+for that compilation: the JVM's CPU per 1M rows was ~1.0 s on the first full read and ~0.6 s
+from the second on.  One warm-up is not all of it: on a fresh JVM the JVM's CPU per full read
+kept falling until the 4th-6th read (1.5 s on the 2nd, 0.75-1.1 s by the 5th-6th at load 6-8,
+2026-11-28), so the first ``spark-local`` sample of a run pays more than the later ones.
 """
 
 from __future__ import annotations
