@@ -91,6 +91,17 @@ def test_a_resent_set_held_behind_a_start_that_moved_earlier_is_delivered() -> N
     assert delivered(s) == [] and s.open_gaps() == 0 and s.counters.messages_lost == 0
 
 
+def test_a_set_of_several_topics_keeps_its_headers_on_the_topics_wanted() -> None:
+    """A set published to two topics, one of them wanted here: it is stored for that topic alone,
+    with its headers (they were dropped when the set was narrowed to the wanted topics)."""
+    s = streams()
+    block = wire.encode_headers({"trace": "4bf9"})
+    messages = wire.MessageSet.build([TOPIC, "ov.other"], [(b"", b"m1")], headers=block)
+    s.receive(ORIGIN, (wire.RoutedSet(origin_seq=1, timestamp=0, messages=messages, prevs=(0, 0)),), wants, now=1.0)
+    [(_, stored)] = s.take_ready()
+    assert stored.messages.topics == (TOPIC,) and stored.messages.headers == block
+
+
 def test_heads_at_or_below_the_chain_ask_nothing() -> None:
     s = streams()
     s.receive(ORIGIN, (a_set(1, 4, 0),), wants, now=1.0)

@@ -272,7 +272,8 @@ class Streams:
         self.counters.delivered_sets += 1
         messages = s.messages
         if len(topics) != len(messages.topics):
-            messages = wire.MessageSet(topics=tuple(topics), count=messages.count, records=messages.records)
+            messages = wire.MessageSet(topics=tuple(topics), count=messages.count, records=messages.records,
+                                       headers=messages.headers)  # fmt: skip
         self.ready.append((origin, wire.ForwardSet(origin_seq=s.origin_seq, timestamp=s.timestamp, messages=messages)))
 
     def _release(self, origin: int, topic: str) -> None:
