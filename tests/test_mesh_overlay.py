@@ -63,17 +63,25 @@ def wait_overlay_interest(publisher: Hub, topics: list[str], subscribers: list[H
     A hub-level subscription reaches the rendezvous owners asynchronously (as a v2 SUBSCRIBE
     reaches peers): sets published before the publisher's hub hears of it are not for that
     hub.  The v2 tests wait for the interest to show in the publisher's peer table; the overlay
-    keeps it at the owners, so this publishes until a message arrives everywhere."""
+    keeps it at the owners, so this publishes until a message arrives everywhere.  It waits for
+    the *last* warm-up: a hub named while the owners changed may be owed earlier ones too
+    (hub/core/overlay/watching.py), which arrive in order, so once the last is there none of
+    them can reach a subscriber the test starts afterwards."""
     deadline = time.monotonic() + 30.0
     with sdk.connect_blocking(publisher.address) as client:
         for attempt in range(1_000_000):
+            last = b"warm-up %d" % attempt
             for topic in topics:
-                client.publish_acked(topic, b"warm-up %d" % attempt)
-            reads = [read_all(hub.address, topics)[0] for hub in subscribers]
-            if all(any(v.startswith(WARM_UP) for _, v in r.get(t, [])) for r in reads for t in topics):
-                return
+                client.publish_acked(topic, last)
+            crossed = time.monotonic() + 2.0  # a set that leaves takes well under this to arrive
+            while True:
+                reads = [read_all(hub.address, topics)[0] for hub in subscribers]
+                if all(any(v == last for _, v in r.get(t, [])) for r in reads for t in topics):
+                    return
+                if time.monotonic() >= crossed:
+                    break
+                time.sleep(0.2)
             assert time.monotonic() < deadline, "interest did not reach the publisher's hub in 30 s"
-            time.sleep(0.5)
 
 
 def assert_every_acked_publish_arrived(
