@@ -28,9 +28,9 @@ class SetSender:
         origin: OriginSide,
         outbox: Outbox,
         route_control: Callable[[tuple[int, ...], wire.Frame], None],
-        sent_to: Callable[[frozenset[int], int, float], None],
+        sent_to: Callable[[frozenset[int], float], None],
     ) -> None:
-        """``sent_to(dests, sets, now)``: told where each live set goes (shortcuts.py counts it)."""
+        """``sent_to(dests, now)``: told where each live set goes (shortcuts.py counts it)."""
         self.config = config
         self.hub_id = hub_id
         self.watching = watching
@@ -66,7 +66,7 @@ class SetSender:
         dests = self.destinations(topics)
         if dests:
             self.pending.append((dests, encoded))
-            self.sent_to(dests, 1, now)
+            self.sent_to(dests, now)
         return len(dests)
 
     @property
@@ -99,7 +99,7 @@ class SetSender:
                 dests = self.destinations(topics)
                 if dests:
                     self.pending.append((dests, encoded))
-                    self.sent_to(dests, 1, now)
+                    self.sent_to(dests, now)
             else:
                 self.parked.append(item)
                 self._parked_topics.update(topics)

@@ -71,15 +71,15 @@ class Shortcuts:
 
     # -- what the sender tells --------------------------------------------------------------
 
-    def count(self, dests: frozenset[int], sets: int, now: float) -> None:
-        """``sets`` of this hub's went to ``dests``: the hubs among them not linked are candidates."""
+    def count(self, dests: frozenset[int], now: float) -> None:
+        """A set of this hub's went to ``dests``: the hubs among them not linked are candidates."""
         if len(dests) > self.config.shortcut_fanout or not self.slots:
             return
         links = self.links
         sent = self.sent
         for hub in dests:
             if hub not in links:
-                sent[hub] += sets
+                sent[hub] += 1
         if self._review_at is None:
             self._review_at = now + REVIEW
 
