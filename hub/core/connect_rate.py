@@ -177,8 +177,8 @@ class ConnectRate:
                                  x_refused=bucket.unlogged))  # fmt: skip
             bucket.logged_at, bucket.unlogged = now, 0
         retry = (1 - bucket.tokens) / limits.per_second
-        return Error(code=ErrorCode.LIMIT_EXCEEDED,
-                     reason=f"connection rate from {key}: over {limits.per_second:g}/s; retry in {retry:.2f} s").encode()
+        reason = f"connection rate from {key}: over {limits.per_second:g}/s; retry in {retry:.2f} s"
+        return Error(code=ErrorCode.LIMIT_EXCEEDED, reason=reason).encode()
 
     def accept_wait(self, now: float) -> float:
         """A connection was accepted: seconds the accept loop waits before the next accept.

@@ -108,7 +108,7 @@ def _hub_families(core: HubCore) -> list[Family]:
         by_label(counter("pub0sub_connections_rate_limited", "Client connections refused at accept for coming too "
                          "often from one address (--max-connects-per-second-per-address), by address class.",
                          labels=("address_class",)), "address_class", core.connect_rate.refused_by_class,
-                 every=ADDRESS_CLASSES),  # fmt: skip
+                 every=ADDRESS_CLASSES),
         counter("pub0sub_accept_waits", "Times the accept loop waited for the accept budget "
                 "(--max-accepts-per-second).", core.connect_rate.accept_waits),
         by_label(counter("pub0sub_connections_closed", "Client connections that ended, by close reason.",
@@ -147,7 +147,7 @@ def _hub_families(core: HubCore) -> list[Family]:
                 "slow_consumer_deadline.", stats.read_pause_closes),
         counter("pub0sub_tls_handshake_failures", "TLS handshakes that failed or did not finish in time.",
                 stats.tls_handshake_failures),
-    ]  # fmt: skip
+    ]
 
 
 #: Per user of the users file (docs/security.md): (family name without _total, UserCounters field, help).

@@ -97,7 +97,8 @@ Target = tuple[str, str | None]
 def _connect(target: Target) -> socket.socket:
     address, source = target
     host, port = address.rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=5, source_address=None if source is None else (source, 0))
+    bind = None if source is None else (source, 0)
+    return socket.create_connection((host, int(port)), timeout=5, source_address=bind)
 
 
 def _malformed(target: Target, stopping: Any, count: Any, limit: int) -> None:

@@ -238,7 +238,7 @@ def cpu_seconds(pid: int) -> float:
 
 def hub_status(client: Client) -> dict[str, Any]:
     client.send(wire.Status())
-    return json.loads(client.expect(wire.StatusReply).document)  # type: ignore[no-any-return]
+    return json.loads(client.expect(wire.StatusReply).document)
 
 
 def client_bytes(client: Client) -> tuple[int, int]:
