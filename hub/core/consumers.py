@@ -37,6 +37,8 @@ from .events import ev
 log = logging.getLogger("pub0sub.hub.consumers")
 
 SAVE_INTERVAL = 0.2
+#: How often the tick runs while no position moves: expiry counts in minutes, not in 0.2 s.
+IDLE_TICK = 1.0
 FILE_NAME = "consumers.json"
 
 
@@ -111,6 +113,8 @@ class ConsumerRegistry:
         self._waiting: list[tuple[int, Callable[[OSError | None], None]]] = []
         #: Told when a save is wanted (the shell's position saver wakes up); None: save at once.
         self.on_save_wanted: Callable[[], None] | None = None
+        #: Told by the next change (the shell's tick, slow while nothing changes, hurries up).
+        self.on_touched: Callable[[], None] | None = None
         #: a name was created or its topics changed: saved before the hub confirms it
         self._urgent = False
         self.saves = 0
@@ -153,6 +157,8 @@ class ConsumerRegistry:
     def touch(self) -> None:
         self._dirty = True
         self.version += 1
+        if self.on_touched is not None:
+            self.on_touched()
 
     def snapshot(self) -> tuple[int, bytes]:
         """The state to save now: its version and the file's bytes (taken in the loop)."""
@@ -224,7 +230,8 @@ class ConsumerRegistry:
         return min(floors) if floors else None
 
     def tick(self, now: float) -> None:
-        """Every ``SAVE_INTERVAL`` seconds (the shell's timer): expire idle names, save moved positions.
+        """``SAVE_INTERVAL`` after a change, else every ``IDLE_TICK`` seconds (the shell's timer):
+        expire idle names, save moved positions.
 
         ``now`` is wall-clock seconds: expiry outlives restarts, so it is measured on the wall clock.
         """

@@ -325,6 +325,8 @@ class ConsumerGroup:
         if member.credit is not None:
             member.credit -= batch.count
         member.session.push_batch(member, batch)
+        if not self.pending:
+            self._work.on_acks_awaited()
         self.pending.append(
             PendingRange(
                 member, topic, batch.base_offset, batch.base_offset + batch.count - 1,

@@ -397,12 +397,13 @@ class HubCore:
                 elif now - session.last_sent >= interval and not session.out.items:
                     session.send_control(PING_FRAME)
 
-    def tick_groups(self) -> None:
-        """Every :data:`GROUP_TICK_SECONDS`: wake groups whose ack deadlines passed."""
+    def tick_groups(self) -> bool:
+        """Wake groups whose ack deadlines passed; True while any group still awaits acks."""
         now = self.clock.monotonic()
         for group in self.subscriptions.groups.values():
             if group.due(now):
                 group.wake()
+        return any(group.pending for group in self.subscriptions.groups.values())
 
     def tick_rates(self) -> None:
         """Every second: messages in and deliveries per second, for status."""

@@ -33,6 +33,9 @@ class WorkQueue:
         self._ready: dict[Job, None] = {}
         #: Told when the queue goes from empty to not empty (the shell's pump wakes).
         self.on_work: Callable[[], None] = lambda: None
+        #: Told when a consumer group starts waiting for acks (the shell's deadline timer, idle
+        #: while no group waits, wakes: an idle hub has no timer firing 20 times a second).
+        self.on_acks_awaited: Callable[[], None] = lambda: None
 
     def wake(self, job: Job) -> None:
         if not self._ready:

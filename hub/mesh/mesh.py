@@ -46,7 +46,7 @@ from .dump import open_dump
 from .host import make_host, quiet_libp2p_logs
 from .identity import load_or_create_identity
 from .overlay_links import OverlayLinks
-from .session import PeerSession, remote_address
+from .session import PeerSession, SessionTicker, remote_address
 
 log = logging.getLogger("hub.mesh")
 
@@ -84,10 +84,8 @@ class Mesh:
         overlay_store: OverlayLogStore | None = None,
     ) -> None:
         self.clock = clock or TrioClock()
-        self.core = MeshCore(
-            config, hub_id=hub_id, clock=self.clock, on_forward=on_forward, resume_positions=resume_positions,
-            replay=replay,
-        )  # fmt: skip
+        self.core = MeshCore(config, hub_id=hub_id, clock=self.clock, on_forward=on_forward,
+                             resume_positions=resume_positions, replay=replay)  # fmt: skip
         self.config = config
         self.hub_id = hub_id
         self._key_pair = key_pair
@@ -96,6 +94,7 @@ class Mesh:
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self._changed = trio.Event()
+        self._ticker = SessionTicker()
         #: Mesh v3 (``--mesh-overlay``): the overlay and its links (hub/mesh/overlay_links.py).
         self.overlay: OverlayLinks | None = None
         if overlay is not None:
@@ -207,6 +206,7 @@ class Mesh:
         try:
             async with host.run(listen_addrs=[multiaddr.Multiaddr(self.config.listen)]), trio.open_nursery() as nursery:
                 self._nursery = nursery
+                nursery.start_soon(self._ticker.run)
                 # Every version gets a handler, v1 too when it is not allowed: a refused peer is
                 # counted and logged, not left to a silent protocol negotiation failure.
                 for version in self.config.versions:
@@ -382,7 +382,7 @@ class Mesh:
         else:
             protocol = PeerProtocol(self.core, link, version, outbound=outbound, clock=self.clock)
         dump = None if self.config.dump_dir is None else open_dump(self.config.dump_dir, link.key, link.short_id)
-        session = PeerSession(protocol, stream, dump=dump)
+        session = PeerSession(protocol, stream, self._ticker, dump=dump)
         self.core.session_started(link, protocol)
         # INFO with the full peer id and the address: what tells an operator that --bootstrap or
         # discovery worked, and which hub went away.

@@ -9,7 +9,7 @@ import time
 
 import trio
 
-from ..core.consumers import SAVE_INTERVAL, ConsumerRegistry
+from ..core.consumers import IDLE_TICK, SAVE_INTERVAL, ConsumerRegistry
 from ..core.hub import GROUP_TICK_SECONDS, HubCore
 from ..storage.store import LogStore
 
@@ -44,9 +44,17 @@ async def run_heartbeats(core: HubCore) -> None:
 
 
 async def run_group_deadlines(core: HubCore) -> None:
+    """Look for passed ack deadlines every GROUP_TICK_SECONDS while a group awaits acks;
+    while none does, sleep until one starts to (an idle hub then has no timer to serve)."""
+    awaiting = core.tick_groups()
     while True:
-        await trio.sleep(GROUP_TICK_SECONDS)
-        core.tick_groups()
+        if awaiting:
+            await trio.sleep(GROUP_TICK_SECONDS)
+        else:
+            started = trio.Event()
+            core.work.on_acks_awaited = started.set
+            await started.wait()
+        awaiting = core.tick_groups()
 
 
 async def run_rates(core: HubCore) -> None:
@@ -62,6 +70,14 @@ async def run_retention(core: HubCore, store: LogStore, every: float) -> None:
 
 
 async def run_consumer_saves(consumers: ConsumerRegistry) -> None:
+    """Positions moved are saved ``SAVE_INTERVAL`` after the change (one save for all the changes
+    meanwhile); with no change, the tick (expiry) runs every ``IDLE_TICK``."""
     while True:
-        await trio.sleep(SAVE_INTERVAL)
+        touched = trio.Event()
+        consumers.on_touched = touched.set
+        with trio.move_on_after(IDLE_TICK):
+            await touched.wait()
+        consumers.on_touched = None
+        if touched.is_set():
+            await trio.sleep(SAVE_INTERVAL)
         consumers.tick(time.time())
