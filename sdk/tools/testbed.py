@@ -44,6 +44,13 @@ def proc_sample(pid: int) -> tuple[float, int]:
     return cpu, rss
 
 
+def wakeups(pid: int) -> int:
+    """Context switches of a process's main thread (its event loop) so far, from /proc: each is
+    one wake-up of the loop, or a preemption."""
+    with open(f"/proc/{pid}/status") as f:
+        return sum(int(line.split()[1]) for line in f if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")))
+
+
 class TestBed:
     def __init__(self, settings: Settings, progress: Callable[[str], object] = print) -> None:
         self.s = settings
@@ -143,16 +150,21 @@ class TestBed:
         return {"frames": frames, "bytes": sent}
 
     def _idle(self) -> dict[str, Any]:
-        """CPU (% of a core) and RSS per hub over ``idle_seconds`` with no traffic at all."""
+        """CPU (% of a core) and RSS per hub over ``idle_seconds`` with no traffic at all, from
+        ``idle_settle`` seconds after the overlay formed."""
         hubs = self.cluster.hubs
+        time.sleep(self.s.idle_settle)
         first = [proc_sample(h.pid) for h in hubs]
+        woken = [wakeups(h.pid) for h in hubs]
         time.sleep(self.s.idle_seconds)
         last = [proc_sample(h.pid) for h in hubs]
+        wakes = [(wakeups(h.pid) - w) / self.s.idle_seconds for h, w in zip(hubs, woken, strict=True)]
         cpu = [100 * (b[0] - a[0]) / self.s.idle_seconds for a, b in zip(first, last, strict=True)]
         rss = [b[1] for b in last]
         return {
             "cpu_percent_mean": round(sum(cpu) / len(cpu), 2),
             "cpu_percent_max": round(max(cpu), 2),
+            "wakeups_per_s_mean": round(sum(wakes) / len(wakes), 1),
             "rss_mib_mean": round(sum(rss) / len(rss) / 2**20, 1),
             "rss_mib_max": round(max(rss) / 2**20, 1),
         }

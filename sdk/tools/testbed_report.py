@@ -30,6 +30,9 @@ class Settings:
     fault_every: float = 20.0
     fault_length: float = 5.0
     idle_seconds: float = 10.0
+    #: Idle is measured this long after the overlay formed: the last link changes of the
+    #: formation (surplus links pruned, their advertisements flooded) are not idling.
+    idle_settle: float = 20.0
     seed: int = 1
     data_root: Path = Path("pub0sub-testbed-data")
 
@@ -178,7 +181,8 @@ def render(report: dict[str, Any]) -> str:
             f"links per hub: max {links['max']}, mean {num(links['mean'])}, with shortcuts max "
             f"{report.get('connections_max')}  RSS max {num(report['rss_mib_max'])} MiB",
             f"idle: CPU {num(idle.get('cpu_percent_mean'), '{:.2f}')}% of a core per hub (max "
-            f"{num(idle.get('cpu_percent_max'), '{:.2f}')}%), RSS {num(idle.get('rss_mib_mean'))} MiB",
+            f"{num(idle.get('cpu_percent_max'), '{:.2f}')}%), {num(idle.get('wakeups_per_s_mean'))} wake-ups/s, "
+            f"RSS {num(idle.get('rss_mib_mean'))} MiB",
         ]
     )
 
