@@ -260,6 +260,26 @@ def test_every_steady_subscriber_gets_every_set_once_in_order(seed, subscription
         (0.1705033461912795, ("cut", 3, 5, 2.00001)), (0.3536924525457239, ("cut", 3, 5, 2.00001))
     ],
 )  # fmt: skip
+# And this one until a hub named during a run of ring changes (owners crashing and restarting
+# in turn, each within CUT_SHORT_KEEP of the last) started where the publisher stood at the run's
+# last change: the publisher, itself just restarted, had sent its first set before (58455).
+@example(
+    seed=58455,
+    subscriptions=[(1, 'a.*'), (3, 'a.x'), (2, 'a.*'), (0, 'a.x'), (4, 'a.x'), (5, 'a.x'), (2, 'b.>'), (3, 'b.>')],
+    events=[
+        (0.047568449625305056, ('unsubscribe', 3, 'b.>')), (0.0, ('burst', 5, 'c.z')),
+        (0.6021548891718571, ('burst', 3, 'a.x')), (0.46418168153891726, ('burst', 3, 'c.z')),
+        (1.919971762240004e-299, ('burst', 3, 'c.z')), (0.6021548891718571, ('burst', 3, 'a.x')),
+        (0.6803494051433978, ('crash', 3, 0.99999)), (0.37223647933172055, ('cut', 1, 4, 1.0)),
+        (0.5338738530509454, ('burst', 2, 'a.y')), (1.7700043797296167e-101, ('crash', 0, 1.0)),
+        (1.4866495080557426e-101, ('cut', 4, 1, 2.4767557848301474)),
+        (0.49262083226947206, ('crash', 3, 4.7676144052072775)),
+        (1.1149519220283285e-246, ('crash', 0, 3.3620275897546064)), (0.6862833327684789, ('publish', 0, 'a.x')),
+        (0.37689154937579494, ('burst', 4, 'c.z')), (0.413135888458942, ('burst', 2, 'a.y')),
+        (0.7050014023495405, ('crash', 1, 3.00710156999801)), (0.21449223740495343, ('cut', 5, 2, 7.502205968735107)),
+        (0.43134383867089005, ('cut', 4, 0, 0.5))
+    ],
+)  # fmt: skip
 @given(seed=st.integers(0, 2**32), subscriptions=standing, events=schedule)
 def test_with_shortcuts_every_steady_subscriber_gets_every_set_once_in_order(seed, subscriptions, events) -> None:
     check_world(subscriptions, *run_world(seed, subscriptions, events, WITH_SHORTCUTS))

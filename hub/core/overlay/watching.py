@@ -28,6 +28,11 @@ from .rendezvous import Send, next_version, owners_changed
 CUT_SHORT_KEEP = 10.0
 #: A ring change is seen when the graph settles, this long after it at most (SETTLE_MAX 1 s).
 RING_SEEN_WITHIN = 2.0
+#: Changes less than CUT_SHORT_KEEP apart make one run (owners crashing and restarting in
+#: turn): a hub named during it starts where this hub stood at the run's first change, if that
+#: was at most this long ago (a run under steady churn never ends; beyond this, the price above
+#: grows and what was asked of owners before it has been answered).
+RUN_KEEP = 30.0
 
 
 @dataclass(slots=True)
@@ -95,9 +100,12 @@ class Watching:
         self.on_watch = on_watch
         self.keys: dict[str, _Watch] = {}
         self._dests: dict[str, frozenset[int]] = {}
-        #: the ring's change count last seen, and (where this hub stood, when) at its last change
+        #: the ring's change count last seen; (where this hub stood, when) at its last change --
+        #: the position being the earliest of the run of changes it ends (RUN_KEEP)
         self._ring_seen = 0
         self._ring_moved: tuple[int, float] | None = None
+        #: (where this hub stood, when) at each change of the current run, the last RUN_KEEP s
+        self._run: list[tuple[int, float]] = []
         #: (where this hub stood, when) at the last refresh: a change is seen only when the graph
         #: settles, up to a second or so after it, and this hub may have published meanwhile
         self._refreshed: tuple[int, float] = (0, -1e18)
@@ -158,7 +166,11 @@ class Watching:
         if changes != self._ring_seen:
             self._ring_seen = changes
             before, at = self._refreshed
-            self._ring_moved = (before if now - at <= RING_SEEN_WITHIN else stood, now)
+            position = before if now - at <= RING_SEEN_WITHIN else stood
+            moved = self._ring_moved
+            run = self._run if moved is not None and now - moved[1] < CUT_SHORT_KEEP else []
+            self._run = [(p, t) for p, t in run if now - t <= RUN_KEEP] + [(position, now)]
+            self._ring_moved = (min(p for p, _ in self._run), now)
         self._refreshed = (stood, now)
         sends = []
         for key, watch in self.keys.items():
