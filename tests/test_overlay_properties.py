@@ -198,6 +198,35 @@ def run_world(
         (5.94434685581532e-154, ("cut", 0, 5, 2.7312537622609754)), (0.6472166591191926, ("publish", 5, "a.y"))
     ],
 )  # fmt: skip
+# And this one until a hub named before its origin's watch was settled started at the watch's
+# start, not where the origin stood: the origin, restarted and cut off from every other hub for
+# seconds, was its keys' only owner, published, and its own answer named nobody (150).
+@example(
+    seed=150,
+    subscriptions=[(0, '*.z'), (2, 'a.*'), (4, '*.z'), (5, 'b.>'), (0, 'b.>'), (3, '*.z'), (4, 'c.z'), (4, '*.z')],
+    events=[
+        (0.42476564040954934, ('crash', 1, 2.2222876003011356)),
+        (0.3975343592456517, ('crash', 2, 3.610091128029033)),
+        (2.3347519200408416e-132, ('subscribe', 1, '*.z')),
+        (0.47921545489427325, ('crash', 4, 2.052981626768335)),
+        (0.2819851806592269, ('unsubscribe', 1, '*.z')),
+        (0.0, ('cut', 4, 3, 2.5247972040977196)),
+        (0.0, ('crash', 0, 5.6227755995695)),
+        (0.3138843505439046, ('burst', 3, 'b.x')),
+        (0.36502936546507575, ('cut', 2, 3, 3.9227688018472295)),
+        (0.6580640727483141, ('crash', 1, 0.6790987594622373)),
+        (0.3975343592456517, ('crash', 2, 3.610091128029033)),
+        (0.5274283321347487, ('crash', 1, 2.2222876003011356)),
+        (0.2555431546456554, ('publish', 4, 'a.y')),
+        (0.07957705888605048, ('crash', 5, 1.5)),
+        (1.1754943508222875e-38, ('burst', 5, 'b.x')),
+        (0.6493995040474968, ('subscribe', 4, 'a.x')),
+        (0.6661059074778326, ('burst', 3, 'b.x')),
+        (0.08903202666460877, ('burst', 3, 'c.z')),
+        (0.5, ('crash', 1, 1.0)),
+        (0.779664360401595, ('burst', 0, 'b.x'))
+    ],
+)  # fmt: skip
 @given(seed=st.integers(0, 2**32), subscriptions=standing, events=schedule)
 def test_every_steady_subscriber_gets_every_set_once_in_order(seed, subscriptions, events) -> None:
     check_world(subscriptions, *run_world(seed, subscriptions, events))
@@ -260,9 +289,10 @@ def test_every_steady_subscriber_gets_every_set_once_in_order(seed, subscription
         (0.1705033461912795, ("cut", 3, 5, 2.00001)), (0.3536924525457239, ("cut", 3, 5, 2.00001))
     ],
 )  # fmt: skip
-# And this one until a hub named during a run of ring changes (owners crashing and restarting
-# in turn, each within CUT_SHORT_KEEP of the last) started where the publisher stood at the run's
-# last change: the publisher, itself just restarted, had sent its first set before (58455).
+# And these until the same (58455: owners crashing and restarting in turn while the origin,
+# itself just restarted, sent its first set), and until a watch made before its hub had seen
+# its ring at all (a publish at the instant of a restart) was no longer taken as settled by
+# the hub's own answer, its start lost with the next crash (885).
 @example(
     seed=58455,
     subscriptions=[(1, 'a.*'), (3, 'a.x'), (2, 'a.*'), (0, 'a.x'), (4, 'a.x'), (5, 'a.x'), (2, 'b.>'), (3, 'b.>')],
@@ -278,6 +308,17 @@ def test_every_steady_subscriber_gets_every_set_once_in_order(seed, subscription
         (0.37689154937579494, ('burst', 4, 'c.z')), (0.413135888458942, ('burst', 2, 'a.y')),
         (0.7050014023495405, ('crash', 1, 3.00710156999801)), (0.21449223740495343, ('cut', 5, 2, 7.502205968735107)),
         (0.43134383867089005, ('cut', 4, 0, 0.5))
+    ],
+)  # fmt: skip
+@example(
+    seed=885,
+    subscriptions=[(1, 'b.>'), (5, '*.z'), (0, 'a.*'), (1, 'a.*'), (3, 'a.*'), (0, 'a.*')],
+    events=[
+        (0.6693406250761182, ('crash', 1, 0.5)),
+        (0.5, ('publish', 1, 'a.y')),
+        (0.22694395972269674, ('crash', 1, 0.5)),
+        (0.30658062516957907, ('burst', 2, 'a.y')),
+        (0.0, ('burst', 2, 'a.y'))
     ],
 )  # fmt: skip
 @given(seed=st.integers(0, 2**32), subscriptions=standing, events=schedule)

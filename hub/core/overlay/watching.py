@@ -28,11 +28,6 @@ from .rendezvous import Send, next_version, owners_changed
 CUT_SHORT_KEEP = 10.0
 #: A ring change is seen when the graph settles, this long after it at most (SETTLE_MAX 1 s).
 RING_SEEN_WITHIN = 2.0
-#: Changes less than CUT_SHORT_KEEP apart make one run (owners crashing and restarting in
-#: turn): a hub named during it starts where this hub stood at the run's first change, if that
-#: was at most this long ago (a run under steady churn never ends; beyond this, the price above
-#: grows and what was asked of owners before it has been answered).
-RUN_KEEP = 30.0
 
 
 @dataclass(slots=True)
@@ -100,12 +95,9 @@ class Watching:
         self.on_watch = on_watch
         self.keys: dict[str, _Watch] = {}
         self._dests: dict[str, frozenset[int]] = {}
-        #: the ring's change count last seen; (where this hub stood, when) at its last change --
-        #: the position being the earliest of the run of changes it ends (RUN_KEEP)
+        #: the ring's change count last seen, and (where this hub stood, when) at its last change
         self._ring_seen = 0
         self._ring_moved: tuple[int, float] | None = None
-        #: (where this hub stood, when) at each change of the current run, the last RUN_KEEP s
-        self._run: list[tuple[int, float]] = []
         #: (where this hub stood, when) at the last refresh: a change is seen only when the graph
         #: settles, up to a second or so after it, and this hub may have published meanwhile
         self._refreshed: tuple[int, float] = (0, -1e18)
@@ -166,11 +158,7 @@ class Watching:
         if changes != self._ring_seen:
             self._ring_seen = changes
             before, at = self._refreshed
-            position = before if now - at <= RING_SEEN_WITHIN else stood
-            moved = self._ring_moved
-            run = self._run if moved is not None and now - moved[1] < CUT_SHORT_KEEP else []
-            self._run = [(p, t) for p, t in run if now - t <= RUN_KEEP] + [(position, now)]
-            self._ring_moved = (min(p for p, _ in self._run), now)
+            self._ring_moved = (before if now - at <= RING_SEEN_WITHIN else stood, now)
         self._refreshed = (stood, now)
         sends = []
         for key, watch in self.keys.items():
@@ -204,9 +192,10 @@ class Watching:
     def _settled(self, key: str, watch: _Watch, owners: tuple[int, ...], now: float) -> None:
         """Every owner has answered, and the ring has not changed for CUT_SHORT_KEEP: the watch's
         start need not outlive a crash any more (joins.py).  (A hub just started, its map still
-        filling, is its keys' only owner for a moment: its own answer is not enough.)"""
+        filling, is its keys' only owner for a moment: its own answer is not enough -- nor is
+        any answer before it has seen its ring at all, as when it publishes at once.)"""
         moved = self._ring_moved
-        if watch.settled or (moved is not None and now - moved[1] < CUT_SHORT_KEEP):
+        if watch.settled or moved is None or now - moved[1] < CUT_SHORT_KEEP:
             return
         if all(o in watch.snapshots for o in owners):
             watch.settled = True
@@ -282,10 +271,11 @@ class Watching:
         if not any(o in watch.snapshots for o in owners):
             return []
         chosen = _in_use(watch, owners)
-        # Until every owner has answered, the answers in use may not have heard of every hub
-        # yet: hubs added meanwhile start where the first answer's did.
-        settled = watch.answered and all(o in watch.snapshots for o in owners)
-        since = last_seq if settled else watch.started_after
+        # Until the watch is settled (every owner answered, the ring quiet CUT_SHORT_KEEP), the
+        # answers in use may not have heard of every hub yet: hubs added meanwhile start where
+        # the watch did.  (Every owner's answer is not enough: a hub cut off after a restart is
+        # its keys' only owner, and its own answer names nobody -- world 150.)
+        since = last_seq if watch.settled else watch.started_after
         if asked_at is not None:
             # The answer to a WATCH: hubs it adds may have been wanting since before it was
             # asked (an owner that answered first may not have known them yet), so they start
