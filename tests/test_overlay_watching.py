@@ -63,3 +63,43 @@ def test_recheck_asks_every_owner_whose_answer_is_in_use() -> None:
     w.answer(second, full(key, {}, version=20), 0, now=1.0)
     checks = {dests: frame.version for dests, frame in w.recheck(now=5.0) if frame.key == key}
     assert checks == {(first,): 10, (second,): 20}
+
+
+def _alone_then_linked(linked_at: float) -> tuple[list[tuple[str, int | None]], list[int], str]:
+    """This hub watches ``TOPIC``'s key while its map holds only itself, publishes up to 5, then
+    finds the others at ``linked_at``; the owners' answers name SUB.  (calls to on_watch, the
+    JOINED start SUB is given, and the key)."""
+    membership = Membership(ME)
+    sent = [0]
+    starts: list[tuple[str, int | None]] = []
+    w = Watching(membership, sent_upto=lambda: sent[0], on_watch=lambda key, since: starts.append((key, since)))
+    w.ensure(TOPIC, 0, now=0.0)
+    key = keys_of_topic(TOPIC)[0]
+    assert membership.owners(key) == (ME,)
+    w.answer(ME, full(key, {}), 0, now=0.0)  # its own answer: the only owner it knows
+    sent[0] = 5
+    hubs = (ME, O1, O2, SUB)
+    for hub in hubs:
+        others = tuple(h for h in hubs if h != hub) if hub == ME else (ME,)
+        membership.offer(wire.LinkState(hub_id=hub, boot=1, seq=1, peer_key=f"k{hub}", addrs=(), neighbors=others))
+    membership.settle()
+    w.refresh(now=linked_at)
+    answers = [w.answer(owner, full(key, {SUB: (TOPIC,)}), 5, linked_at + 0.1) for owner in membership.owners(key)]
+    return starts, [notice.since for answer in answers for notice in answer.joined], key
+
+
+def test_a_hub_alone_in_its_map_owes_what_it_published_to_hubs_named_once_it_is_not() -> None:
+    """Just started or cut off, its own answer names nobody: that is not the cluster's answer.
+    The hub named once the map holds others starts at the watch's start (property world 150)."""
+    starts, since, key = _alone_then_linked(linked_at=5.0)
+    assert since == [0]
+    assert (key, None) not in starts  # never settled while alone: its start outlives a crash
+
+
+def test_a_hub_alone_past_alone_keep_was_a_cluster_of_its_own() -> None:
+    """Alone for longer than ALONE_KEEP: what it published meanwhile is owed to nobody, and the
+    start kept across restarts moves to where it stood when it found the others."""
+    starts, since, key = _alone_then_linked(linked_at=61.0)
+    assert since == [5]
+    mine = [start for start in starts if start[0] == key]
+    assert mine == [(key, 0), (key, None), (key, 5)]

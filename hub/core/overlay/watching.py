@@ -28,6 +28,11 @@ from .rendezvous import Send, next_version, owners_changed
 CUT_SHORT_KEEP = 10.0
 #: A ring change is seen when the graph settles, this long after it at most (SETTLE_MAX 1 s).
 RING_SEEN_WITHIN = 2.0
+#: A watch made while this hub's map held only itself (just started, or cut off) is not settled
+#: until the map holds others: hubs named then start at the watch's start.  Unless the hub was
+#: alone longer than this: then it was a cluster of its own, and what it published meanwhile is
+#: owed to nobody (a standalone hub that joins a cluster later does not replay its history).
+ALONE_KEEP = 60.0
 
 
 @dataclass(slots=True)
@@ -55,6 +60,8 @@ class _Watch:
     started_at: float = 0.0
     #: every owner has answered once, the ring quiet (until then the start outlives a crash: joins.py)
     settled: bool = False
+    #: when the watch was made, if this hub's map held only itself then (see ALONE_KEEP)
+    alone_since: float | None = None
     last_used: float = 0.0
 
 
@@ -123,7 +130,7 @@ class Watching:
         for key in keys_of_topic(topic):
             watch = self.keys.get(key)
             if watch is None:
-                watch = self.keys[key] = _Watch(started_after=last_seq, started_at=now)
+                watch = self.keys[key] = _Watch(started_after=last_seq, started_at=now, alone_since=self._alone(now))
                 self.on_watch(key, last_seq)
                 sends.extend(self._tell(key, watch, self.membership.owners(key), now, last_seq))
             watch.last_used = now
@@ -135,7 +142,11 @@ class Watching:
         meanwhile (the owners are told once the map knows them: :meth:`refresh`)."""
         for key, since in unsettled:
             if key not in self.keys:
-                self.keys[key] = _Watch(started_after=since, last_used=now, started_at=now)
+                alone = self._alone(now)
+                self.keys[key] = _Watch(started_after=since, last_used=now, started_at=now, alone_since=alone)
+
+    def _alone(self, now: float) -> float | None:
+        return now if self.membership.reachable_count() == 0 else None
 
     def idle(self, now: float, idle_for: float) -> list[Send]:
         """Stop watching keys not published under for ``idle_for`` seconds."""
@@ -161,7 +172,14 @@ class Watching:
             self._ring_moved = (before if now - at <= RING_SEEN_WITHIN else stood, now)
         self._refreshed = (stood, now)
         sends = []
+        joined = self.membership.reachable_count() > 0
         for key, watch in self.keys.items():
+            if joined and watch.alone_since is not None:
+                if now - watch.alone_since > ALONE_KEEP:
+                    watch.started_after = stood
+                    self.on_watch(key, None)  # the start kept across restarts moves too (joins.py)
+                    self.on_watch(key, stood)
+                watch.alone_since = None
             owners = self.membership.owners(key)
             for owner in list(watch.told):
                 if owner not in owners:
@@ -195,7 +213,7 @@ class Watching:
         filling, is its keys' only owner for a moment: its own answer is not enough -- nor is
         any answer before it has seen its ring at all, as when it publishes at once.)"""
         moved = self._ring_moved
-        if watch.settled or moved is None or now - moved[1] < CUT_SHORT_KEEP:
+        if watch.settled or watch.alone_since is not None or moved is None or now - moved[1] < CUT_SHORT_KEEP:
             return
         if all(o in watch.snapshots for o in owners):
             watch.settled = True
