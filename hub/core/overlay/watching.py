@@ -32,6 +32,8 @@ RING_SEEN_WITHIN = 2.0
 #: until the map holds others: hubs named then start at the watch's start.  Unless the hub was
 #: alone longer than this: then it was a cluster of its own, and what it published meanwhile is
 #: owed to nobody (a standalone hub that joins a cluster later does not replay its history).
+#: Counted from the watch (or from the restart that resumed it): a hub alone for long that
+#: restarts and finds the others within this time still owes them the sets since its start.
 ALONE_KEEP = 60.0
 
 
