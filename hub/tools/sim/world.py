@@ -4,10 +4,9 @@ Discrete events on one simulated clock.  Each hub is a :class:`~hub.core.overlay
 with a :class:`SimStore` standing in for its data dir (it survives a crash, as the
 logs do).  Links carry the very bytes the core writes, in order, after the pair's
 latency (10-80 ms one way by default, fixed per pair by the seed); a link that
-breaks or a hub that crashes loses what was in flight.  Dials take a round trip
-plus a set-up time and fail when the far hub is down, full, or cut off from
-this one.  Everything random comes from one seeded generator: the same seed
-gives the same run.
+breaks or a hub that crashes loses what was in flight.  Dials take a round trip plus a
+set-up time and fail when the far hub is down, full, or cut off from this one.  Everything
+random comes from one seeded generator: the same seed gives the same run.
 """
 
 from __future__ import annotations
@@ -182,25 +181,26 @@ class World:
 
     def start(self, hub_id: int, bootstrap: list[int]) -> None:
         hub = self.hubs[hub_id]
-        hub.overlay = Overlay(
-            self.config,
-            hub_id=hub_id,
-            peer_key=f"sim-{hub_id:016x}",
-            addrs=(f"sim://{hub_id:016x}",),
-            clock=self.clock,
-            store=hub.store,
-            since=hub.store.since,
-            joins=hub.store.joins,
-            seed=self.seed ^ hub_id ^ hub.boots,
-        )
+        hub.overlay = Overlay(self.config, hub_id=hub_id, peer_key=f"sim-{hub_id:016x}", addrs=(f"sim://{hub_id:016x}",),
+                              clock=self.clock, store=hub.store, since=hub.store.since, joins=hub.store.joins,
+                              seed=self.seed ^ hub_id ^ hub.boots)  # fmt: skip
         hub.up = True
         hub.boots += 1
         hub.tick_at = None
         if hub.patterns:
             hub.overlay.set_interest(sorted(hub.patterns), ())
-        for other in bootstrap:
-            self._dial(hub_id, other)
+        self._seed(hub_id, hub.boots, tuple(bootstrap))
         self.pump(hub_id)
+
+    def _seed(self, hub_id: int, boot: int, bootstrap: tuple[int, ...]) -> None:
+        """While this hub has no link, dial the configured hubs every second (``seed_static``)."""
+        hub = self.hubs[hub_id]
+        if not bootstrap or not hub.up or hub.boots != boot or hub.overlay is None:
+            return
+        if not hub.overlay.policy.links:
+            for other in bootstrap:
+                self._dial(hub_id, other)
+        self.loop.at(self.clock.now + 1.0, self._seed, hub_id, boot, bootstrap)
 
     def crash(self, hub_id: int) -> None:
         hub = self.hubs[hub_id]
