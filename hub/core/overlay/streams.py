@@ -23,7 +23,7 @@ active stream (chains, open gaps, held sets), never per message.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import wire
 
@@ -272,8 +272,7 @@ class Streams:
         self.counters.delivered_sets += 1
         messages = s.messages
         if len(topics) != len(messages.topics):
-            messages = wire.MessageSet(topics=tuple(topics), count=messages.count, records=messages.records,
-                                       headers=messages.headers)  # fmt: skip
+            messages = replace(messages, topics=tuple(topics))  # every other field kept (headers too)
         self.ready.append((origin, wire.ForwardSet(origin_seq=s.origin_seq, timestamp=s.timestamp, messages=messages)))
 
     def _release(self, origin: int, topic: str) -> None:
