@@ -200,7 +200,7 @@ class HubServer:
         overlay = overlay_store = None
         if config.mesh_overlay:
             overlay = OverlayConfig(degree=min(config.mesh_degree, config.max_peers), max_peers=config.max_peers,
-                                    shortcuts=config.mesh_shortcuts)  # fmt: skip
+                                    shortcuts=config.mesh_shortcuts, link_trials=config.mesh_link_trials)  # fmt: skip
             overlay_store = OverlayLogStore(link, self.store, hub_id=self.core.hub_id, data_dir=config.data_dir)
         return Mesh(
             mesh_config,

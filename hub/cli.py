@@ -144,6 +144,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--mesh-degree", "with --mesh-overlay: links each hub keeps (at most --max-peers)", metavar="N", type=int)
     option("--mesh-shortcuts", "with --mesh-overlay: direct links to far hubs this one sends to (0: none)",
            metavar="N", type=int)  # fmt: skip
+    option("--mesh-link-trials", "with --mesh-overlay: seconds between tries of a faster link (0: never)",
+           metavar="SECONDS", type=float)  # fmt: skip
     option("--no-discovery", "link only to --bootstrap hubs, no DHT discovery", shown="discovery on",
            action="store_true")  # fmt: skip
     option("--mesh-heartbeat-interval", "seconds between mesh heartbeats", metavar="SECONDS", type=float)
@@ -264,6 +266,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "mesh_overlay": True if args.mesh_overlay else None,
         "mesh_degree": args.mesh_degree,
         "mesh_shortcuts": args.mesh_shortcuts,
+        "mesh_link_trials": args.mesh_link_trials,
         "discovery": False if args.no_discovery else None,
         "mesh_heartbeat_interval": args.mesh_heartbeat_interval,
         "mesh_heartbeat_misses": args.mesh_heartbeat_misses,

@@ -123,6 +123,9 @@ class HubConfig:
     #: With the overlay: direct links (not advertised) to hubs this one sends to that the
     #: overlay reaches only through relays, at most this many (hub/core/overlay/shortcuts.py).
     mesh_shortcuts: int = 6
+    #: With the overlay: a hub tries a link to a random hub about this often (doubling while none
+    #: is faster) and keeps it in place of a much slower one (hub/core/overlay/links.py; 0: never).
+    mesh_link_trials: float = 10.0
     #: Find hubs through the DHT (off: link only to --bootstrap hubs, e.g. behind a fixed proxy).
     discovery: bool = True
     #: Seconds between heartbeats on mesh links; ``mesh_heartbeat_misses`` missed = peer dead.
@@ -184,6 +187,8 @@ class HubConfig:
             raise ValueError("metrics_topics must be >= 0")
         if self.mesh_shortcuts < 0:
             raise ValueError(f"mesh_shortcuts must be >= 0 (0: none), got {self.mesh_shortcuts}")
+        if self.mesh_link_trials < 0:
+            raise ValueError(f"mesh_link_trials must be >= 0 (0: never), got {self.mesh_link_trials}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         for name in ("max_body", "max_connections", "max_subscriptions", "max_topics_per_connection",

@@ -8,7 +8,8 @@ the run are held to "at most once, in order" only (their start is whatever JOINE
 The world is small on purpose (6 hubs, degree 2, at most 3 links each), so most sends take
 more than one hop and every fault changes routes.  The second test gives each hub room for one
 shortcut (hub/core/overlay/shortcuts.py), so sends also switch between relays and direct links,
-and shortcuts open, break and go idle in the middle of streams.
+and shortcuts open, break and go idle in the middle of streams.  The third gives hubs degree 4
+and trial links (hub/core/overlay/links.py), so links are also replaced by faster ones.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ PATTERNS = ("a.x", "a.*", "b.>", "*.z", "c.z")
 CONFIG = OverlayConfig(degree=2, max_peers=3, give_up_after=1e9)
 #: max_peers - degree - 2 = 1 shortcut per hub; idle ones close within the run
 WITH_SHORTCUTS = OverlayConfig(degree=2, max_peers=5, give_up_after=1e9, shortcut_idle=3.0)
+#: Degree 4 of 6 hubs, each trying a link every second or so (doubling while none is faster):
+#: links are replaced by faster ones in the middle of streams (hub/core/overlay/links.py).
+WITH_TRIALS = OverlayConfig(degree=4, max_peers=6, give_up_after=1e9, link_trials=1.0)
 
 #: ``PUB0SUB_OVERLAY_WORLDS=1500 python -m pytest -n 0 tests/test_overlay_properties.py``: that
 #: many random worlds per test, drawn afresh each run, instead of the suite's fixed few -- how
@@ -366,6 +370,16 @@ def test_every_steady_subscriber_gets_every_set_once_in_order(seed, subscription
 @given(seed=st.integers(0, 2**32), subscriptions=standing, events=schedule)
 def test_with_shortcuts_every_steady_subscriber_gets_every_set_once_in_order(seed, subscriptions, events) -> None:
     check_world(subscriptions, *run_world(seed, subscriptions, events, WITH_SHORTCUTS))
+
+
+@worlds(20)
+@given(seed=st.integers(0, 2**32), subscriptions=standing, events=schedule)
+def test_with_trial_links_every_steady_subscriber_gets_every_set_once_in_order(seed, subscriptions, events) -> None:
+    world, *rest = run_world(seed, subscriptions, events, WITH_TRIALS)
+    check_world(subscriptions, world, *rest)
+    # Not vacuous: links were tried (and some kept) while the world ran.
+    tried = sum(h.overlay.policy.trials_kept + h.overlay.policy.trials_closed for h in world.up_hubs() if h.overlay)
+    assert tried > 0
 
 
 def check_world(

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .sim.latency import MODELS
 from .sim.scenario import Run, SimSettings, execute, formation
 
 
@@ -30,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--degree", type=int, default=d.degree)
     p.add_argument("--max-peers", type=int, default=d.max_peers)
     p.add_argument("--shortcuts", type=int, default=d.shortcuts, help="shortcuts per hub (0: none)")
+    p.add_argument("--link-trials", type=float, default=d.link_trials,
+                   help="seconds between a hub's trial links for faster ones (0: none)")
+    p.add_argument("--latency-model", choices=MODELS, default=d.latency_model,
+                   help="latencies drawn per pair of hubs, or from hubs' places in a plane (hub/tools/sim/latency.py)")
     p.add_argument("--form", type=float, default=d.form, help="seconds for the overlay to form")
     p.add_argument("--warm", type=float, default=d.warm, help="seconds of traffic before the steady figures")
     p.add_argument("--steady", type=float, default=d.steady, help="seconds of traffic without faults")
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         degree=args.degree,
         max_peers=args.max_peers,
         shortcuts=args.shortcuts,
+        link_trials=args.link_trials,
+        latency_model=args.latency_model,
         form=args.form,
         warm=args.warm,
         steady=args.steady,

@@ -76,7 +76,7 @@ class OverlayDriver:
             peer.close(CloseReason.PRUNED)
             return False
         self.peers[hub] = peer
-        self.overlay.link_up(hub, shortcut=shortcut)
+        self.overlay.link_up(hub, shortcut=shortcut, inbound=not peer.outbound)
         self.pump()
         return True
 
@@ -117,7 +117,7 @@ class OverlayDriver:
             self.pruned += 1
             if peer is not None:
                 log.info(
-                    "mesh peer %s: overlay link pruned (both ends hold more than degree)",
+                    "mesh peer %s: overlay link pruned (a surplus link, or one a faster trial link replaced)",
                     peer.link.key,
                     extra=ev("mesh_link_pruned", peer=peer.link.key),
                 )

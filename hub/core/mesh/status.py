@@ -28,7 +28,8 @@ class CloseReason(Enum):
     #: A FORWARD_BATCH spoke for an origin other than the peer's own hub id.
     FORGED_ORIGIN = "forged_origin"
     #: The overlay (mesh v3) closed a link it does not need (both ends hold more than
-    #: ``degree``), or had no room left for it (``--max-peers``).
+    #: ``degree``, a trial link that was no faster, or the slower link a trial replaced), or had
+    #: no room left for it (``--max-peers``).
     PRUNED = "pruned"
     #: A reload of the admission rules (SIGHUP) no longer admits the peer: off --mesh-allow, or
     #: the cluster secret it proved was retired.

@@ -62,6 +62,11 @@ class OverlayConfig:
     shortcut_fanout: int = 8
     #: A shortcut nothing crossed either way for this long is closed by the hub that opened it.
     shortcut_idle: float = 60.0
+    #: A hub whose links are all up tries one more link to a random hub about this often (seconds,
+    #: randomised, doubled after each trial that found no faster link) and keeps it in place of
+    #: its costliest link when that is much slower (links.py): links become faster than random,
+    #: and so do routes.  0: never.
+    link_trials: float = 10.0
     #: Seconds between dial attempts to the same hub.
     redial_interval: float = 5.0
     #: Dials in flight at once.
@@ -72,5 +77,7 @@ class OverlayConfig:
             raise ValueError("degree must be in 1..max_peers")
         if self.shortcuts < 0 or self.shortcut_fanout < 1:
             raise ValueError("shortcuts must be >= 0 and shortcut_fanout >= 1")
+        if self.link_trials < 0:
+            raise ValueError("link_trials must be >= 0")
         if not 1 <= self.ttl <= 255:
             raise ValueError("ttl must be in 1..255")

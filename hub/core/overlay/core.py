@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, cast
 
 import wire
 from wire.frames.mesh_v3 import ROUTED_SETS_TYPES, link_state_head, read_route_head, route_head, routed_sets_frame
@@ -42,13 +42,14 @@ from .flooding import Flooding
 from .joins import Joins
 from .links import LinkPolicy
 from .membership import Membership, key_patterns, keys_of_topic, rendezvous_key
-from .origin import OriginSide, OwnLog, heads_frames
+from .origin import OriginSide, heads_frames
 from .outbox import Outbox
 from .pacing import ADVERTISE_INTERVAL, ADVERTISE_MAX, SETTLE, SETTLE_MAX, Backoff
 from .rendezvous import OwnedKeys, Registrations, Send
 from .sending import SetSender
 from .shortcuts import Shortcuts
 from .status import overlay_status
+from .store import OverlayStore
 from .streams import Streams
 from .watching import JoinNotice, Watching
 
@@ -57,26 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hub.overlay")
 RoutedData = wire.RoutedSets | wire.RoutedSetsHeaders
-
-
-class OverlayStore(OwnLog, Protocol):
-    """Where delivered sets go and what the overlay reads back (the hub's logs, or a simulation's)."""
-
-    def deliver(self, origin: int, sets: list[wire.ForwardSet]) -> int | None:
-        """Store ``sets`` of ``origin``; the last origin sequence stored (None: all of them)."""
-        ...
-
-    def stored_position(self, origin: int, topic: str) -> int:
-        """The last sequence of ``origin`` stored on ``topic`` (0: none)."""
-        ...
-
-    def save_since(self, since: Mapping[tuple[int, str], int]) -> None:
-        """Keep the stream starts (JOINED) across restarts."""
-        ...
-
-    def save_joins(self, joins: Mapping[tuple[int, str], int]) -> None:
-        """Keep the starts this hub told its destinations (hub/core/overlay/joins.py) across restarts."""
-        ...
 
 
 class Overlay:
@@ -106,6 +87,7 @@ class Overlay:
         self.membership = Membership(hub_id, admits=admits)
         self.policy = LinkPolicy(config, self.membership, random.Random(hub_id if seed is None else seed))
         self.costs = LinkCosts()
+        self.policy.measured = self.costs.figure
         self.local = LocalInterest()
         self.registrations = Registrations(self.membership, clock.monotonic)
         self.owned = OwnedKeys(self.membership, version_base=self.boot & 0xFFFFFFFF)
@@ -151,20 +133,22 @@ class Overlay:
             return hub != self.hub_id and self.shortcuts.may_accept(hub)
         return hub != self.hub_id and self.policy.may_accept(hub, self.clock.monotonic())
 
-    def link_up(self, hub: int, *, shortcut: bool = False) -> None:
+    def link_up(self, hub: int, *, shortcut: bool = False, inbound: bool = False) -> None:
         if shortcut:
             self.shortcuts.up(hub, self.clock.monotonic())
             return
         self.shortcuts.down(hub)  # if it was a shortcut, the shell replaced its session by this link
-        new = self.policy.link_up(hub)
+        new = self.policy.link_up(hub, inbound=inbound)
         # Everything this hub knows goes to the neighbour (it floods on what is news to it); also
         # over a session that replaced a live one: the far end may have restarted, its map empty.
         for frame in self.membership.frames():
             self.outbox.send(hub, "LINK_STATE", frame)
+        advertised = hub in self.policy.advertised()  # not a trial, nor one past degree (links.py)
         if new:
             self.shortcuts.make_room()
-            self._changed(advertise=True)
-        self._moved()  # and frames in flight on a replaced session are lost
+            self._changed(advertise=advertised)
+        if advertised or not new:
+            self._moved()  # routes change; and frames in flight on a replaced session are lost
 
     def link_down(self, hub: int) -> None:
         if hub in self.shortcuts.live:
@@ -175,9 +159,10 @@ class Overlay:
         if self.policy.link_down(hub, self.clock.monotonic()):
             self.outbox.forget(hub)
             self.costs.forget(hub)
-            self._advertise_urgent = True
-            self._changed(advertise=True)
-            self._moved()
+            if self.policy.advertises(hub):  # a link never advertised (a trial) was in no route
+                self._advertise_urgent = True
+                self._changed(advertise=True)
+                self._moved()
 
     def readmit(self) -> None:
         """The allow-list was reloaded: hubs it no longer names leave the map, as if gone."""
@@ -187,7 +172,8 @@ class Overlay:
 
     def link_timed(self, hub: int, round_trip: float) -> None:
         """A heartbeat round trip timed on the link to ``hub``: its advertised cost may change."""
-        if hub in self.policy.links and self.costs.observe(hub, round_trip, self.clock.monotonic()):
+        policy = self.policy  # a trial's figure is kept, not advertised (links.py)
+        if hub in policy.links and self.costs.observe(hub, round_trip, self.clock.monotonic()) and hub != policy.trial:
             self._changed(advertise=True)
             self._moved()  # this hub's routes move too (see _link_state)
 
@@ -210,8 +196,9 @@ class Overlay:
         return self.shortcuts.dials()
 
     def surplus_link(self) -> int | None:
-        """A link the shell should close: both ends hold more than ``degree``, this hub took one
-        past ``max_peers`` to heal a split and can spare it, or a shortcut idle or in the way."""
+        """A link the shell should close: both ends hold more than ``degree``, a trial link or the
+        slower link it replaces, one this hub took past ``max_peers`` to heal a split and can
+        spare, or a shortcut idle or in the way."""
         surplus = self.policy.surplus(self.clock.monotonic())
         return self.shortcuts.to_close() if surplus is None else surplus
 
@@ -222,7 +209,7 @@ class Overlay:
     def _restate(self) -> None:
         """This hub's own advertisement, as its links are now: used for routing at once."""
         self._ls_seq = max(self._ls_seq + 1, self.clock.wall_us())
-        links = tuple(sorted(self.policy.links))
+        links = tuple(sorted(self.policy.advertised()))
         own = wire.LinkState(hub_id=self.hub_id, boot=self.boot, seq=self._ls_seq, peer_key=self.peer_key,
                              addrs=self.addrs, neighbors=links, costs=self.costs.of(links))  # fmt: skip
         self.membership.offer(own)
@@ -346,7 +333,7 @@ class Overlay:
             self._moved()
         now = self.clock.monotonic()
         self.flooding.news(state.hub_id, state.seq, self.membership.frame_of(state.hub_id), peer, now)
-        self._changed()
+        self._changed(advertise=self.policy.confirmed(state))
         if known is not None and known.boot != state.boot:
             self._returned([state.hub_id])
 

@@ -54,6 +54,10 @@ class LinkCosts:
         self._changed_at = now
         return True
 
+    def figure(self, hub: int) -> int:
+        """The cost this hub advertises (or would) for its link to ``hub`` (0: not timed)."""
+        return self._advertised.get(hub, 0)
+
     def forget(self, hub: int) -> None:
         """The link is gone: a new one is timed afresh."""
         self._smoothed.pop(hub, None)

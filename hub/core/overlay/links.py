@@ -11,11 +11,22 @@ diameter that grows with log N.  Two rules keep it whole:
   side dial across anyway, and a full hub dialled by a hub it cannot reach takes the
   link by closing one it can spare (a neighbour still reachable without it), so even
   an overlay where ``degree`` equals ``max_peers`` heals.
+
+Random links are as slow as the average pair of hubs.  So a hub whose links are all up
+and whose graph is whole now and then *tries* one more link, to a random full hub (X-BOT's
+optimisation, without its four-hub swap).  Neither end advertises the trial -- a hub
+advertises a link dialled to it past its degree only once the dialler advertises it --
+so no route uses it, no hub counts it, and a trial that is closed cost no advertisement.
+Once the dialler has timed it, it replaces the costliest link if that costs
+``TRIAL_MARGIN`` times more and the graph reaches its far end without it, and is closed
+otherwise.  Each rejected trial doubles the wait before the next, so a settled overlay
+stops trying; hubs whose links all cost less than ``TRIAL_MIN_COST`` (one site) never try.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import wire
@@ -31,6 +42,19 @@ DIAL_TIMEOUT = 30.0
 #: A hub short of links looks for hubs to dial at most this often: the search reads the whole
 #: membership, and running it on every event was most of the simulator's time at 50 hubs.
 DIAL_SCAN_INTERVAL = 0.2
+#: Trial links (see the module docstring): none while the costliest link costs less than this
+#: (cost units of 100 µs: 5 ms, so hubs of one site, or one loaded machine, never try), and a
+#: trial replaces a link only if that link costs this many times more (jitter in the two
+#: figures must not swap links back and forth).
+TRIAL_MIN_COST = 50
+TRIAL_MARGIN = 1.5
+#: Hubs of fewer links never try: the hub whose link a trial replaces is left one short until it
+#: dials again, and with a handful of links two such losses at once could cut it off.
+TRIAL_MIN_DEGREE = 4
+#: A trial link not timed within this many seconds is closed.
+TRIAL_WAIT = 10.0
+#: Rejected trials in a row double the wait (``link_trials`` seconds) up to this many times.
+TRIAL_BACKOFF_MAX = 5
 
 
 @dataclass
@@ -51,6 +75,17 @@ class LinkPolicy:
 
     #: a link to close at once: this hub took one past ``max_peers`` to heal a split
     _evict: int | None = None
+    #: this hub's own figures for the links it dialled (costs.py): how a trial is judged
+    measured: Callable[[int], int] = lambda hub: 0
+    #: the hub of the trial link being dialled or timed (see the module docstring), and since when
+    trial: int | None = None
+    _trial_at: float = 0.0
+    _next_trial: float | None = None
+    _trials_rejected: int = 0
+    trials_kept: int = 0
+    trials_closed: int = 0
+    #: links dialled to this hub past its degree that the dialler does not advertise yet
+    unconfirmed: set[int] = field(default_factory=set)
 
     def may_accept(self, hub: int, now: float) -> bool:
         """One link past ``degree`` is taken (a hub joining between two linked hubs needs it; the
@@ -90,7 +125,9 @@ class LinkPolicy:
         room = config.max_dialing - len(self.dialing)
         if room <= 0:
             return []
-        if not self.wants_dials() or now < self._next_scan:
+        if not self.wants_dials():
+            return self._trial_dial(now)
+        if now < self._next_scan:
             return []
         held = len(self.links) + len(self.dialing)
         want = config.degree - held
@@ -191,8 +228,99 @@ class LinkPolicy:
         return membership.reachable_count() < len(membership.entries) - 1
 
     def next_scan(self) -> float | None:
-        """When :meth:`dials` should be asked again (None: nothing to look for)."""
-        return self._next_scan if self.wants_dials() and len(self.dialing) < self.config.max_dialing else None
+        """When :meth:`dials` (or :meth:`surplus`, for a trial) should be asked again (None: never)."""
+        if self.trial is not None:
+            return self._trial_at + TRIAL_WAIT
+        if len(self.dialing) >= self.config.max_dialing:
+            return None
+        return self._next_scan if self.wants_dials() else self._next_trial
+
+    # -- trial links ---------------------------------------------------------------------
+
+    def advertised(self) -> set[int]:
+        """The links this hub advertises: all but its trial not judged yet, and another hub's
+        link past this hub's degree (maybe that hub's trial) until that hub advertises it."""
+        if self.trial is None and not self.unconfirmed:
+            return self.links
+        return self.links - self.unconfirmed - {self.trial}
+
+    def advertises(self, hub: int) -> bool:
+        """Does this hub's last advertisement name its link to ``hub``?"""
+        own = self.membership.get(self.membership.self_id)
+        return own is not None and hub in own.neighbors
+
+    def confirmed(self, state: wire.LinkState) -> bool:
+        """A hub's new advertisement: True if it names a link this hub was waiting to advertise."""
+        if state.hub_id in self.unconfirmed and self.membership.self_id in state.neighbors:
+            self.unconfirmed.discard(state.hub_id)
+            return True
+        return False
+
+    def link_cost(self, hub: int) -> int:
+        """A link's cost as routes see it: the larger of both ends' figures (0: not timed)."""
+        far = self.membership.entries.get(hub)
+        theirs = 0 if far is None else far.costs().get(self.membership.self_id, 0)
+        return max(self.measured(hub), theirs)
+
+    def _trial_dial(self, now: float) -> list[wire.LinkState]:
+        config = self.config
+        if config.link_trials <= 0 or config.degree < TRIAL_MIN_DEGREE or self.trial is not None or self.dialing or \
+                len(self.links) != config.degree:  # fmt: skip
+            return []
+        if self._next_trial is None:  # whole and full just now: the first trial waits a while too
+            self._next_trial = now + config.link_trials * self.rng.uniform(0.5, 1.5)
+        if now < self._next_trial:
+            return []
+        wait = config.link_trials * 2 ** min(self._trials_rejected, TRIAL_BACKOFF_MAX)
+        self._next_trial = now + wait * self.rng.uniform(0.5, 1.5)
+        if max(map(self.link_cost, self.links), default=0) < TRIAL_MIN_COST:
+            return []
+        membership = self.membership
+        me = membership.self_id
+        candidates = [
+            hub for hub, entry in membership.entries.items()
+            if hub != me and hub not in self.links and hub not in self.shortcuts and entry.state.addrs
+            # Full, so it takes the link as its degree + 1 (may_accept) and loses nothing when the
+            # trial is closed; a hub short of links is for those short of links to dial.
+            and len(entry.state.neighbors) == config.degree
+            and now - self.last_dial.get(hub, -1e18) >= config.redial_interval
+        ]  # fmt: skip
+        if not candidates:
+            return []
+        hub = self.rng.choice(sorted(candidates))
+        self.trial, self._trial_at = hub, now
+        self.dialing[hub] = self.last_dial[hub] = now
+        state = membership.get(hub)
+        return [] if state is None else [state]
+
+    def _judge_trial(self, now: float) -> int | None:
+        """The link to close for the trial (the trial's or the one it replaces), once it is timed."""
+        trial = self.trial
+        assert trial is not None
+        if trial not in self.links:
+            if trial in self.dialing and now - self._trial_at < TRIAL_WAIT:
+                return None  # still dialling
+            self.trial = None  # the dial failed or the far end closed it: a rejected trial
+            self._trials_rejected += 1
+            return None
+        cost = self.measured(trial)
+        if not cost and now - self._trial_at < TRIAL_WAIT:
+            return None
+        self.trial = None
+        me = self.membership.self_id
+        # Only a link whose far end has all its links: it is left one short, not two.
+        timed = [(self.link_cost(h), h) for h in self.links
+                 if h != trial and self.link_cost(h) and len(self._neighbors(h)) >= self.config.degree]
+        worst_cost, worst = max(timed, default=(0, None))
+        # (A link that went meanwhile is refilled the usual way: the trial was judged against it.)
+        if cost and worst is not None and worst_cost > TRIAL_MARGIN * cost and len(self.links) > self.config.degree \
+                and self.membership.reaches_without_link(worst, me):  # fmt: skip
+            self.trials_kept += 1
+            self._trials_rejected = 0
+            return worst
+        self.trials_closed += 1
+        self._trials_rejected += 1
+        return trial
 
     def surplus(self, now: float) -> int | None:
         """A link to drop: both ends hold more than ``degree`` links (simultaneous dials overshoot).
@@ -205,14 +333,20 @@ class LinkPolicy:
             evict, self._evict = self._evict, None
             if evict in self.links:
                 return evict
+        if self.trial is not None:
+            return self._judge_trial(now)  # nothing else is pruned meanwhile: the trial is the surplus
         degree = self.config.degree
         if len(self.links) <= degree or now - self._pruned_at < self.config.redial_interval:
             return None
-        crowded = []
         me = self.membership.self_id
-        for hub in self.links:
+        # Only links both ends advertise count: another hub's trial link to this one is not one.
+        edges = [hub for hub in self.links if self.membership.linked(hub, me)]
+        if len(edges) <= degree:
+            return None
+        crowded = []
+        for hub in edges:
             state = self.membership.get(hub)
-            if state is not None and len(state.neighbors) > degree and self.membership.linked(hub, me):
+            if state is not None and len(state.neighbors) > degree:
                 # A link of a triangle first (a hub joined between us, see _fill): we stay two
                 # hops apart through the hub that joined.
                 shared = not self.links.isdisjoint(state.neighbors)
@@ -230,11 +364,15 @@ class LinkPolicy:
     def dial_ended(self, hub: int) -> None:
         self.dialing.pop(hub, None)
 
-    def link_up(self, hub: int) -> bool:
+    def link_up(self, hub: int, *, inbound: bool = False) -> bool:
         """A link came up; True if it is new."""
         self.dialing.pop(hub, None)
         if hub in self.links:
             return False
+        state = self.membership.get(hub)
+        if inbound and len(self.links) >= self.config.degree and (state is None or self.membership.self_id not in
+                                                                   state.neighbors):  # fmt: skip
+            self.unconfirmed.add(hub)  # advertised once its dialler does (advertised())
         if len(self.links) >= self.config.max_peers:
             self._evict = self.spare_link()  # a link past the cap, taken to heal a split
         self.links.add(hub)
@@ -242,6 +380,7 @@ class LinkPolicy:
 
     def link_down(self, hub: int, now: float) -> bool:
         self.dialing.pop(hub, None)
+        self.unconfirmed.discard(hub)
         if hub not in self.links:
             return False
         self.links.discard(hub)

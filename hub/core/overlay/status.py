@@ -37,6 +37,9 @@ def overlay_status(overlay: _Parts) -> dict[str, object]:
         "hub_id": f"{overlay.hub_id:016x}",
         "links": sorted(f"{h:016x}" for h in overlay.policy.links),
         "link_latency_ms": overlay.costs.status(),
+        # links tried for speed (links.py): the one on trial, kept ones and closed ones
+        "link_trials": {"trying": None if (t := overlay.policy.trial) is None else f"{t:016x}",
+                        "kept": overlay.policy.trials_kept, "closed": overlay.policy.trials_closed},
         "shortcuts": sorted(f"{h:016x}" for h in overlay.shortcuts.live),
         "shortcut_counts": overlay.shortcuts.status(),
         "members": len(overlay.membership.entries),

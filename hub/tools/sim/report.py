@@ -54,7 +54,8 @@ class Report:
             f"of any key in its 2 s mean {j['frames_mean']:.1f} max {j['frames_max']}  "
             f"first delivery p50 {j['first_p50_ms']:.0f} ms p99 {j['first_p99_ms']:.0f} ms",
             f"degree mean {f['degree_mean']:.2f} max {f['degree_max']}  shortcuts {f['shortcuts']} "
-            f"(made {f['shortcuts_made']})  connections max {f['connections_max']}  "
+            f"(made {f['shortcuts_made']})  trial links kept {f['link_trials']['kept']} closed "
+            f"{f['link_trials']['closed']}  connections max {f['connections_max']}  "
             f"state per hub: streams max {f['streams_max']}  held max {f['held_max']}  open gaps {f['open_gaps']}",
         ]
 
@@ -130,6 +131,8 @@ def summarize(run: Run) -> Report:
     figures: dict[str, Any] = {
         "hubs": run.settings.hubs,
         "seed": run.settings.seed,
+        "latency_model": run.settings.latency_model,
+        "link_trials_s": run.settings.link_trials,
         "simulated_s": world.clock.now,
         "events": world.loop.events,
         "cpu_s": time.process_time(),
@@ -166,6 +169,9 @@ def summarize(run: Run) -> Report:
         "connections_max": max(connections(world), default=0),
         "shortcuts": sum(len(h.overlay.shortcuts.live) for h in world.up_hubs() if h.overlay is not None) // 2,
         "shortcuts_made": world.shortcuts_made,
+        # trial links (links.py) of the hubs up at the end: kept in place of a slower one, closed
+        "link_trials": {k: sum(getattr(h.overlay.policy, f"trials_{k}") for h in world.up_hubs() if h.overlay)
+                        for k in ("kept", "closed")},
         "streams_max": max((s for s, _ in sizes), default=0),
         "held_max": max((h for _, h in sizes), default=0),
         "open_gaps": sum(h.overlay.streams.open_gaps() for h in world.up_hubs() if h.overlay is not None),

@@ -15,6 +15,10 @@ class SimSettings:
     max_peers: int = 16
     #: shortcuts per hub (hub/core/overlay/shortcuts.py; 0: none)
     shortcuts: int = 6
+    #: seconds between a hub's trial links (hub/core/overlay/links.py; 0: none)
+    link_trials: float = 10.0
+    #: how latencies between hubs are drawn (hub/tools/sim/latency.py): "pairs" or "plane"
+    latency_model: str = "pairs"
     form: float = 30.0
     warm: float = 30.0
     steady: float = 30.0

@@ -36,8 +36,9 @@ INTEREST_KINDS = ("INTEREST", "WATCH", "INTEREST_SET", "JOINED")
 
 
 def build(settings: SimSettings) -> Run:
-    config = OverlayConfig(degree=settings.degree, max_peers=settings.max_peers, shortcuts=settings.shortcuts)
-    world = World(hubs=settings.hubs, seed=settings.seed, config=config)
+    config = OverlayConfig(degree=settings.degree, max_peers=settings.max_peers, shortcuts=settings.shortcuts,
+                           link_trials=settings.link_trials)  # fmt: skip
+    world = World(hubs=settings.hubs, seed=settings.seed, config=config, latency_model=settings.latency_model)
     run = Run(settings, world)
     rng = world.rng
     ids = world.order
@@ -111,6 +112,12 @@ def _cut(run: Run) -> None:
     world.cut(a, b, world.rng.uniform(*run.settings.cut_for))
 
 
+def schedule_traffic(run: Run, start: float, end: float) -> None:
+    """Every topic's publishes, each a Poisson process at its rate, over [start, end)."""
+    for topic in run.topics:
+        _poisson(run, topic.rate, start, end, _publisher(run, topic))
+
+
 def schedule_starts(run: Run) -> None:
     """Phase 1, *form*: hubs start one after another over the first half of ``form``, each
     bootstrapped from two hubs already up."""
@@ -182,8 +189,7 @@ def execute(settings: SimSettings, progress: Callable[[str, float, Run], None] |
 
     phase("form", s.form)
     traffic_end = s.form + s.warm + s.steady + s.faults
-    for topic in run.topics:
-        _poisson(run, topic.rate, t, traffic_end, _publisher(run, topic))
+    schedule_traffic(run, t, traffic_end)
     phase("warm", s.warm)
     phase("steady", s.steady)
     _poisson(run, s.crash_per_minute * s.hubs / 60, t, t + s.faults, lambda: _crash(run))

@@ -3,7 +3,7 @@
 Discrete events on one simulated clock.  Each hub is a :class:`~hub.core.overlay.core.Overlay`
 with a :class:`SimStore` standing in for its data dir (it survives a crash, as the
 logs do).  Links carry the very bytes the core writes, in order, after the pair's
-latency (10-80 ms one way by default, fixed per pair by the seed); a link that
+latency (10-80 ms one way by default, fixed by the seed: latency.py); a link that
 breaks or a hub that crashes loses what was in flight.  Dials take a round trip plus a
 set-up time and fail when the far hub is down, full, or cut off from this one.  Everything
 random comes from one seeded generator: the same seed gives the same run.
@@ -12,7 +12,6 @@ random comes from one seeded generator: the same seed gives the same run.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import random
 import struct
@@ -26,6 +25,7 @@ from wire.frames import FRAME_TYPES
 from ...core.overlay.config import OverlayConfig
 from ...core.overlay.core import Overlay
 from .events import EventLoop, SimClock
+from .latency import fraction
 
 _U16 = struct.Struct(">H")
 
@@ -103,12 +103,6 @@ class SimHub:
     boots: int = 0
 
 
-def pair_seed(seed: int, a: int, b: int) -> float:
-    lo, hi = min(a, b), max(a, b)
-    digest = hashlib.sha256(f"{seed}:{lo}:{hi}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
-
-
 class World:
     """Hubs, links and faults, driven by one event loop."""
 
@@ -119,6 +113,7 @@ class World:
         seed: int,
         config: OverlayConfig,
         latency: tuple[float, float] = (0.010, 0.080),
+        latency_model: str = "pairs",
         setup: float = 0.05,
         detect_crash: float = 0.5,
         detect_cut: float = 3.0,
@@ -128,7 +123,7 @@ class World:
         self.clock = SimClock()
         self.loop = EventLoop(self.clock)
         self.config = config
-        self.latency_range = latency
+        self.latency_range, self.latency_model = latency, latency_model
         self.setup = setup
         self.detect_crash = detect_crash
         self.detect_cut = detect_cut
@@ -167,7 +162,7 @@ class World:
         latency = self._latency.get(pair)
         if latency is None:
             lo, hi = self.latency_range
-            latency = self._latency[pair] = lo + (hi - lo) * pair_seed(self.seed, a, b)
+            latency = self._latency[pair] = lo + (hi - lo) * fraction(self.latency_model, self.seed, a, b)
         return latency
 
     @staticmethod
@@ -286,7 +281,7 @@ class World:
         epoch = self.links[self.pair(src, dst)] = next(self._epochs)
         self.links_made += 1
         a.overlay.link_up(dst, shortcut=shortcut)
-        b.overlay.link_up(src, shortcut=shortcut)
+        b.overlay.link_up(src, shortcut=shortcut, inbound=True)
         self.shortcuts_made += shortcut
         self.pump(src)
         self.pump(dst)
