@@ -274,6 +274,7 @@ class LinkPolicy:
         wait = config.link_trials * 2 ** min(self._trials_rejected, TRIAL_BACKOFF_MAX)
         self._next_trial = now + wait * self.rng.uniform(0.5, 1.5)
         if max(map(self.link_cost, self.links), default=0) < TRIAL_MIN_COST:
+            self._trials_rejected += 1  # nothing to gain (one site): look less and less often
             return []
         membership = self.membership
         me = membership.self_id
@@ -286,6 +287,7 @@ class LinkPolicy:
             and now - self.last_dial.get(hub, -1e18) >= config.redial_interval
         ]  # fmt: skip
         if not candidates:
+            self._trials_rejected += 1
             return []
         hub = self.rng.choice(sorted(candidates))
         self.trial, self._trial_at = hub, now
