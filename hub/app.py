@@ -171,10 +171,18 @@ class HubServer:
         from .core.mesh.protocols import ALL_VERSIONS, OVERLAY_VERSIONS
         from .core.overlay.config import OverlayConfig
         from .mesh.admit import parse_allow_list
+        from .mesh.identity import hub_id_for, peer_id_of
         from .mesh.mesh import Mesh
 
         config = self.config
         assert config.mesh_listen is not None
+        overlay_from = 1 if config.mesh_overlay else config.mesh_overlay_from
+        if overlay_from > 1 and self.core.hub_id != hub_id_for(peer_id_of(key_pair)):
+            # --mesh-overlay says so at start (OverlayLinks.start); the default only stays on v2.
+            log.warning("hub id %016x comes from a data dir older than derived hub ids: this hub stays on mesh v2 "
+                        "(the overlay routes by the id a hub's key gives)", self.core.hub_id,
+                        extra=ev("overlay_unavailable", reason="legacy_hub_id"))  # fmt: skip
+            overlay_from = 0
         mesh_config = MeshConfig(
             listen=config.mesh_listen,
             bootstrap=tuple(config.bootstrap),
@@ -194,11 +202,12 @@ class HubServer:
                 allow_v1=config.allow_mesh_v1,
             ),
             dump_dir=config.mesh_dump,
-            versions=OVERLAY_VERSIONS if config.mesh_overlay else ALL_VERSIONS,
+            versions=OVERLAY_VERSIONS if overlay_from else ALL_VERSIONS,
+            overlay_from=overlay_from,
         )
         link = self.core.mesh
         overlay = overlay_store = None
-        if config.mesh_overlay:
+        if overlay_from:
             overlay = OverlayConfig(degree=min(config.mesh_degree, config.max_peers), max_peers=config.max_peers,
                                     shortcuts=config.mesh_shortcuts, link_trials=config.mesh_link_trials)  # fmt: skip
             overlay_store = OverlayLogStore(link, self.store, hub_id=self.core.hub_id, data_dir=config.data_dir)

@@ -139,12 +139,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            metavar="MULTIADDR", action="append")  # fmt: skip
     option("--cluster", "cluster name: hubs find each other under it in the DHT", metavar="NAME")
     option("--max-peers", "full mesh up to this many peers; bounds inbound links too", metavar="N", type=int)
-    option("--mesh-overlay", "mesh v3: a bounded-degree overlay instead of a full mesh (docs/scale.md)",
+    option("--mesh-overlay", "mesh v3 from the start: a bounded-degree overlay instead of a full mesh (docs/scale.md)",
            shown="off", action="store_true")  # fmt: skip
-    option("--mesh-degree", "with --mesh-overlay: links each hub keeps (at most --max-peers)", metavar="N", type=int)
-    option("--mesh-shortcuts", "with --mesh-overlay: direct links to far hubs this one sends to (0: none)",
+    option("--mesh-overlay-from", "switch to the overlay once this hub knows N hubs, itself included (0: never)",
            metavar="N", type=int)  # fmt: skip
-    option("--mesh-link-trials", "with --mesh-overlay: seconds between tries of a faster link (0: never)",
+    option("--mesh-degree", "on the overlay: links each hub keeps (at most --max-peers)", metavar="N", type=int)
+    option("--mesh-shortcuts", "on the overlay: direct links to far hubs this one sends to (0: none)",
+           metavar="N", type=int)  # fmt: skip
+    option("--mesh-link-trials", "on the overlay: seconds between tries of a faster link (0: never)",
            metavar="SECONDS", type=float)  # fmt: skip
     option("--no-discovery", "link only to --bootstrap hubs, no DHT discovery", shown="discovery on",
            action="store_true")  # fmt: skip
@@ -264,6 +266,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "cluster": args.cluster,
         "max_peers": args.max_peers,
         "mesh_overlay": True if args.mesh_overlay else None,
+        "mesh_overlay_from": args.mesh_overlay_from,
         "mesh_degree": args.mesh_degree,
         "mesh_shortcuts": args.mesh_shortcuts,
         "mesh_link_trials": args.mesh_link_trials,

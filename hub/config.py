@@ -119,6 +119,11 @@ class HubConfig:
     #: ``max_peers``), routes sets over shortest paths and finds interest by rendezvous, so a
     #: cluster can outgrow a full mesh.  Off: the v2 full mesh.  Either way v1/v2 peers link.
     mesh_overlay: bool = False
+    #: Without --mesh-overlay: a hub switches to the overlay once it knows this many hubs (itself
+    #: included), or is invited by one that has (hub/core/mesh/switch.py); 0: never.  10, because
+    #: below it the overlay would be a full mesh anyway (``mesh_degree`` 8 links per hub) and v2's
+    #: one-hop data path is the faster.
+    mesh_overlay_from: int = 10
     mesh_degree: int = 8
     #: With the overlay: direct links (not advertised) to hubs this one sends to that the
     #: overlay reaches only through relays, at most this many (hub/core/overlay/shortcuts.py).
@@ -187,6 +192,8 @@ class HubConfig:
             raise ValueError("metrics_topics must be >= 0")
         if self.mesh_shortcuts < 0:
             raise ValueError(f"mesh_shortcuts must be >= 0 (0: none), got {self.mesh_shortcuts}")
+        if self.mesh_overlay_from < 0:
+            raise ValueError(f"mesh_overlay_from must be >= 0 (0: never), got {self.mesh_overlay_from}")
         if self.mesh_link_trials < 0:
             raise ValueError(f"mesh_link_trials must be >= 0 (0: never), got {self.mesh_link_trials}")
         if self.log_format not in ("text", "json"):

@@ -9,6 +9,7 @@ refused here first (:func:`hub.shell.ports.check_port_free`).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import multiaddr
 from libp2p import new_host
@@ -17,6 +18,8 @@ from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
@@ -76,3 +79,22 @@ def check_mesh_port_free(listen: str) -> None:
     if host is None:  # a DNS name: libp2p resolves it, and reports its own errors
         return
     check_port_free(host, int(address.value_for_protocol("tcp")), what="mesh address")
+
+
+async def open_stream_to(host: IHost, peer_id: ID, addrs: list[multiaddr.Multiaddr], *, static: bool,
+                         protocols: list[TProtocol]) -> Any:  # fmt: skip
+    """A stream to ``peer_id`` at ``addrs`` speaking the first of ``protocols`` it takes.
+
+    ``static``: the addresses are configured (``--bootstrap``), and only they are dialled.
+    """
+    # A failed dial blocks the peer for 60 s in py-libp2p's negative cache; a restarted
+    # hub must be reachable again at once.
+    unblock = getattr(host.get_network(), "unblock_peer", None)
+    if unblock is not None:
+        unblock(peer_id)
+    if static:
+        # Only the configured addresses: identify may have taught the peerstore others
+        # (the peer's direct address), which would bypass a proxy in between.
+        host.get_peerstore().clear_addrs(peer_id)
+    await host.connect(PeerInfo(peer_id, addrs))
+    return await host.new_stream(peer_id, protocols)

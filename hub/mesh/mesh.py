@@ -38,12 +38,13 @@ from ..core.mesh.peer import PeerProtocol
 from ..core.mesh.protocols import MeshVersion
 from ..core.mesh.replay import ReplaySource
 from ..core.mesh.status import CloseReason
+from ..core.mesh.switch import OverlaySwitch
 from ..core.overlay.config import OverlayConfig
 from ..shell.clock import TrioClock
 from .admit import admit
 from .discovery import Discovery
 from .dump import open_dump
-from .host import make_host, quiet_libp2p_logs
+from .host import make_host, open_stream_to, quiet_libp2p_logs
 from .identity import load_or_create_identity
 from .overlay_links import OverlayLinks
 from .session import PeerSession, SessionTicker, remote_address
@@ -95,8 +96,9 @@ class Mesh:
         self._closing = False
         self._changed = trio.Event()
         self._ticker = SessionTicker()
-        #: Mesh v3 (``--mesh-overlay``): the overlay and its links (hub/mesh/overlay_links.py).
+        #: Mesh v3: the overlay and its links (hub/mesh/overlay_links.py), once switched to.
         self.overlay: OverlayLinks | None = None
+        self.switch = OverlaySwitch(from_hubs=config.overlay_from if overlay else 0, max_peers=config.max_peers)
         if overlay is not None:
             assert overlay_store is not None, "the overlay needs a store"
             self.overlay = OverlayLinks(self, overlay, overlay_store)
@@ -174,7 +176,7 @@ class Mesh:
             "peer_id": peer_id,
             "listen_addrs": addrs,
             "overlay": None if self.overlay is None else self.overlay.status(),
-            "cluster": self.config.cluster,
+            "overlay_from": self.switch.from_hubs, "cluster": self.config.cluster,
             "local_interest": sorted(self.core.local.patterns),
             "backlog": self.core.backlog(),
             "max_peers": self.config.max_peers,
@@ -211,21 +213,18 @@ class Mesh:
                 # counted and logged, not left to a silent protocol negotiation failure.
                 for version in self.config.versions:
                     host.set_stream_handler(TProtocol(version.protocol_id), self._accept)
-                if self.overlay is not None:
-                    self.overlay.start(nursery)
+                if self.overlay is not None and self.switch.from_hubs == 1:
+                    self.overlay.switch()  # --mesh-overlay: the overlay from the start
                 if self.config.discovery:
                     self.discovery = Discovery(
                         host,
                         cluster=self.config.cluster,
                         bootstrap=self.config.bootstrap,
                         interval=self.config.discovery_interval,
-                        on_found=self.add_peer if self.overlay is None else self.overlay.seed,
+                        on_found=self._found,
                     )
                     await nursery.start(self.discovery.run)
-                if self.overlay is not None:
-                    # The overlay links where its policy says; the configured hubs are seeds.
-                    nursery.start_soon(self.overlay.seed_static)
-                elif not self.config.discovery:
+                if not self.switch.switched and not self.config.discovery:
                     # No DHT: the configured hubs are the whole cluster; link to them and keep at it.
                     for address in self.config.bootstrap:
                         info = info_from_p2p_addr(multiaddr.Multiaddr(address))
@@ -251,6 +250,10 @@ class Mesh:
 
     def _link_for(self, peer_id: ID) -> PeerLink:
         return self.core.link_for(str(peer_id), peer_id.to_bytes(), peer_id)
+
+    def _found(self, info: PeerInfo) -> None:
+        """A hub found by discovery: a v2 link, or a seed of the overlay once switched to it."""
+        (self.overlay.seed if self.overlay is not None and self.switch.switched else self.add_peer)(info)
 
     def add_peer(self, info: PeerInfo) -> None:
         """A hub found by discovery (or configured): link to it unless already linked."""
@@ -292,6 +295,8 @@ class Mesh:
             return
         if version.overlay:
             assert self.overlay is not None  # v3 is registered only with the overlay (hub/app.py)
+            if not self.switch.switched:
+                self.overlay.switch()  # a switched hub invites this one: the cluster is past its size
             if not self.overlay.room_for(peer_id, shortcut=version.shortcut):
                 await self.overlay.refuse(stream, shortcut=version.shortcut)
                 return
@@ -300,7 +305,8 @@ class Mesh:
             return
         link = self._link_for(peer_id)
         protocol = link.protocol
-        if link.live and protocol is not None and protocol.outbound and self._we_dial_first(peer_id):
+        if link.live and protocol is not None and protocol.outbound and self._we_dial_first(peer_id) \
+                and protocol.version.overlay == version.overlay:  # a v3 stream replaces a v2 one (an invite)
             # Our own stream to this peer is the canonical one; the peer will adopt it.
             await stream.reset()
             return
@@ -345,23 +351,15 @@ class Mesh:
         finally:
             link.dialing = False
 
-    async def _open_stream(self, link: PeerLink, *, shortcut: bool = False) -> tuple[Any, MeshVersion]:
-        """A mesh stream to ``link``'s peer: the newest version both speak, or a shortcut's."""
-        host = self.host
-        # A failed dial blocks the peer for 60 s in py-libp2p's negative cache; a restarted
-        # hub must be reachable again at once.
-        unblock = getattr(host.get_network(), "unblock_peer", None)
-        if unblock is not None:
-            unblock(link.peer_id)
-        if link.static_addrs:
-            # Only the configured addresses: identify may have taught the peerstore others
-            # (the peer's direct address), which would bypass a proxy in between.
-            host.get_peerstore().clear_addrs(link.peer_id)
-            await host.connect(PeerInfo(link.peer_id, link.static_addrs))
-        else:
-            await host.connect(PeerInfo(link.peer_id, link.addrs))
-        offered = self.core.admission.versions_to_offer(v for v in self.config.versions if v.shortcut == shortcut)
-        stream = await host.new_stream(link.peer_id, [TProtocol(v.protocol_id) for v in offered])
+    async def _open_stream(self, link: PeerLink, *, shortcut: bool = False, invite: bool = False) -> tuple[
+            Any, MeshVersion]:  # fmt: skip
+        """A mesh stream to ``link``'s peer: the newest version both speak (v2 and v1 only before
+        the switch, v3 only for an invite), or a shortcut's."""
+        offered = [TProtocol(v.protocol_id) for v in self.core.admission.versions_to_offer(
+            v for v in self.config.versions
+            if v.shortcut == shortcut and (v.overlay or not invite) and (self.switch.switched or not v.overlay))]
+        stream = await open_stream_to(self.host, link.peer_id, link.static_addrs or link.addrs,
+                                      static=bool(link.static_addrs), protocols=offered)
         return stream, MeshVersion.from_protocol(str(stream.get_protocol()))
 
     async def _admitted(self, stream: Any, version: MeshVersion, peer_id: ID, *, outbound: bool) -> bool:
@@ -383,7 +381,10 @@ class Mesh:
             protocol = PeerProtocol(self.core, link, version, outbound=outbound, clock=self.clock)
         dump = None if self.config.dump_dir is None else open_dump(self.config.dump_dir, link.key, link.short_id)
         session = PeerSession(protocol, stream, self._ticker, dump=dump)
+        was_v2 = link.version is not None and link.version.sequenced and not link.version.overlay
         self.core.session_started(link, protocol)
+        if self.overlay is not None:
+            self.overlay.session_started(link, was_v2=was_v2)
         # INFO with the full peer id and the address: what tells an operator that --bootstrap or
         # discovery worked, and which hub went away.
         where = f"{'outbound link to' if outbound else 'inbound link from'} {remote_address(stream)}"
@@ -399,10 +400,9 @@ class Mesh:
         log.info("mesh peer %s left: %s ended (%s)", link.key, where, reason.value,
                  extra=ev("mesh_link_down", peer=link.key, reason=reason.value))
         redial = self.core.session_ended(link, protocol, reason)
-        if isinstance(protocol, OverlayPeer):
-            redial = False  # the overlay redials (or not) by its own policy
-            if self.overlay is not None:
-                self.overlay.session_ended(protocol, link, outbound=outbound)
+        if self.overlay is not None:
+            # The overlay redials its links (or not) by its own policy, and v2 links it took over never.
+            redial = self.overlay.session_ended(protocol, link, outbound=outbound, reason=reason) and redial
         if redial and not self._closing and self._nursery is not None:
             self._nursery.start_soon(self._dial, link)
         self._notify()

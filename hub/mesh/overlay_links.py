@@ -40,6 +40,8 @@ from ..core.mesh.overlay_driver import OverlayDriver
 from ..core.mesh.overlay_peer import OverlayPeer
 from ..core.mesh.overlay_store import OverlayLogStore
 from ..core.mesh.protocols import MeshVersion
+from ..core.mesh.status import CloseReason
+from ..core.mesh.switch import OverlaySwitch
 from ..core.overlay.config import OverlayConfig
 from ..core.overlay.core import Overlay
 
@@ -47,6 +49,8 @@ log = logging.getLogger("hub.mesh")
 
 #: A dial (connect + stream negotiation) that takes longer is abandoned (the overlay tries again).
 DIAL_TIMEOUT = 10.0
+#: Seconds between looks at the v2 links of a switched hub (invite, retire: hub/core/mesh/switch.py).
+TEND_INTERVAL = 1.0
 
 
 class MeshShell(Protocol):
@@ -56,6 +60,7 @@ class MeshShell(Protocol):
     config: MeshConfig
     clock: Clock
     hub_id: int
+    switch: OverlaySwitch
     _closing: bool
     _nursery: trio.Nursery | None
 
@@ -67,7 +72,8 @@ class MeshShell(Protocol):
 
     def _link_for(self, peer_id: ID) -> PeerLink: ...
 
-    async def _open_stream(self, link: PeerLink, *, shortcut: bool = False) -> tuple[Any, MeshVersion]: ...
+    async def _open_stream(self, link: PeerLink, *, shortcut: bool = False, invite: bool = False) -> tuple[
+            Any, MeshVersion]: ...  # fmt: skip
 
     async def _admitted(self, stream: Any, version: MeshVersion, peer_id: ID, *, outbound: bool) -> bool: ...
 
@@ -88,6 +94,8 @@ class OverlayLinks:
         self._due = False
         #: Patterns wanted before the overlay runs (the hub attaches the mesh first).
         self._early_interest: set[str] = set()
+        #: hub id -> its link, for the hubs that had a v2 session (see _v2_gives_way)
+        self._v2_links: dict[int, PeerLink] = {}
 
     # -- the hub's side ------------------------------------------------------------------
 
@@ -115,6 +123,84 @@ class OverlayLinks:
 
     # -- running -------------------------------------------------------------------------
 
+    def switch(self) -> None:
+        """Leave the v2 full mesh (hub/core/mesh/switch.py): start the overlay, dial v3 first from
+        now on, seed it from the v2 peers and the configured hubs, and tend the v2 links."""
+        mesh = self.mesh
+        nursery = mesh._nursery
+        if self.driver is not None or nursery is None or mesh._closing:
+            return
+        mesh.switch.switched = True
+        self.start(nursery)
+        v2 = [link for link in mesh.core.links.values() if link.live]
+        log.info("mesh: this hub runs the overlay (mesh v3) from now on; %d v2 links%s", len(v2),
+                 "" if mesh.switch.from_hubs == 1 else f" (switching at {mesh.switch.from_hubs} hubs)",
+                 extra=ev("overlay_switched", x_v2_links=len(v2)))  # fmt: skip
+        nursery.start_soon(self.seed_static)  # the v2 peers are invited (tend_v2)
+        nursery.start_soon(self._tend_v2)
+
+    async def _tend_v2(self) -> None:
+        while True:
+            self.tend_v2()
+            await trio.sleep(TEND_INTERVAL)
+
+    def tend_v2(self) -> None:
+        """Invite each live v2 peer once per session (a v3-only dial), and close the v2 links of
+        peers the overlay reaches (hub/core/mesh/switch.py)."""
+        mesh, driver = self.mesh, self.driver
+        if driver is None or mesh._closing or mesh._nursery is None:
+            return
+        live = {key: link for key, link in mesh.core.links.items()
+                if link.live and link.version is not None and not link.version.overlay}  # fmt: skip
+        for key in mesh.switch.to_invite(live):
+            link = live[key]
+            if not link.dialing:
+                mesh._nursery.start_soon(self._dial_once, link, hub_id_for(link.peer_bytes), False, True)
+        hubs = {key: hub_id_for(link.peer_bytes) for key, link in live.items()}
+        for key in mesh.switch.to_retire(hubs, driver.overlay.membership.is_reachable):
+            protocol = live[key].protocol
+            if protocol is not None:
+                log.info("mesh peer %s: the overlay reaches it, its v2 link closes", key,
+                         extra=ev("overlay_v2_retired", peer=key))
+                protocol.close(CloseReason.MOVED)
+
+    def session_started(self, link: PeerLink, *, was_v2: bool) -> None:
+        """A session began: a v2 one may make this hub switch (or is invited); a v3 one that takes
+        a v2 link's place takes over what that link still owed."""
+        mesh = self.mesh
+        version = link.version
+        if version is None or not version.overlay:
+            self._v2_links[hub_id_for(link.peer_bytes)] = link
+            v2_links = sum(1 for lk in mesh.core.links.values() if lk.live and lk.version and not lk.version.overlay)
+            if mesh.switch.due(v2_links):
+                self.switch()
+            else:
+                self.tend_v2()
+        elif was_v2:
+            self.hand_over(link)
+
+    def _v2_gives_way(self, hub: int) -> int | None:
+        """The overlay carries sets between this hub and ``hub`` from now on: a live v2 link to it
+        closes (not dialled again) and what its window owed is the overlay's (None: nothing)."""
+        link = self._v2_links.get(hub)  # called per ROUTED_SETS frame: one lookup
+        if link is None or not link.live or link.version is None or link.version.overlay:
+            return None
+        after = self.mesh.core.hand_over(link)
+        log.info("mesh peer %s: the overlay carries its sets now, its v2 link closes (owing sets after %s)",
+                 link.key, after, extra=ev("overlay_v2_moved", peer=link.key, x_after=after))  # fmt: skip
+        assert link.protocol is not None  # live
+        link.protocol.close(CloseReason.MOVED)
+        return after
+
+    def hand_over(self, link: PeerLink) -> None:
+        """``link``'s v2 window and interest go; the overlay owes the peer what the window did."""
+        after = self.mesh.core.hand_over(link)
+        if after is not None and self.driver is not None:
+            log.info("mesh peer %s: its v2 link owed sets after origin sequence %d: the overlay takes them over",
+                     link.key, after, extra=ev("overlay_hand_over", peer=link.key, x_after=after))  # fmt: skip
+            self.driver.overlay.hand_over(hub_id_for(link.peer_bytes), after)
+            self.driver.pump()
+
     def start(self, nursery: trio.Nursery) -> None:
         """The host is listening: build the overlay and pump it from now on."""
         mesh = self.mesh
@@ -132,6 +218,7 @@ class OverlayLinks:
             # that admits them carries their advertisements and frames (docs/security.md).
             admits=admission.may_dial if admission.rules.allowed_peers is not None else None,
         )  # fmt: skip
+        overlay.v2_gives_way = self._v2_gives_way
         driver = self.driver = OverlayDriver(overlay, on_dial=self._dial)
         driver.on_deadline = self._deadline_moved
         patterns = sorted(mesh.core.local.patterns | self._early_interest)
@@ -173,9 +260,20 @@ class OverlayLinks:
         mesh = self.mesh
         return OverlayPeer(self.driver, link, version, outbound=outbound, clock=mesh.clock, config=mesh.config)
 
-    def session_ended(self, peer: OverlayPeer, link: PeerLink, *, outbound: bool) -> None:
-        if outbound and not peer.linked and self.driver is not None:
-            self.driver.dial_failed(hub_id_for(link.peer_bytes))  # refused, referred, or cut short
+    def session_ended(self, protocol: object, link: PeerLink, *, outbound: bool, reason: CloseReason) -> bool:
+        """A session ended; True if a v2 one may be dialled again (the overlay redials its own)."""
+        driver = self.driver
+        if isinstance(protocol, OverlayPeer):
+            if outbound and not protocol.linked and driver is not None:
+                driver.dial_failed(hub_id_for(link.peer_bytes))  # refused, referred, or cut short
+            return False
+        self.mesh.switch.v2_session_ended(link.key)
+        if driver is None or link.live:
+            return True  # not switched, or replaced (by an invite's v3 session: taken over at its start)
+        if reason is CloseReason.MOVED or driver.overlay.membership.is_reachable(hub_id_for(link.peer_bytes)):
+            self.hand_over(link)  # either end retired it: the overlay reaches the peer
+            return False
+        return True
 
     def room_for(self, peer_id: ID, *, shortcut: bool = False) -> bool:
         """May a v3 stream from ``peer_id`` become a link (or a shortcut)?  The overlay's bound
@@ -234,12 +332,13 @@ class OverlayLinks:
         elif shortcut and self.driver is not None:
             self.driver.overlay.dial_ended(state.hub_id)  # a session to it exists or is on its way
 
-    async def _dial_once(self, link: PeerLink, hub: int, shortcut: bool = False) -> None:
+    async def _dial_once(self, link: PeerLink, hub: int, shortcut: bool = False, invite: bool = False) -> None:
+        """One dial of a v3 link (or shortcut); an invite is a v3-only dial of a live v2 peer."""
         mesh = self.mesh
         link.dialing = True
         try:
             with trio.fail_after(DIAL_TIMEOUT):
-                stream, version = await mesh._open_stream(link, shortcut=shortcut)
+                stream, version = await mesh._open_stream(link, shortcut=shortcut, invite=invite)
             if not await mesh._admitted(stream, version, link.peer_id, outbound=True):
                 with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                     await stream.reset()
@@ -252,7 +351,7 @@ class OverlayLinks:
             return
         finally:
             link.dialing = False
-        if link.live and not mesh._we_dial_first(link.peer_id):
+        if link.live and link.version is not None and link.version.overlay and not mesh._we_dial_first(link.peer_id):
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                 await stream.reset()
             return

@@ -35,6 +35,9 @@ class MeshConfig:
     discovery_interval: float = 2.0
     #: Full mesh: each hub links to every other, up to this many.
     max_peers: int = 64
+    #: With the overlay among ``versions``: switch to it once this many hubs are known (this one
+    #: included); 1: from the start, 0: never (hub/core/mesh/switch.py).
+    overlay_from: int = 0
     heartbeat_interval: float = 1.0
     #: k missed beats = peer dead (liveness = any frame received; a ping forces a pong).
     heartbeat_misses: int = 3

@@ -194,6 +194,19 @@ class MeshCore:
         if old is not None and old.alive:
             old.close(CloseReason.REPLACED)
 
+    def hand_over(self, link: PeerLink) -> int | None:
+        """``link``'s v2 session gives way to the overlay (hub/core/mesh/switch.py): its window
+        and v2 interest go.  Returns the origin sequence after which the peer may lack sets the
+        window held (the overlay's starts for it go no later), None if it has them all."""
+        after = link.window.owed_after()
+        link.window.clear()
+        self.interest.drop_peer(link.key)
+        # Not lingering, not dialled again as a v2 peer: the overlay reaches it (and seeds from
+        # the configured hubs itself, OverlayLinks.seed_static).
+        link.down_since = None
+        link.static_addrs = []
+        return after
+
     def session_ended(self, link: PeerLink, protocol: LinkSession, reason: CloseReason) -> bool:
         """``protocol``'s stream ended; True if the link should be dialed again."""
         link.last_close = reason

@@ -4,10 +4,12 @@
 ``/pub0sub/mesh/2.0.0`` adds MESH_HELLO, FORWARD_BATCH and FORWARD_ACK;
 ``/pub0sub/mesh/2.1.0`` is v2 plus FORWARD_BATCH_HEADERS, for sets that carry headers (a v2
 peer gets headered sets as plain FORWARD_BATCH sets, without their headers);
-``/pub0sub/mesh/3.0.0`` is the overlay (``hub/core/overlay/``), spoken only by hubs
-started with ``--mesh-overlay``; ``/pub0sub/mesh/3.1.0`` is 3.0 whose LINK_STATEs carry each
+``/pub0sub/mesh/3.0.0`` is the overlay (``hub/core/overlay/``), registered by every hub that
+may run it (``--mesh-overlay``, or ``--mesh-overlay-from N``, the default) but offered only once
+it runs it (hub/core/mesh/switch.py); ``/pub0sub/mesh/3.1.0`` is 3.0 whose LINK_STATEs carry each
 link's latency (a 3.0 peer is sent them without).  The dialer offers ``[v3.1, v3,] v2.1, v2, v1``
-and multistream-select picks the newest both speak.  ``/pub0sub/mesh/3.1.0-shortcut`` is a 3.1
+(and only ``v3.1, v3`` to invite a v2 peer to switch) and multistream-select picks the newest
+both speak.  ``/pub0sub/mesh/3.1.0-shortcut`` is a 3.1
 session opened as a shortcut (``hub/core/overlay/shortcuts.py``): only offered alone, by a hub
 that asks for a shortcut, so both ends know from the protocol id that the link is not advertised.
 
@@ -95,7 +97,7 @@ _OPCODES = {
     MeshVersion.V3_1_SHORTCUT: wire.MESH_V3_1_OPCODES,
 }
 
-#: What a hub offers when it dials, newest first (v3 is added in front with ``--mesh-overlay``).
+#: What a hub offers when it dials, newest first (v3 is added in front once it runs the overlay).
 ALL_VERSIONS = (MeshVersion.V2_1, MeshVersion.V2, MeshVersion.V1)
 #: With it, a shortcut's stream id too: registered, but offered only alone (``Mesh._open_stream``).
 OVERLAY_VERSIONS = (MeshVersion.V3_1, MeshVersion.V3, *ALL_VERSIONS, MeshVersion.V3_1_SHORTCUT)

@@ -34,6 +34,9 @@ class CloseReason(Enum):
     #: A reload of the admission rules (SIGHUP) no longer admits the peer: off --mesh-allow, or
     #: the cluster secret it proved was retired.
     NOT_ADMITTED = "not_admitted"
+    #: The peer is reached through the overlay now (both ends switched, hub/core/mesh/switch.py):
+    #: this v2 link is no longer needed, and neither end dials it again.
+    MOVED = "moved"
     #: Handling the peer's input failed unexpectedly; only this session ends (the hub logs why).
     INTERNAL_ERROR = "internal_error"
 

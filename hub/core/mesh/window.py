@@ -47,6 +47,8 @@ class ForwardWindow:
         self.evicted = Evicted()
         #: First origin seq of unsent forwards evicted since the last :meth:`clear_lost`.
         self.lost_from: int | None = None
+        #: First origin seq of sent, unacknowledged forwards evicted (None once acknowledged past).
+        self.evicted_from: int | None = None
 
     def push(self, entry: WindowEntry) -> None:
         self._unsent.append(entry)
@@ -55,6 +57,8 @@ class ForwardWindow:
             if self._sent:
                 old = self._sent.popleft()
                 self.evicted.unacked_sets += 1
+                if self.evicted_from is None:
+                    self.evicted_from = old.first_seq
             else:
                 old = self._unsent.popleft()
                 self.evicted.unsent_messages += old.count
@@ -81,6 +85,8 @@ class ForwardWindow:
         """Forget every entry the peer stored (cumulative ack); return how many."""
         if seq > self.acked_seq:
             self.acked_seq = seq
+        if self.evicted_from is not None and self.evicted_from <= seq:
+            self.evicted_from = None
         dropped = 0
         for queue in (self._sent, self._unsent):
             while queue and queue[0].last_seq <= seq:
@@ -100,11 +106,17 @@ class ForwardWindow:
         self._sent.clear()
         self._unsent.clear()
         self._bytes = 0
-        self.lost_from = None
+        self.lost_from = self.evicted_from = None
         return dropped
 
     def clear_lost(self) -> None:
         self.lost_from = None
+
+    def owed_after(self) -> int | None:
+        """The peer may lack sets queued for it after this origin sequence (None: it has them all)."""
+        firsts = [queue[0].first_seq for queue in (self._sent, self._unsent) if queue]
+        firsts += [seq for seq in (self.lost_from, self.evicted_from) if seq is not None]
+        return min(firsts) - 1 if firsts else None
 
     @property
     def first_unsent_seq(self) -> int | None:

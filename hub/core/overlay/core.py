@@ -124,6 +124,8 @@ class Overlay:
         self._periodic_at = clock.monotonic() + config.recheck_interval * (1 + (hub_id % 1000) / 1000)
         #: origins asked for SYNC that have not answered yet (asked again after a break)
         self._syncing: set[int] = set()
+        #: The hub's: closes a live v2 link to a hub, returns what it still owed (hub/core/mesh/switch.py).
+        self.v2_gives_way: Callable[[int], int | None] = lambda hub: None
 
     # -- links -------------------------------------------------------------------------
 
@@ -350,6 +352,7 @@ class Overlay:
         rest = body[at:]
         self.outbox.relay(self.hub_id, frame.ttl, frame.dests, op.name, lambda t, d: routed_sets_frame(t, d, rest, op))
         if self.hub_id in frame.dests:
+            self._v2_hand_over(frame.origin)  # its sets come here through the overlay from now on
             self.streams.receive(frame.origin, frame.sets, self._wants, self.clock.monotonic())
             self._deliver_ready()
             self._ask_repairs()
@@ -397,6 +400,7 @@ class Overlay:
                 self.sender.unpark(now)
         elif isinstance(inner, wire.Joined):
             self._syncing.discard(src)
+            self._v2_hand_over(src)  # its sets come here through the overlay from now on
             if inner.key in self.registrations.patterns:
                 self.streams.joined(src, inner.key, inner.since, now)
                 self._deliver_ready()
@@ -424,7 +428,8 @@ class Overlay:
         key's topics it wants end, so it repairs whatever it did not get in between: sets sent
         while it was down or not yet known, including a last set with nothing after it.
         """
-        since = self.joins.tell(notice.hub, notice.key, notice.since)
+        self._v2_hand_over(notice.hub)  # this hub's sets go there through the overlay from now on
+        since = self.joins.tell(notice.hub, notice.key, notice.since, self.clock.monotonic())
         if not self.membership.is_reachable(notice.hub):
             self._greet.add(notice.hub)  # these find no route: told again once it is reachable
         sends: list[Send] = [((notice.hub,), wire.Joined(key=notice.key, since=since))]
@@ -433,6 +438,18 @@ class Overlay:
         heads = [h for h in wanted if h.last > since and h.topic not in self.sender.parked_topics]
         sends.extend(((notice.hub,), frame) for frame in heads_frames(heads))
         return sends
+
+    def hand_over(self, hub: int, after: int) -> None:
+        """``hub``'s v2 link gave way to the overlay owing it this hub's sets after ``after``
+        (hub/core/mesh/switch.py): it is told starts no later, so it repairs what it lacks."""
+        for key, since in self.joins.handed_over(hub, after, self.clock.monotonic()):
+            for send in self._joined(JoinNotice(hub=hub, key=key, since=since)):
+                self._route_control(*send)
+
+    def _v2_hand_over(self, hub: int) -> None:
+        """One path per pair of hubs: sets that cross the overlay must not cross a v2 link too."""
+        if (owed := self.v2_gives_way(hub)) is not None:
+            self.hand_over(hub, owed)
 
     def _answer_sync(self, src: int, sync: wire.Sync) -> None:
         """Where ``src``'s stream starts (JOINED, if it is a destination under the key) and ends (HEADS)."""

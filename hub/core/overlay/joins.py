@@ -38,6 +38,11 @@ from collections.abc import Callable, Iterable, Mapping
 Key = tuple[int, str]
 #: The "hub" under which a watched key that not every owner has answered yet keeps its start.
 UNSETTLED = 0
+#: Seconds after a v2 link gave way to the overlay during which starts told its peer go no later
+#: than what that link still owed (:meth:`Joins.handed_over`): the peer's interest reaches this
+#: hub's watches through the rendezvous within seconds; past this, a start lowered for it would
+#: only hand a new subscription history it did not ask for.
+HAND_OVER_KEEP = 120.0
 
 
 class Joins:
@@ -45,15 +50,35 @@ class Joins:
         self._save = save
         #: (hub, key) -> the since told in JOINED
         self.starts: dict[Key, int] = dict(restored or {})
+        #: hub -> (the sequence its v2 link owed sets after, until when starts told it go no later)
+        self.floors: dict[int, tuple[int, float]] = {}
 
-    def tell(self, hub: int, key: str, since: int) -> int:
+    def tell(self, hub: int, key: str, since: int, now: float) -> int:
         """``hub`` is a destination under ``key`` from ``since`` on: the start to tell it (the first)."""
+        floor = self.floors.get(hub)
+        if floor is not None:
+            if now <= floor[1]:
+                since = min(since, floor[0])
+            else:
+                del self.floors[hub]
         before = self.starts.get((hub, key))
         start = since if before is None else min(before, since)
         if start != before:
             self.starts[(hub, key)] = start
             self._save(self.starts)
         return start
+
+    def handed_over(self, hub: int, after: int, now: float) -> list[tuple[str, int]]:
+        """``hub``'s v2 link gave way to the overlay owing it this hub's sets after ``after``
+        (hub/core/mesh/switch.py): starts told it for a while go no later.  Returns the
+        ``(key, start)`` told it already that must be told again, lowered.
+
+        Kept in memory only: a hub that crashes within the while tells such a hub its saved
+        starts, and the sets its v2 link owed before them stay owed (docs/scale.md).
+        """
+        held = self.floors.get(hub)
+        self.floors[hub] = (after if held is None else min(after, held[0]), now + HAND_OVER_KEEP)
+        return [(key, after) for key, since in self.of_hub(hub) if since > after]
 
     def get(self, hub: int, key: str) -> int | None:
         return self.starts.get((hub, key))
@@ -66,6 +91,8 @@ class Joins:
     def forget_hubs(self, gone: Iterable[int]) -> None:
         """Hubs forgotten by the membership (unreachable for long): their starts go."""
         gone = set(gone)
+        for hub in gone:
+            self.floors.pop(hub, None)
         stale = [k for k in self.starts if k[0] in gone]
         for k in stale:
             del self.starts[k]

@@ -225,6 +225,10 @@ class Streams:
     def _start(self, origin: int, topic: str, stream: _Stream, now: float) -> None:
         """A stream whose start is now known (or assumed): its held sets go, or wait for a repair."""
         stream.asked_start = None
+        stored = self._stored_position(origin, topic)
+        if stored and (stream.chain is None or stored > stream.chain):
+            # Stored by a v2 link since the stream began (the switch to the overlay): had already.
+            stream.chain = stored
         at = self._effective(origin, topic, stream)
         if at is None:
             # Never said: the earliest held set starts the stream (or, with none, the head).
