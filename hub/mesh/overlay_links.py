@@ -125,7 +125,7 @@ class OverlayLinks:
 
     def switch(self) -> None:
         """Leave the v2 full mesh (hub/core/mesh/switch.py): start the overlay, dial v3 first from
-        now on, seed it from the v2 peers and the configured hubs, and tend the v2 links."""
+        now on, seed it from the configured hubs, and tend the v2 links (invite, retire)."""
         mesh = self.mesh
         nursery = mesh._nursery
         if self.driver is not None or nursery is None or mesh._closing:
