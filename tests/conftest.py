@@ -22,10 +22,10 @@ from tests.support.hubprocess import HubProcess
 SPARK_SESSION_GROUP = "spark-session"
 #: Groups handed out first, longest first (``--durations`` of a whole run, 2026-11-24: the cluster
 #: module ~190 s, the SparkSession modules ~90 s, the mesh fault plans ~70 s, the overlay's real
-#: hubs ~60-100 s, the stop tests ~45 s).
+#: hubs ~60-100 s, the switch to the overlay ~70 s (2026-11-28), the stop tests ~45 s).
 #: Only the order depends on it: a group missing here runs after these, in collection order.
 LONG_GROUPS = ("test_spark_cluster.py", SPARK_SESSION_GROUP, "test_mesh_faults.py", "test_mesh_overlay.py",
-               "test_stopping.py", "test_cluster.py")  # fmt: skip
+               "test_mesh_switch.py", "test_stopping.py", "test_cluster.py")  # fmt: skip
 
 
 #: The hub setting that runs the mesh as the overlay (mesh v3; ``--mesh-overlay``), read by every

@@ -21,7 +21,7 @@ from tests.support.history import History
 from tests.support.publisher import Publisher, wait_progress
 from tests.support.syncclient import wait_log_holds
 from tests.support.waiting import wait_until
-from tests.test_mesh_overlay import assert_every_acked_publish_arrived, standing_interest
+from tests.test_mesh_overlay import assert_every_acked_publish_arrived, formed, standing_interest, wait_overlay_interest
 
 pytestmark = pytest.mark.v2_only  # the hubs start on v2 and switch by themselves
 
@@ -152,4 +152,33 @@ def test_ten_hubs_found_through_the_dht_switch_together_at_the_default_size(tmp_
                 pub.stop()
         for pub in pubs:
             assert not pub.errors, pub.errors
+        assert_every_acked_publish_arrived(history, subscribers, topics, hubs)
+
+
+@pytest.mark.slow
+def test_ten_hubs_at_max_peers_3_switch_through_one_bootstrap_hub_and_deliver(tmp_path: Path) -> None:
+    """Ten hubs that may hold 3 links each, all bootstrapped to hub 0 and no DHT: v2 links them
+    to hub 0 only, which is full at 3 links and switches.  The others still reach it: a switched
+    hub takes a v2 stream past its bound from a hub its overlay does not know, invites it at once,
+    and the overlay then closes a link it can spare.  Every hub switches, none holds more than 3
+    links and shortcuts once formed, and every message hub 1 acknowledged reaches the subscriber
+    hubs once, in order."""
+    with Cluster(tmp_path, extra=["--no-discovery", "--max-peers", "3"]) as cl:
+        hubs = cl.start(10)
+        wait_until(lambda: switched(hubs), timeout=90, what=lambda: f"every hub on the overlay: {where(hubs)}",
+                   **HUB_POLL)  # fmt: skip
+        wait_until(lambda: formed(hubs, 3), timeout=60, what="the overlay formed within 3 links", **HUB_POLL)
+        topics = ["cap.a", "cap.b"]
+        subscribers = [hubs[6], hubs[7], hubs[9]]
+        for index, hub in enumerate(subscribers):
+            standing_interest(hub, topics, f"d{index}")
+        wait_overlay_interest(hubs[1], topics, subscribers)
+        history = History()
+        pub = Publisher(history, lambda: hubs[1].address, topics, producer=0x71, per_batch=10, window=8)
+        pub.start()
+        try:
+            wait_progress(pub, 50, within=30)
+        finally:
+            pub.stop()
+        assert not pub.errors, pub.errors
         assert_every_acked_publish_arrived(history, subscribers, topics, hubs)

@@ -300,7 +300,8 @@ class Mesh:
             if not self.overlay.room_for(peer_id, shortcut=version.shortcut):
                 await self.overlay.refuse(stream, shortcut=version.shortcut)
                 return
-        elif self._closing or self._nursery is None or not self.core.may_accept(str(peer_id)):
+        elif self._closing or self._nursery is None or not (
+                (self.overlay is not None and self.overlay.invites(peer_id)) or self.core.may_accept(str(peer_id))):
             await stream.reset()
             return
         link = self._link_for(peer_id)
@@ -353,8 +354,7 @@ class Mesh:
 
     async def _open_stream(self, link: PeerLink, *, shortcut: bool = False, invite: bool = False) -> tuple[
             Any, MeshVersion]:  # fmt: skip
-        """A mesh stream to ``link``'s peer: the newest version both speak (v2 and v1 only before
-        the switch, v3 only for an invite), or a shortcut's."""
+        """A stream to ``link``'s peer: the newest version both speak (no v3 before the switch, only v3 to invite)."""
         offered = [TProtocol(v.protocol_id) for v in self.core.admission.versions_to_offer(
             v for v in self.config.versions
             if v.shortcut == shortcut and (v.overlay or not invite) and (self.switch.switched or not v.overlay))]

@@ -275,6 +275,13 @@ class OverlayLinks:
             return False
         return True
 
+    def invites(self, peer_id: ID) -> bool:
+        """A v2 stream from ``peer_id`` past ``--max-peers``: taken if this hub switched and its
+        overlay does not reach that hub (a hub joining or restarting, still on v2: its only way
+        in may be this hub).  It is invited at once; the overlay then closes a link it can spare."""
+        driver = self.driver
+        return driver is not None and not driver.overlay.membership.is_reachable(hub_id_for(peer_id.to_bytes()))
+
     def room_for(self, peer_id: ID, *, shortcut: bool = False) -> bool:
         """May a v3 stream from ``peer_id`` become a link (or a shortcut)?  The overlay's bound
         decides: it may take one link past it to heal a split, and then closes one it can spare."""
