@@ -11,6 +11,7 @@ acknowledged lost across the switch, nothing twice, in order per publisher.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,10 @@ def test_ten_hubs_found_through_the_dht_switch_together_at_the_default_size(tmp_
         for pub in pubs:
             assert not pub.errors, pub.errors
         assert_every_acked_publish_arrived(history, subscribers, topics, hubs)
+        # Linked on the overlay, a hub makes no DHT lookups (each did one every 2 s on v2).
+        lookups = [h.mesh()["discovery"]["lookups"] for h in hubs]
+        time.sleep(5.0)
+        assert [h.mesh()["discovery"]["lookups"] for h in hubs] == lookups
 
 
 @pytest.mark.slow

@@ -177,6 +177,7 @@ class Mesh:
             "listen_addrs": addrs,
             "overlay": None if self.overlay is None else self.overlay.status(),
             "overlay_from": self.switch.from_hubs, "cluster": self.config.cluster,
+            "discovery": None if self.discovery is None else self.discovery.status(),
             "local_interest": sorted(self.core.local.patterns),
             "backlog": self.core.backlog(),
             "max_peers": self.config.max_peers,
@@ -217,11 +218,10 @@ class Mesh:
                     self.overlay.switch()  # --mesh-overlay: the overlay from the start
                 if self.config.discovery:
                     self.discovery = Discovery(
-                        host,
-                        cluster=self.config.cluster,
-                        bootstrap=self.config.bootstrap,
-                        interval=self.config.discovery_interval,
-                        on_found=self._found,
+                        host, cluster=self.config.cluster, bootstrap=self.config.bootstrap,
+                        interval=self.config.discovery_interval, on_found=self._found,
+                        # On the overlay, hubs are found from link state: the DHT is only a way in.
+                        linked=lambda: self.overlay is not None and bool(self.overlay.peers),
                     )
                     await nursery.start(self.discovery.run)
                 if not self.switch.switched and not self.config.discovery:
