@@ -253,6 +253,7 @@ class Overlay:
         if lost or found:
             # Sets for a hub unreachable meanwhile were dropped where it had no route.
             self._moved()
+            self.watching.reachability(lost, found, now)
         sends: list[Send] = []
         sends += self.registrations.refresh()
         sends += self.owned.refresh()
@@ -440,8 +441,7 @@ class Overlay:
         return sends
 
     def hand_over(self, hub: int, after: int) -> None:
-        """``hub``'s v2 link gave way to the overlay owing it this hub's sets after ``after``
-        (hub/core/mesh/switch.py): it is told starts no later, so it repairs what it lacks."""
+        """``hub``'s v2 link gave way owing it this hub's sets after ``after`` (mesh/switch.py)."""
         for key, since in self.joins.handed_over(hub, after, self.clock.monotonic()):
             for send in self._joined(JoinNotice(hub=hub, key=key, since=since)):
                 self._route_control(*send)

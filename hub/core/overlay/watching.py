@@ -9,7 +9,7 @@ their sets start).  The subscriber and owner sides are ``rendezvous.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import wire
@@ -110,6 +110,21 @@ class Watching:
         #: (where this hub stood, when) at the last refresh: a change is seen only when the graph
         #: settles, up to a second or so after it, and this hub may have published meanwhile
         self._refreshed: tuple[int, float] = (0, -1e18)
+        #: hub -> where this hub stood when the graph stopped reaching it (kept CUT_SHORT_KEEP
+        #: after it is back); and when it came back
+        self._away: dict[int, int] = {}
+        self._back: dict[int, float] = {}
+
+    def reachability(self, lost: Iterable[int], found: Iterable[int], now: float) -> None:
+        """Hubs the graph stopped reaching, and hubs back in reach (see :meth:`_use`)."""
+        for hub in lost:
+            self._away.setdefault(hub, self.sent_upto())
+            self._back.pop(hub, None)
+        for hub in found:
+            self._back[hub] = now
+        for hub in [h for h, at in self._back.items() if now - at >= CUT_SHORT_KEEP]:
+            del self._back[hub]
+            self._away.pop(hub, None)
 
     def destinations(self, topic: str) -> frozenset[int]:
         """Hubs (never this one) with a pattern that matches ``topic``."""
@@ -321,7 +336,13 @@ class Watching:
         watch.table = table
         watch.hubs = frozenset(chosen) - {self.self_id}
         self._dests.clear()
-        return [JoinNotice(hub=h, key=key, since=since) for h in sorted(watch.hubs - before)]
+        # A hub across a split (or back from one for CUT_SHORT_KEEP) was in no answer while away,
+        # however long it had wanted the key: the sets sent since it went are owed to it too (a
+        # watch that began while 6 hubs stood split in two lost them for good).
+        away, back = self._away, self._back
+        owed = {h: away[h] for h in watch.hubs - before if h in away and now - back.get(h, now) < CUT_SHORT_KEEP}
+        return [JoinNotice(hub=h, key=key, since=min(since, max(watch.started_after, owed[h])) if h in owed else since)
+                for h in sorted(watch.hubs - before)]  # fmt: skip
 
     def answered(self, topics: tuple[str, ...]) -> bool:
         """Has every key these topics are watched under been answered once?"""
