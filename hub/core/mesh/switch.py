@@ -18,12 +18,14 @@ After the switch, each v2 link is one of three things:
   (:attr:`CloseReason.MOVED`) and not dialled again;
 * **kept**: anything else (a v2-only peer, a peer the map does not reach yet).
 
-No set may fall between the two paths.  When a v2 session gives way (replaced or retired),
-the sets its window held unacknowledged would never be resent: the v2 resume needs a v2
-session.  So the window is dropped and the overlay is told the peer's acknowledged position
-(:meth:`MeshCore.hand_over`): every start (JOINED) this hub tells that hub soon after is at
-most that position, and the hub repairs what it lacks from this hub's log; what it has is
-dropped as a duplicate (its streams start from its stored positions).
+One path per pair of hubs, and no set between the two: a v2 link also gives way the moment
+the overlay carries sets between its ends either way (``Overlay._v2_hand_over``: a JOINED told
+or received, a ROUTED_SETS delivered here), or else a set could cross both and be stored twice.
+The sets its window held unacknowledged would never be resent (the v2 resume needs a v2
+session), so the window is dropped and the overlay is told where the peer may lack sets
+(:meth:`MeshCore.hand_over`): every start (JOINED) this hub tells that hub for a while is at
+most that, and the hub repairs what it lacks from this hub's log; what it has is dropped as a
+duplicate (its streams start from its stored positions).
 """
 
 from __future__ import annotations

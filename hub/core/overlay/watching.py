@@ -125,6 +125,8 @@ class Watching:
         for hub in [h for h, at in self._back.items() if now - at >= CUT_SHORT_KEEP]:
             del self._back[hub]
             self._away.pop(hub, None)
+        for hub in [h for h in self._away if self.membership.get(h) is None]:
+            del self._away[hub]  # forgotten (gone for good): nothing owed to it any more
 
     def destinations(self, topic: str) -> frozenset[int]:
         """Hubs (never this one) with a pattern that matches ``topic``."""
