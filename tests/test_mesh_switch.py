@@ -164,8 +164,8 @@ def test_ten_hubs_found_through_the_dht_switch_together_at_the_default_size(tmp_
 def test_ten_hubs_at_max_peers_3_switch_through_one_bootstrap_hub_and_deliver(tmp_path: Path) -> None:
     """Ten hubs that may hold 3 links each, all bootstrapped to hub 0 and no DHT: v2 links them
     to hub 0 only, which is full at 3 links and switches.  The others still reach it: a switched
-    hub takes a v2 stream past its bound from a hub its overlay does not know, invites it at once,
-    and the overlay then closes a link it can spare.  Every hub switches, none holds more than 3
+    hub refuses a v2 stream past its bound but invites the hub it came from, and the overlay
+    takes that link in place of one it can spare.  Every hub switches, none holds more than 3
     links and shortcuts once formed, and every message hub 1 acknowledged reaches the subscriber
     hubs once, in order."""
     with Cluster(tmp_path, extra=["--no-discovery", "--max-peers", "3"]) as cl:

@@ -180,8 +180,7 @@ class Mesh:
             "discovery": None if self.discovery is None else self.discovery.status(),
             "local_interest": sorted(self.core.local.patterns),
             "backlog": self.core.backlog(),
-            "max_peers": self.config.max_peers,
-            "refused_inbound": self.core.refused_inbound,
+            "max_peers": self.config.max_peers, "refused_inbound": self.core.refused_inbound,
             "admission": self.core.admission.status(),
             "peers": self.peers_status(),
         }
@@ -300,8 +299,9 @@ class Mesh:
             if not self.overlay.room_for(peer_id, shortcut=version.shortcut):
                 await self.overlay.refuse(stream, shortcut=version.shortcut)
                 return
-        elif self._closing or self._nursery is None or not (
-                (self.overlay is not None and self.overlay.invites(peer_id)) or self.core.may_accept(str(peer_id))):
+        elif self._closing or self._nursery is None or not self.core.may_accept(str(peer_id)):
+            if self.overlay is not None:
+                self.overlay.invite_refused(peer_id)  # a hub still on v2 may have no other way in
             await stream.reset()
             return
         link = self._link_for(peer_id)

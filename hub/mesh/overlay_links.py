@@ -275,12 +275,19 @@ class OverlayLinks:
             return False
         return True
 
-    def invites(self, peer_id: ID) -> bool:
-        """A v2 stream from ``peer_id`` past ``--max-peers``: taken if this hub switched and its
-        overlay does not reach that hub (a hub joining or restarting, still on v2: its only way
-        in may be this hub).  It is invited at once; the overlay then closes a link it can spare."""
-        driver = self.driver
-        return driver is not None and not driver.overlay.membership.is_reachable(hub_id_for(peer_id.to_bytes()))
+    def invite_refused(self, peer_id: ID) -> None:
+        """A v2 stream from ``peer_id`` was refused at ``--max-peers``.  If this hub switched and its
+        overlay does not reach that hub (joining, or restarted into a switched cluster, still on
+        v2: this hub may be its only way in), it is invited over the connection it came by: it
+        switches, and the overlay takes its link in place of one it can spare (LinkPolicy.link_up).
+        A v2-only hub fails the invite and stays out: the bound holds for it."""
+        driver, mesh = self.driver, self.mesh
+        hub = hub_id_for(peer_id.to_bytes())
+        if driver is None or mesh._closing or mesh._nursery is None or driver.overlay.membership.is_reachable(hub):
+            return
+        link = mesh._link_for(peer_id)
+        if not link.dialing and not link.live:
+            mesh._nursery.start_soon(self._dial_once, link, hub, False, True)
 
     def room_for(self, peer_id: ID, *, shortcut: bool = False) -> bool:
         """May a v3 stream from ``peer_id`` become a link (or a shortcut)?  The overlay's bound
