@@ -381,7 +381,7 @@ class Mesh:
             protocol = PeerProtocol(self.core, link, version, outbound=outbound, clock=self.clock)
         dump = None if self.config.dump_dir is None else open_dump(self.config.dump_dir, link.key, link.short_id)
         session = PeerSession(protocol, stream, self._ticker, dump=dump)
-        was_v2 = link.version is not None and link.version.sequenced and not link.version.overlay
+        was_v2 = link.on_v2
         self.core.session_started(link, protocol)
         if self.overlay is not None:
             self.overlay.session_started(link, was_v2=was_v2)

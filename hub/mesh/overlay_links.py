@@ -150,8 +150,7 @@ class OverlayLinks:
         mesh, driver = self.mesh, self.driver
         if driver is None or mesh._closing or mesh._nursery is None:
             return
-        live = {key: link for key, link in mesh.core.links.items()
-                if link.live and link.version is not None and not link.version.overlay}  # fmt: skip
+        live = {key: link for key, link in mesh.core.links.items() if link.live and link.on_v2}
         for key in mesh.switch.to_invite(live):
             link = live[key]
             if not link.dialing:
@@ -168,10 +167,9 @@ class OverlayLinks:
         """A session began: a v2 one may make this hub switch (or is invited); a v3 one that takes
         a v2 link's place takes over what that link still owed."""
         mesh = self.mesh
-        version = link.version
-        if version is None or not version.overlay:
+        if link.version is None or link.on_v2:
             self._v2_links[hub_id_for(link.peer_bytes)] = link
-            v2_links = sum(1 for lk in mesh.core.links.values() if lk.live and lk.version and not lk.version.overlay)
+            v2_links = sum(1 for lk in mesh.core.links.values() if lk.live and lk.on_v2)
             if mesh.switch.due(v2_links):
                 self.switch()
             else:
@@ -183,7 +181,7 @@ class OverlayLinks:
         """The overlay carries sets between this hub and ``hub`` from now on: a live v2 link to it
         closes (not dialled again) and what its window owed is the overlay's (None: nothing)."""
         link = self._v2_links.get(hub)  # called per ROUTED_SETS frame: one lookup
-        if link is None or not link.live or link.version is None or link.version.overlay:
+        if link is None or not (link.live and link.on_v2):
             return None
         after = self.mesh.core.hand_over(link)
         log.info("mesh peer %s: the overlay carries its sets now, its v2 link closes (owing sets after %s)",

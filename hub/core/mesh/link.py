@@ -113,6 +113,11 @@ class PeerLink:
     def live(self) -> bool:
         return self.protocol is not None and self.protocol.alive
 
+    @property
+    def on_v2(self) -> bool:
+        """Its last session spoke v2 or v1, not the overlay (hub/core/mesh/switch.py)."""
+        return self.version is not None and not self.version.overlay
+
     def status(self, interest: frozenset[str]) -> dict[str, Any]:
         addr = None
         if self.addrs:
