@@ -16,7 +16,7 @@ import wire
 from hub.core.mesh.switch import OverlaySwitch
 from hub.core.mesh.window import ForwardWindow, WindowEntry
 from hub.core.overlay.config import OverlayConfig
-from hub.core.overlay.joins import HAND_OVER_KEEP, Joins
+from hub.core.overlay.joins import HAND_OVER_KEEP, HANDED_OVER, Joins
 from hub.core.overlay.streams import Streams
 from hub.tools.sim.world import World
 
@@ -81,6 +81,23 @@ def test_a_hand_over_lowers_starts_for_a_while_and_names_those_told_already() ->
     late = 1.0 + HAND_OVER_KEEP + 1.0
     assert joins.tell(7, "metrics", 130, now=late) == 130  # later joins ask for no history
     assert saved[-1][(7, "audit")] == 40
+
+
+def test_a_hand_over_outlives_a_restart_of_the_hub_that_owes() -> None:
+    """The floor is saved with the starts: a hub that crashed within HAND_OVER_KEEP of a hand-over
+    and is then asked for a key the owed hub joins still starts it at what the v2 link owed."""
+    saved: list[dict] = [{}]
+    joins = Joins(lambda starts: saved.append(dict(starts)))
+    joins.handed_over(7, 40, now=1.0)
+    assert saved[-1] == {(7, HANDED_OVER): 40}
+    restarted = Joins(lambda starts: saved.append(dict(starts)), saved[-1], now=500.0)
+    assert restarted.hubs() == set() and restarted.of_hub(7) == []  # a floor is no start told
+    assert restarted.tell(7, "orders", 130, now=501.0) == 40
+    assert restarted.tell(7, "audit", 130, now=500.0 + HAND_OVER_KEEP + 1.0) == 130
+    assert saved[-1] == {(7, "orders"): 40, (7, "audit"): 130}  # the floor expired: gone from the file
+    again = Joins(lambda starts: saved.append(dict(starts)), {(7, HANDED_OVER): 40, (8, HANDED_OVER): 9})
+    again.forget_hubs([8])
+    assert saved[-1] == {(7, HANDED_OVER): 40}
 
 
 @pytest.mark.parametrize("how", ["at a v3 session's start", "at its first JOINED", "never"])

@@ -100,7 +100,7 @@ class Overlay:
         )
         self.origin = OriginSide(store, recent_max_bytes=config.recent_max_bytes)
         #: where this hub's sets for each destination start (told again when the hub returns)
-        self.joins = Joins(store.save_joins, joins)
+        self.joins = Joins(store.save_joins, joins, now=clock.monotonic())
         self.watching.resume(self.joins.unsettled(), clock.monotonic())  # watches a crash cut short
         self.shortcuts = Shortcuts(config, self.membership, self.policy.links)
         self.policy.shortcuts = self.shortcuts.live

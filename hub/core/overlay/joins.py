@@ -5,7 +5,8 @@ they start (JOINED ``since``); the destination repairs anything after that start
 get.  A destination that was one before keeps its *first* start: it may have been dropped
 while an owner changed, or have been down, and what was sent meanwhile is still owed to it.
 
-That memory must survive this hub's restart.  A destination that was paused when it was first
+That memory must survive this hub's restart, and so must the floors a switch from the v2 full
+mesh leaves for a while (:meth:`Joins.handed_over`).  A destination that was paused when it was first
 told (or lost the JOINED on the way) holds no start of its own; a restarted origin that had
 forgotten its promise would tell it the origin's position at the restart, and the destination,
 having nothing earlier, would take it: every set between the first start and the restart lost,
@@ -38,6 +39,8 @@ from collections.abc import Callable, Iterable, Mapping
 Key = tuple[int, str]
 #: The "hub" under which a watched key that not every owner has answered yet keeps its start.
 UNSETTLED = 0
+#: The "key" under which a hand-over's floor is saved: no topic's first token is empty.
+HANDED_OVER = ""
 #: Seconds after a v2 link gave way to the overlay during which starts told its peer go no later
 #: than what that link still owed (:meth:`Joins.handed_over`): the peer's interest reaches this
 #: hub's watches through the rendezvous within seconds; past this, a start lowered for it would
@@ -46,26 +49,36 @@ HAND_OVER_KEEP = 120.0
 
 
 class Joins:
-    def __init__(self, save: Callable[[Mapping[Key, int]], None], restored: Mapping[Key, int] | None = None) -> None:
+    def __init__(
+        self, save: Callable[[Mapping[Key, int]], None], restored: Mapping[Key, int] | None = None, *, now: float = 0.0
+    ) -> None:
         self._save = save
+        restored = dict(restored or {})
+        #: hub -> (the sequence its v2 link owed sets after, until when starts told it go no later);
+        #: restored ones keep a whole HAND_OVER_KEEP from the restart (longer, never shorter)
+        self.floors: dict[int, tuple[int, float]] = {
+            hub: (after, now + HAND_OVER_KEEP) for (hub, key), after in restored.items() if key == HANDED_OVER
+        }
         #: (hub, key) -> the since told in JOINED
-        self.starts: dict[Key, int] = dict(restored or {})
-        #: hub -> (the sequence its v2 link owed sets after, until when starts told it go no later)
-        self.floors: dict[int, tuple[int, float]] = {}
+        self.starts: dict[Key, int] = {k: s for k, s in restored.items() if k[1] != HANDED_OVER}
 
     def tell(self, hub: int, key: str, since: int, now: float) -> int:
         """``hub`` is a destination under ``key`` from ``since`` on: the start to tell it (the first)."""
+        changed = False
         floor = self.floors.get(hub)
         if floor is not None:
             if now <= floor[1]:
                 since = min(since, floor[0])
             else:
                 del self.floors[hub]
+                changed = True
         before = self.starts.get((hub, key))
         start = since if before is None else min(before, since)
         if start != before:
             self.starts[(hub, key)] = start
-            self._save(self.starts)
+            changed = True
+        if changed:
+            self._persist()
         return start
 
     def handed_over(self, hub: int, after: int, now: float) -> list[tuple[str, int]]:
@@ -73,11 +86,13 @@ class Joins:
         (hub/core/mesh/switch.py): starts told it for a while go no later.  Returns the
         ``(key, start)`` told it already that must be told again, lowered.
 
-        Kept in memory only: a hub that crashes within the while tells such a hub its saved
-        starts, and the sets its v2 link owed before them stay owed (docs/scale.md).
+        Saved with the starts: a hub that crashed within the while and told such a hub a start
+        past ``after`` would leave the sets its v2 link owed owed for good.
         """
         held = self.floors.get(hub)
         self.floors[hub] = (after if held is None else min(after, held[0]), now + HAND_OVER_KEEP)
+        if held is None or after < held[0]:
+            self._persist()
         return [(key, after) for key, since in self.of_hub(hub) if since > after]
 
     def get(self, hub: int, key: str) -> int | None:
@@ -86,25 +101,24 @@ class Joins:
     def left(self, hub: int, key: str) -> None:
         """``hub`` is no longer a destination under ``key`` (by its own word)."""
         if self.starts.pop((hub, key), None) is not None:
-            self._save(self.starts)
+            self._persist()
 
     def forget_hubs(self, gone: Iterable[int]) -> None:
         """Hubs forgotten by the membership (unreachable for long): their starts go."""
         gone = set(gone)
-        for hub in gone:
-            self.floors.pop(hub, None)
         stale = [k for k in self.starts if k[0] in gone]
         for k in stale:
             del self.starts[k]
-        if stale:
-            self._save(self.starts)
+        floors = [hub for hub in gone if self.floors.pop(hub, None) is not None]
+        if stale or floors:
+            self._persist()
 
     def watching(self, key: str, since: int | None) -> None:
         """A watch of ``key`` started after this hub's sequence ``since``, or (None) every owner answered."""
         if since is None:
             self.left(UNSETTLED, key)
         elif self.starts.setdefault((UNSETTLED, key), since) == since:
-            self._save(self.starts)
+            self._persist()
 
     def unsettled(self) -> list[tuple[str, int]]:
         """``(key, since)`` of watches not settled (some owner had not answered) before a restart."""
@@ -124,3 +138,7 @@ class Joins:
     def of_hub(self, hub: int) -> list[tuple[str, int]]:
         """``(key, since)`` told to ``hub`` (a list: the caller tells them again, which may change them)."""
         return [(k, s) for (h, k), s in self.starts.items() if h == hub]
+
+    def _persist(self) -> None:
+        """Save the starts, and the hand-over floors as ``(hub, HANDED_OVER)`` rows beside them."""
+        self._save({**self.starts, **{(hub, HANDED_OVER): after for hub, (after, _) in self.floors.items()}})
