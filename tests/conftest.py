@@ -25,7 +25,7 @@ SPARK_SESSION_GROUP = "spark-session"
 #: hubs ~60-100 s, the switch to the overlay ~70 s (2026-11-28), the stop tests ~45 s).
 #: Only the order depends on it: a group missing here runs after these, in collection order.
 LONG_GROUPS = ("test_spark_cluster.py", SPARK_SESSION_GROUP, "test_mesh_faults.py", "test_mesh_overlay.py",
-               "test_mesh_switch.py", "test_stopping.py", "test_cluster.py")  # fmt: skip
+               "test_mesh_switch.py", "test_stopping.py", "test_cluster.py", "test_testbed.py")  # fmt: skip
 
 
 #: The hub setting that runs the mesh as the overlay (mesh v3; ``--mesh-overlay``), read by every

@@ -1,6 +1,7 @@
-"""``pub0sub testbed``: N real hubs with ``--mesh-overlay``, traffic and faults, and what they did.
+"""``pub0sub testbed``: N real hubs on the overlay, traffic and faults, and what they did.
 
     pub0sub testbed --hubs 50 --minutes 10 --json bed.json --plot bed.png
+    pub0sub testbed --hubs 50 --mesh-overlay-from 10     # start on the full mesh, as hubs do by default
     pub0sub testbed --hubs 10 --minutes 1 --fault-every 0      # no faults
 
 See sdk/tools/testbed.py for what runs and what is measured.  Exit status: 0 when every
@@ -27,6 +28,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=d.minutes, help=f"minutes of traffic (default {d.minutes:g})")
     p.add_argument("--max-peers", type=int, default=d.max_peers, help=f"links per hub at most (default {d.max_peers})")
     p.add_argument("--degree", type=int, default=d.degree, help=f"links each hub keeps (default {d.degree})")
+    p.add_argument(
+        "--mesh-overlay-from",
+        type=int,
+        default=d.overlay_from,
+        metavar="N",
+        help="the hubs' --mesh-overlay-from: 1 starts them on the overlay; 10 (a hub's default) starts "
+        f"them on the full mesh, each switching once it holds N-1 links (default {d.overlay_from})",
+    )
     p.add_argument("--rate", type=float, default=d.rate, help=f"publishes per second in all (default {d.rate:g})")
     p.add_argument("--publishers", type=int, default=d.publishers, help=f"publishing hubs (default {d.publishers})")
     p.add_argument(
@@ -63,6 +72,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub testbed") ->
         minutes=a.minutes,
         max_peers=a.max_peers,
         degree=a.degree,
+        overlay_from=a.mesh_overlay_from,
         rate=a.rate,
         publishers=a.publishers,
         subscriber_hubs=a.subscriber_hubs,

@@ -1,9 +1,11 @@
-"""The overlay test bed: N real hub processes with ``--mesh-overlay``, traffic, crashes and stalls.
+"""The overlay test bed: N real hub processes on the overlay, traffic, crashes and stalls.
 
 ``pub0sub testbed --hubs 50 --minutes 10`` starts the hubs on loopback (each bootstrapped from
-the first; the overlay finds the rest), measures them idle, then runs publishers and
-subscribers across hubs while it kills and restarts (SIGKILL, same data dir) and stalls
-(SIGSTOP/SIGCONT) the hubs that relay but serve no client, and prints what issue 16 asks:
+the first; the overlay finds the rest) with ``--mesh-overlay``, or with ``--mesh-overlay-from N``
+on the v2 full mesh that each leaves for the overlay at N hubs (``overlay_from``), measures
+them idle, then runs publishers and subscribers across hubs while it kills and restarts
+(SIGKILL, same data dir) and stalls (SIGSTOP/SIGCONT) the hubs that relay but serve no
+client, and prints what issue 16 asks:
 delivery of acknowledged publishes, duplicates, FIFO violations per publisher, publish-to-
 deliver latency, payload copies per delivered set, control against payload bytes, interest
 frames per hub-level join, time to first delivery after a subscribe, links, RSS and CPU per
@@ -28,6 +30,9 @@ from typing import Any
 from ..blocking import connect_blocking
 from .cluster import HubInfo, LocalCluster
 from .testbed_report import Publisher, Received, Settings, Subscriber, summarize
+
+#: The v2 mesh protocol's id prefix (``/pub0sub/mesh/2...``), as the hubs' status names a link's protocol.
+V2 = "/pub0sub/mesh/2."
 
 #: Each hub's own page size (for RSS from /proc/PID/statm) and clock ticks (CPU from /proc/PID/stat).
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -57,7 +62,8 @@ class TestBed:
         self.progress = progress
         self.rng = random.Random(settings.seed)
         args = [
-            "--mesh-overlay",
+            "--mesh-overlay-from",
+            str(settings.overlay_from),
             "--no-discovery",
             "--max-peers",
             str(settings.max_peers),
@@ -78,7 +84,7 @@ class TestBed:
     def run(self) -> dict[str, Any]:
         s = self.s
         t0 = time.monotonic()
-        self.progress(f"starting {s.hubs} hubs with --mesh-overlay --max-peers {s.max_peers} in {s.data_root}")
+        self.progress(f"starting {s.hubs} hubs with {self._mode()} --max-peers {s.max_peers} in {s.data_root}")
         with self.cluster:
             self.figures["start_seconds"] = round(time.monotonic() - t0, 1)
             formed = self._wait_formed(timeout=max(60.0, s.hubs * 2.0))
@@ -120,6 +126,10 @@ class TestBed:
             self.figures["hubs_at_end"] = self._per_hub()
         return summarize(self.s, self.figures, pubs, subs, self.faults)
 
+    def _mode(self) -> str:
+        n = self.s.overlay_from
+        return "--mesh-overlay" if n == 1 else f"--mesh-overlay-from {n} (the v2 full mesh first)"
+
     def _wait_formed(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         want = self.s.hubs - 1
@@ -131,12 +141,15 @@ class TestBed:
             time.sleep(2.0)
         return False
 
-    def _overlay(self, hub: HubInfo) -> dict[str, Any]:
+    def _mesh(self, hub: HubInfo) -> dict[str, Any]:
         try:
             with connect_blocking(hub.address, name="testbed", handshake_timeout=3.0) as client:
-                return client.status(timeout=5.0).get("mesh", {}).get("overlay") or {}
+                return client.status(timeout=5.0).get("mesh") or {}
         except Exception:  # a hub down or stalled: it has nothing to say now
             return {}
+
+    def _overlay(self, hub: HubInfo) -> dict[str, Any]:
+        return self._mesh(hub).get("overlay") or {}
 
     def _overlay_totals(self) -> dict[str, dict[str, int]]:
         frames: dict[str, int] = {}
@@ -172,13 +185,18 @@ class TestBed:
     def _per_hub(self) -> list[dict[str, Any]]:
         rows = []
         for hub in self.cluster.hubs:
-            overlay = self._overlay(hub)
+            mesh = self._mesh(hub)
+            overlay = mesh.get("overlay") or {}
             cpu, rss = proc_sample(hub.pid) if hub.proc is not None and hub.proc.poll() is None else (0.0, 0)
             rows.append(
                 {
                     "hub": hub.name,
                     "links": len(overlay.get("links", [])),
                     "shortcuts": len(overlay.get("shortcuts", [])),
+                    # links of the full mesh the switch left (to a hub the overlay does not reach)
+                    "v2_links": sum(
+                        1 for p in mesh.get("peers", []) if p.get("connected") and V2 in (p.get("protocol") or "")
+                    ),
                     "rss_mib": round(rss / 2**20, 1),
                     "cpu_seconds": round(cpu, 1),
                     "counters": overlay.get("counters", {}),

@@ -18,6 +18,10 @@ class Settings:
     minutes: float = 10.0
     max_peers: int = 16
     degree: int = 8
+    #: The hubs' ``--mesh-overlay-from``: 1 starts them on the overlay; N > 1 starts them on the
+    #: v2 full mesh, as a hub started with no mesh option does (N = 10), and each switches
+    #: once it holds N - 1 links (docs/scale.md, "The switch from the full mesh").
+    overlay_from: int = 1
     publishers: int = 4
     #: Publishes per second, all publishers together.
     rate: float = 100.0
@@ -148,8 +152,10 @@ def summarize(
             "max": max((h["links"] for h in hubs), default=None),
             "mean": sum(h["links"] for h in hubs) / len(hubs) if hubs else None,
         },
-        # links and shortcuts (hub/core/overlay/shortcuts.py) together: what --max-peers bounds
-        "connections_max": max((h["links"] + h.get("shortcuts", 0) for h in hubs), default=None),
+        # links, shortcuts (hub/core/overlay/shortcuts.py) and v2 links together: what --max-peers bounds
+        "connections_max": max((h["links"] + h.get("shortcuts", 0) + h.get("v2_links", 0) for h in hubs), default=None),
+        # full-mesh links still up at the end (a switched cluster: 0 unless the overlay misses a hub)
+        "v2_links": sum(h.get("v2_links", 0) for h in hubs),
         "rss_mib_max": max((h["rss_mib"] for h in hubs), default=None),
         "faults": faults,
         "subscriber_errors": [e for s in subs for e in s.errors],
@@ -179,7 +185,8 @@ def render(report: dict[str, Any]) -> str:
             f"control/payload {num(report['control_over_payload_bytes'], '{:.3f}')}  "
             f"interest frames per join {num(report['interest_frames_per_join'])}",
             f"links per hub: max {links['max']}, mean {num(links['mean'])}, with shortcuts max "
-            f"{report.get('connections_max')}  RSS max {num(report['rss_mib_max'])} MiB",
+            f"{report.get('connections_max')}  v2 links {report.get('v2_links')}  "
+            f"RSS max {num(report['rss_mib_max'])} MiB",
             f"idle: CPU {num(idle.get('cpu_percent_mean'), '{:.2f}')}% of a core per hub (max "
             f"{num(idle.get('cpu_percent_max'), '{:.2f}')}%), {num(idle.get('wakeups_per_s_mean'))} wake-ups/s, "
             f"RSS {num(idle.get('rss_mib_mean'))} MiB",

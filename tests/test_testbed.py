@@ -1,0 +1,35 @@
+"""``pub0sub testbed`` end to end at a small size (sdk/tools/testbed.py): real hub processes that
+start on the v2 full mesh and switch to the overlay (``--mesh-overlay-from``), traffic, a crash
+and a stall of relay hubs, and the summary's verdict.
+
+The 50-hub runs are a command (docs/scale.md); this keeps the command itself working.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sdk.tools import testbed  # not TestBed itself: pytest would try to collect it
+from sdk.tools.testbed_report import Settings, render
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_small_test_bed_switches_to_the_overlay_and_delivers_everything_through_faults(tmp_path: Path) -> None:
+    settings = Settings(
+        hubs=7, minutes=0.35, max_peers=5, degree=3, overlay_from=4, publishers=1, subscriber_hubs=3,
+        few_topics=2, pair_topics=2, rate=40.0, fault_every=6.0, fault_length=2.0, idle_seconds=1.0,
+        idle_settle=0.0, data_root=tmp_path / "bed",
+    )  # fmt: skip
+    lines: list[str] = []
+    report = testbed.TestBed(settings, progress=lines.append).run()
+    d = report["delivery"]
+    assert d["acknowledged_publishes"] > 100, lines
+    assert (d["delivered"], d["duplicates"], d["fifo_violations"]) == (d["expected"], 0, 0), render(report)
+    assert [f["kind"] for f in report["faults"]][:2] == ["crash", "stall"]
+    # Every hub switched (the overlay formed over all seven), and no full-mesh link was left.
+    assert report["formed_seconds"] is not None and report["v2_links"] == 0, render(report)
+    assert report["connections_max"] <= 5
+    assert "--mesh-overlay-from 4" in lines[0]
