@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import sdk
 from tests.support.cluster import HUB_POLL, Cluster, Hub
@@ -21,6 +22,8 @@ from .test_mesh_overlay import HEARTBEAT, MISSES, OVERLAY, formed, overlay_of, s
 
 SPARSE = [*OVERLAY, "--mesh-degree", "2", "--max-peers", "5"]
 SHORTCUT = "/pub0sub/mesh/3.1.0-shortcut"
+#: Polls for a settled overlay: far enough apart that a hub still filling its links shows it.
+SETTLE_POLL = {**HUB_POLL, "interval": 2.0}
 
 
 def far_pair(hubs: list[Hub]) -> tuple[Hub, Hub]:
@@ -41,10 +44,29 @@ def far_pair(hubs: list[Hub]) -> tuple[Hub, Hub]:
     raise AssertionError(f"no pair two hops apart: {graph}")
 
 
+def settled(hubs: list[Hub], seen: list[dict[str, tuple[str, ...]]], max_peers: int = 5, degree: int = 2) -> bool:
+    """The overlay formed, every hub holds its ``degree`` links, and none changed since the last
+    poll (``seen`` keeps it): a pair picked two hops apart while hubs still fill their links
+    could be linked a moment later."""
+    if not formed(hubs, max_peers):
+        return False
+    links = {overlay_of(h)["hub_id"]: tuple(sorted(overlay_of(h)["links"])) for h in hubs}
+    same = bool(seen) and seen[-1] == links and all(len(mine) >= degree for mine in links.values())
+    seen.append(links)
+    return same
+
+
+def brief(hub: Hub) -> dict[str, Any]:
+    """What a failed wait shows of a hub: its links, shortcuts and the shortcut policy's state."""
+    overlay = overlay_of(hub)
+    return {k: overlay.get(k) for k in ("hub_id", "links", "shortcuts", "shortcut_counts")}
+
+
 def test_a_hub_publishing_to_a_far_hub_opens_a_shortcut_and_delivers_in_order(tmp_path: Path) -> None:
     with Cluster(tmp_path, heartbeat_interval=HEARTBEAT, heartbeat_misses=MISSES, extra=SPARSE) as cl:
         hubs = cl.start(6)
-        wait_until(lambda: formed(hubs, 5), timeout=60, what="the overlay formed", **HUB_POLL)
+        seen: list[dict[str, tuple[str, ...]]] = []
+        wait_until(lambda: settled(hubs, seen), timeout=60, what="the overlay formed and settled", **SETTLE_POLL)
         x, y = far_pair(hubs)
         y_id = overlay_of(y)["hub_id"]
         standing_interest(y, ["sc.t"], "keeps-y-interested")
@@ -59,7 +81,10 @@ def test_a_hub_publishing_to_a_far_hub_opens_a_shortcut_and_delivers_in_order(tm
                 time.sleep(0.1)
                 return y_id in overlay_of(x)["shortcuts"]
 
-            wait_until(publish_some, timeout=30, what="a shortcut from the publisher's hub", **HUB_POLL)
+            def why() -> str:
+                return f"a shortcut from the publisher's hub: x {brief(x)}, y {brief(y)}"
+
+            wait_until(publish_some, timeout=30, what=why, **HUB_POLL)
             for _ in range(20):
                 publish_some()
         log = wait_log_holds(y.address, ["sc.t"], set(sent), timeout=30)
