@@ -152,6 +152,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            action="store_true")  # fmt: skip
     option("--mesh-heartbeat-interval", "seconds between mesh heartbeats", metavar="SECONDS", type=float)
     option("--mesh-heartbeat-misses", "missed mesh heartbeats before a peer is dead", metavar="N", type=int)
+    option("--mesh-suspect-after", "on the overlay: route around a neighbour that answers nothing this long "
+           "while sent sets (0: never)", metavar="SECONDS", type=float)  # fmt: skip
     option("--mesh-resume-linger", "seconds a dead peer's interest is kept so a healed link loses nothing; "
            "0: withdraw at once", metavar="SECONDS", type=float)  # fmt: skip
     option("--mesh-write-interval", "least seconds between the starts of two small writes on a mesh link, so "
@@ -273,6 +275,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "discovery": False if args.no_discovery else None,
         "mesh_heartbeat_interval": args.mesh_heartbeat_interval,
         "mesh_heartbeat_misses": args.mesh_heartbeat_misses,
+        "mesh_suspect_after": args.mesh_suspect_after,
         "mesh_resume_linger": args.mesh_resume_linger,
         "mesh_write_interval": args.mesh_write_interval,
         "mesh_window_bytes": args.mesh_window_bytes,

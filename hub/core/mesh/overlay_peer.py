@@ -64,6 +64,8 @@ class Neighbourhood(Protocol):
 
     def link_timed(self, hub: int, round_trip: float) -> None: ...
 
+    def link_suspected(self, hub: int, suspected: bool) -> None: ...
+
     def receive(self, hub: int, frame: wire.Frame) -> None: ...
 
     def pump(self) -> None: ...
@@ -87,6 +89,10 @@ class OverlayPeer:
         self.started_at = now
         self.last_received = now
         self._last_ping = now
+        #: When a probe went to a peer that had been quiet while frames went to it (None: none out).
+        self._probe_at: float | None = None
+        #: The peer left a probe unanswered for ``suspect_after``: routed around until it answers.
+        self.suspected = False
         self._hello_done = False
         #: The overlay knows this link (MESH_HELLO checked, ``driver.link_up`` called).
         self.linked = False
@@ -145,12 +151,46 @@ class OverlayPeer:
     # -- bytes out ---------------------------------------------------------------
 
     def queue(self, frames: list[bytes]) -> None:
+        """The overlay's frames for this neighbour (and the greeting)."""
+        self._send(frames)
+        self._expect_answer()
+
+    def _send(self, frames: list[bytes]) -> None:
         if self.version is MeshVersion.V3:  # a 3.0 peer reads no costs and no ROUTED_SETS_HEADERS
             frames = [_for_v30(f) for f in frames]
         if self.reason is None:
             self._out.extend(frames)
             self.counters.frames_sent += len(frames)
             self.on_urgent()
+
+    def _expect_answer(self) -> None:
+        """Frames went to the peer: if it has been quiet, a ping asks it to answer; if a probe is
+        out longer than ``suspect_after``, the peer is suspected (a stalled hub keeps its
+        connection, so only its silence tells, and heartbeats take seconds to call it dead)."""
+        after = self.config.suspect_after
+        if not after or not self.linked or self.reason is not None:
+            return
+        now = self.clock.monotonic()
+        if self._probe_at is not None:
+            if not self.suspected and now - self._probe_at >= after:
+                self._suspect(True)
+        elif now - self.last_received >= after / 2:
+            self._probe_at = now
+            self._ping()
+
+    def _suspect(self, suspected: bool) -> None:
+        self.suspected = suspected
+        hub = self.remote_hub_id
+        assert hub is not None
+        if suspected:
+            self.counters.suspected += 1
+            log.info("mesh peer %s (%016x) answered nothing for %.2f s: routing around it while it can",
+                     self.link.key, hub, self.config.suspect_after,
+                     extra=ev("mesh_peer_suspected", peer=self.link.key))  # fmt: skip
+        else:
+            log.info("mesh peer %s (%016x) answered again", self.link.key, hub,
+                     extra=ev("mesh_peer_answered", peer=self.link.key))  # fmt: skip
+        self.driver.link_suspected(hub, suspected)
 
     def take_chunk(self) -> bytes | None:
         out = self._out
@@ -175,6 +215,9 @@ class OverlayPeer:
 
     def receive(self, frames: list[wire.Frame]) -> None:
         self.last_received = self.clock.monotonic()
+        self._probe_at = None  # any frame answers a probe
+        if self.suspected:
+            self._suspect(False)
         driver = self.driver
         for frame in frames:
             if not self.alive:
@@ -192,7 +235,7 @@ class OverlayPeer:
                 self._on_hello(frame)  # type: ignore[arg-type]
             elif kind is wire.Heartbeat:
                 if frame.word == "ping":  # type: ignore[attr-defined]
-                    self.queue([PONG_FRAME])
+                    self._send([PONG_FRAME])
                 elif (round_trip := self.link.pong_received(self.clock.monotonic())) is not None:
                     driver.link_timed(self.remote_hub_id, round_trip)  # type: ignore[arg-type]
             elif kind is wire.MeshHello:
@@ -229,6 +272,9 @@ class OverlayPeer:
         if silent is not None:
             self.close(silent)
             return
+        probe, after = self._probe_at, cfg.suspect_after
+        if probe is not None and not self.suspected and now - probe >= after:
+            self._suspect(True)  # nothing sent since the probe: the tick tells
         # Only the dialling side pings: its pings keep the other side's view alive and the pongs
         # its own, at half the frames of both sides pinging (an idle hub's main cost is these).
         if self.outbound and now - self._last_ping >= cfg.heartbeat_interval:
@@ -237,7 +283,7 @@ class OverlayPeer:
     def _ping(self) -> None:
         now = self._last_ping = self.clock.monotonic()
         self.link.ping_sent(now)
-        self.queue([PING_FRAME])
+        self._send([PING_FRAME])
 
     def tick_interval(self) -> float:
         return max(0.01, self.config.heartbeat_interval / 2)

@@ -78,6 +78,9 @@ class PeerCounters:
     replay_holes: int = 0
     #: Sessions refused at MESH_HELLO (a hub id that is not the peer's) or for a forged origin.
     refused: int = 0
+    #: On the overlay: times the peer left a probe unanswered for ``suspect_after`` while sent
+    #: frames, and was routed around until it answered (hub/core/overlay/routes.py).
+    suspected: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -15,12 +15,9 @@ what is for itself (``streams.py``: in order per origin and topic, once) and
 passes the same bytes on, split again by next hop.  Every interested hub gets one
 copy over a shortest path; no hub keeps a seen-cache.
 
-Why this file is long (~575 lines): it is the one place where the overlay's parts meet
-(membership, links, rendezvous, streams, the origin side, the sender), and each event
-handler is the few lines that hand an event to the parts it concerns, in the order
-that keeps the promises (sets before the control frame that announces them, JOINED
-before the sets it starts).  Splitting it further would spread one event's handling
-over several files.  The parts with state of their own are already apart.
+Why this file is long (~620 lines): it is where the overlay's parts meet; each handler hands an
+event to the parts it concerns in the order that keeps the promises (sets before the frame that
+announces them, JOINED before the sets it starts).  The parts with state of their own are apart.
 """
 
 from __future__ import annotations
@@ -113,13 +110,11 @@ class Overlay:
         self._advertise_due = self._advertise_urgent = False
         self._adverts = Backoff(ADVERTISE_INTERVAL, ADVERTISE_MAX, quiet=2 * ADVERTISE_MAX)
         self._restate()
-        #: hubs to greet once reachable (see _returned); at start, the origins of kept stream starts and
-        #: the destinations of kept JOINED: a map filled afresh never sees them come back ("found")
+        #: hubs to greet once reachable (_returned); at start, those of kept starts and JOINED (never "found")
         self._greet: set[int] = {origin for origin, _ in (since or {})} | self.joins.hubs()
         #: HEADS after routes moved (see after_changes.py)
         self._heads = HeadsRounds(delay=config.heads_delay, window=config.heads_window, again=config.heads_again)
-        #: when to tell owners again what may have been lost in a break (see _recheck)
-        self._recheck_at: float | None = None
+        self._recheck_at: float | None = None  # when to tell owners again what a break may have lost
         #: the next recheck whatever happened (config.recheck_interval), spread by hub id
         self._periodic_at = clock.monotonic() + config.recheck_interval * (1 + (hub_id % 1000) / 1000)
         #: origins asked for SYNC that have not answered yet (asked again after a break)
@@ -178,6 +173,11 @@ class Overlay:
         if hub in policy.links and self.costs.observe(hub, round_trip, self.clock.monotonic()) and hub != policy.trial:
             self._changed(advertise=True)
             self._moved()  # this hub's routes move too (see _link_state)
+
+    def suspect(self, hub: int, suspected: bool) -> None:
+        """A neighbour answers nothing, or again: routes go round it (routes.py); HEADS follow."""
+        self.membership.suspect(hub, suspected)
+        self._moved()
 
     def referral(self, states: Iterable[wire.LinkState]) -> None:
         """Advertisements from a hub that refused our link (it was full): hubs to dial instead."""

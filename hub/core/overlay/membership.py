@@ -6,15 +6,10 @@ overlay links.  Each hub keeps the newest advertisement of every hub, and from
 them the graph: an edge counts only when both ends list each other, so a crashed
 hub drops out as soon as its neighbours re-advertise without it, with no timeout
 and no refresh traffic while nothing changes.  From the graph come the next hop
-toward every hub (breadth-first, ties broken by the lowest hub id) and the owners
-of a rendezvous key: its successors on a hash ring over the reachable hubs.  Two
-hubs with the same advertisements make the same choices.
-
-Mesh v3.1 advertisements also carry each link's measured one-way latency.  While every
-hub in the map advertises costs, routes are shortest by latency (Dijkstra; a link costs
-the larger of its two ends' figures, plus ``HOP_COST`` per hop); while any
-hub is of 3.0, they are shortest by hops, exactly as 3.0 hubs compute them, so that every
-hub of a mixed overlay makes the same choices.
+toward every hub (routes.py: by measured latency, which mesh v3.1 advertisements carry
+per link, or by hops beside a 3.0 hub) and the owners of a rendezvous key: its
+successors on a hash ring over the reachable hubs.  Two hubs with the same
+advertisements make the same choices.
 
 An advertisement of a hub that stayed unreachable for ``FORGET_AFTER`` seconds is
 dropped; until then its addresses still serve to dial it (a partition heals by
@@ -26,28 +21,19 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
-import heapq
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import wire
 
+from .routes import detour, edge_cost, hop_routes, one_hop, shortest
+
 #: Seconds an unreachable hub's advertisement is kept (to dial it, to recognise its return).
 FORGET_AFTER = 300.0
 #: Hubs that own a rendezvous key: the first is its primary, the next keeps a copy so the
 #: key's interest survives the primary's crash.
 RENDEZVOUS_OWNERS = 2
-#: What each hop adds to a route (cost units: 10 ms).  A relay is taken only where it saves more
-#: than this: a relay that does not want a set still carries a copy (redundancy), and a route of
-#: fewer hops breaks less often.  300 simulated hubs, seed 12, no faults (docs/scale.md): hop cost
-#: 1 ms: p99 1.94x a direct send, redundancy 0.227; 10 ms: 1.93x, 0.213; 20 ms: 2.10x, 0.194;
-#: routes by hops (3.0): 3.15x, 0.168.
-HOP_COST = 100
-#: The cost of a link neither end has measured yet (a link just up): 100 ms.
-UNMEASURED_COST = 1000
-
-
 def ring_position(value: bytes) -> int:
     return int.from_bytes(hashlib.sha256(value).digest()[:8], "big")
 
@@ -110,6 +96,8 @@ class Membership:
     refused_adverts: int = 0
     #: hubs a reloaded allow-list took out of the map, reported gone by the next settle
     _unadmitted: list[int] = field(default_factory=list)
+    #: neighbours that stopped answering (:meth:`suspect`)
+    suspected: set[int] = field(default_factory=set)
 
     # -- advertisements -------------------------------------------------------------
 
@@ -222,61 +210,20 @@ class Membership:
         if self._routes_at == self.generation or self.deferred:
             return
         self._routes_at = self.generation
-        if all(e.state.costs or not e.state.neighbors for e in self.entries.values()):
-            self._next_hop = self._fastest_routes()
-            return
-        next_hop: dict[int, int] = {}
-        distance = {self.self_id: 0}
-        queue: deque[int] = deque([self.self_id])
-        entries = self.entries
-        while queue:
-            hub = queue.popleft()
-            entry = entries.get(hub)
-            if entry is None:
-                continue
-            for other in sorted(entry.state.neighbors):
-                if other in distance:
-                    continue
-                far = entries.get(other)
-                if far is None or hub not in far.state.neighbors:
-                    continue
-                distance[other] = distance[hub] + 1
-                next_hop[other] = other if hub == self.self_id else next_hop[hub]
-                queue.append(other)
+        by_cost = all(e.state.costs or not e.state.neighbors for e in self.entries.values())
+        entries, me = self.entries, self.self_id
+        next_hop = shortest(entries, me, edge_cost)[1] if by_cost else hop_routes(entries, me)
+        if self.suspected:  # around neighbours that stopped answering, where that cannot loop
+            next_hop = detour(entries, me, next_hop, self.suspected, edge_cost if by_cost else one_hop)
         self._next_hop = next_hop
 
-    def _fastest_routes(self) -> dict[int, int]:
-        """Next hops of the routes shortest by cost (Dijkstra; ties go to the lower (cost, hub id)
-        settled first, so two hubs with the same map choose alike)."""
-        me = self.self_id
-        entries = self.entries
-        next_hop: dict[int, int] = {}
-        best = {me: 0}
-        done: set[int] = set()
-        heap = [(0, me)]
-        while heap:
-            cost, hub = heapq.heappop(heap)
-            if hub in done:
-                continue
-            done.add(hub)
-            entry = entries.get(hub)
-            if entry is None:
-                continue
-            via = next_hop.get(hub)
-            for other, mine in entry.costs().items():
-                if other in done:
-                    continue
-                far = entries.get(other)
-                theirs = None if far is None else far.costs().get(hub)
-                if theirs is None:  # an edge counts only when both ends advertise it
-                    continue
-                edge = max(mine, theirs) or UNMEASURED_COST
-                total = cost + edge + HOP_COST
-                if total < best.get(other, total + 1):
-                    best[other] = total
-                    next_hop[other] = other if via is None else via
-                    heapq.heappush(heap, (total, other))
-        return next_hop
+    def suspect(self, hub: int, suspected: bool) -> None:
+        """A neighbour stopped answering (or answered again): routes go around it while they can
+        (detours.py); nothing is advertised."""
+        if suspected != (hub in self.suspected):
+            self.suspected.symmetric_difference_update((hub,))
+            self.generation += 1
+            self.deferred = False  # this hub's own view: used at once
 
     def reaches_without_link(self, a: int, b: int) -> bool:
         """Would ``a`` still reach ``b`` if the link between them went?  (A search: rare calls only.)"""

@@ -41,6 +41,8 @@ def overlay_status(overlay: _Parts) -> dict[str, object]:
         "link_trials": {"trying": None if (t := overlay.policy.trial) is None else f"{t:016x}",
                         "kept": overlay.policy.trials_kept, "closed": overlay.policy.trials_closed},
         "shortcuts": sorted(f"{h:016x}" for h in overlay.shortcuts.live),
+        # neighbours routed around while they answer nothing (routes.py, detours)
+        "suspected": sorted(f"{h:016x}" for h in overlay.membership.suspected),
         "shortcut_counts": overlay.shortcuts.status(),
         "members": len(overlay.membership.entries),
         # advertisements of hubs --mesh-allow does not name, left out of the map

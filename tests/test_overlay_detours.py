@@ -1,0 +1,52 @@
+"""Detours around a neighbour that stopped answering (hub/core/overlay/routes.py): routes move to a
+node-protecting loop-free alternate where one exists, never to a neighbour whose own route comes
+back through this hub or crosses the suspect, and the suspect stays reachable."""
+
+from __future__ import annotations
+
+import pytest
+
+from .test_overlay_costs import map_of, symmetric
+
+#: 1 reaches 4 through 2 (faster) or 3.
+DIAMOND = {(1, 2): 20, (2, 4): 20, (1, 3): 30, (3, 4): 30}
+
+
+@pytest.mark.parametrize("by_hops", [False, True], ids=["by latency", "by hops (a 3.0 hub in the map)"])
+def test_a_suspected_relay_is_routed_around_and_back_once_it_answers(by_hops: bool) -> None:
+    m = map_of(symmetric(DIAMOND), 1, costless=frozenset({4}) if by_hops else frozenset())
+    reachable = m.reachable()
+    assert m.next_hop(4) == 2
+    m.suspect(2, True)
+    assert m.next_hop(4) == 3
+    assert m.next_hop(2) == 2  # sets for the suspect itself have no other way in
+    assert m.reachable() == reachable  # nobody lost: no hub's view of the overlay changed
+    m.suspect(2, False)
+    assert m.next_hop(4) == 2
+
+
+def test_no_detour_through_a_neighbour_whose_route_crosses_the_suspect() -> None:
+    # 4 hangs off 2 only: 3's way to 4 is through 2, so waiting on 2 is all there is.
+    m = map_of(symmetric({(1, 2): 20, (1, 3): 20, (2, 3): 20, (2, 4): 20}), 1)
+    m.suspect(2, True)
+    assert m.next_hop(4) == 2
+
+
+def test_no_detour_through_a_neighbour_whose_route_comes_back_through_this_hub() -> None:
+    # 3's fastest way to 4 is back through 1 (3-1-2-4); its own long way (3-5-4) it would not take,
+    # so a set handed to 3 would come straight back: a loop.
+    far = {(1, 2): 20, (2, 4): 20, (1, 3): 20, (3, 5): 500, (5, 4): 500}
+    m = map_of(symmetric(far), 1)
+    m.suspect(2, True)
+    assert m.next_hop(4) == 2
+    # With 3-5-4 fast, 3's own route avoids both 1 and 2: a detour.
+    near = {**far, (3, 5): 20, (5, 4): 20}
+    m = map_of(symmetric(near), 1)
+    m.suspect(2, True)
+    assert m.next_hop(4) == 3 and m.next_hop(5) == 3
+
+
+def test_a_suspect_that_is_not_a_neighbour_changes_nothing() -> None:
+    m = map_of(symmetric(DIAMOND), 1)
+    m.suspect(4, True)
+    assert (m.next_hop(4), m.next_hop(2), m.next_hop(3)) == (2, 2, 3)
