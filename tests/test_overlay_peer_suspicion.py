@@ -26,6 +26,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.suspicions: list[tuple[int, bool]] = []
+        self.timed: list[int] = []
 
     def link_up(self, peer: OverlayPeer) -> bool:
         return True
@@ -34,7 +35,8 @@ class Recorder:
 
     def referral(self, state: wire.LinkState) -> None: ...
 
-    def link_timed(self, hub: int, round_trip: float) -> None: ...
+    def link_timed(self, hub: int, round_trip: float) -> None:
+        self.timed.append(hub)
 
     def link_suspected(self, hub: int, suspected: bool) -> None:
         self.suspicions.append((hub, suspected))
@@ -44,11 +46,13 @@ class Recorder:
     def pump(self) -> None: ...
 
 
-def linked_peer(suspect_after: float = 0.5) -> tuple[OverlayPeer, Recorder, ManualClock, int]:
+def linked_peer(
+    suspect_after: float = 0.5, *, outbound: bool = False
+) -> tuple[OverlayPeer, Recorder, ManualClock, int]:
     clock, overlay = ManualClock(100.0), Recorder()
     config = MeshConfig(suspect_after=suspect_after, heartbeat_interval=1.0, heartbeat_misses=3)
     link = PeerLink("the-neighbour", PEER, config)
-    peer = OverlayPeer(overlay, link, MeshVersion.V3_1, outbound=False, clock=clock, config=config)
+    peer = OverlayPeer(overlay, link, MeshVersion.V3_1, outbound=outbound, clock=clock, config=config)
     peer.start()
     hub = hub_id_for(PEER)
     peer.receive([wire.MeshHello(hub_id=hub)])
@@ -79,6 +83,21 @@ def test_a_neighbour_that_answers_no_probe_is_suspected_until_it_answers() -> No
     assert overlay.suspicions == [(hub, True)]  # told once
     peer.receive([wire.PONG])
     assert overlay.suspicions == [(hub, True), (hub, False)]
+    # The accepting side's probes time nothing: only the dialling side's figures are advertised
+    # (costs.py), or every link would be re-advertised from both ends.
+    assert overlay.timed == []
+
+
+def test_the_dialling_side_times_its_link_with_its_probes_too() -> None:
+    peer, overlay, clock, hub = linked_peer(outbound=True)
+    peer.take_chunk()  # its first ping, sent on greeting
+    peer.receive([wire.PONG])
+    clock.advance(0.3)
+    peer.queue([SETS])
+    assert pings(peer) == 1
+    clock.advance(0.01)
+    peer.receive([wire.PONG])
+    assert overlay.timed == [hub, hub]
 
 
 def test_the_tick_suspects_a_silent_neighbour_when_nothing_more_is_sent() -> None:

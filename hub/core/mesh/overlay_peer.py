@@ -236,7 +236,8 @@ class OverlayPeer:
             elif kind is wire.Heartbeat:
                 if frame.word == "ping":  # type: ignore[attr-defined]
                     self._send([PONG_FRAME])
-                elif (round_trip := self.link.pong_received(self.clock.monotonic())) is not None:
+                elif (round_trip := self.link.pong_received(self.clock.monotonic())) is not None and self.outbound:
+                    # Only the dialling side times the link (costs.py); the other pings only to probe.
                     driver.link_timed(self.remote_hub_id, round_trip)  # type: ignore[arg-type]
             elif kind is wire.MeshHello:
                 self.link.misbehaved(CloseReason.PROTOCOL_ERROR, "sent a second MESH_HELLO")
