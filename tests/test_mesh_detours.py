@@ -3,7 +3,7 @@ hub/core/overlay/routes.py, detours).
 
 Five hubs of degree 2 without shortcuts.  The publisher's hub P reaches the subscriber's hub D
 through a relay R, and another way too.  R is paused (SIGSTOP) with a heartbeat bound of 30 s
-while P publishes for 1.5 s: everything published must reach D, once and in order, while R's
+while P publishes for 2 s: everything published must reach D, once and in order, while R's
 link is still up at P -- only a detour can carry it (the sets sent into R before P suspected it
 are repaired from P's log once later ones come round) -- and P's status counts R suspected.
 Without detours (``--mesh-suspect-after 0``) D gets nothing until R resumes.
@@ -31,19 +31,25 @@ RING = [*OVERLAY, "--mesh-degree", "2", "--max-peers", "4", "--mesh-shortcuts", 
 
 
 def relay_pair(hubs: list[Hub]) -> tuple[Hub, Hub, Hub]:
-    """(P, R, D): D two hops from P through R, and three or more the other way round (so P's
-    route to D is through R: each hop costs more than a loopback link's latency)."""
+    """(P, R, D): D two hops from P through R and three or more the other way round (so P's route
+    to D is through R: a hop costs more than a loopback link's latency), and a neighbour N of P
+    whose own shortest way to D crosses neither P nor R (the loop-free alternate a detour needs)."""
     ids = {overlay_of(h)["hub_id"]: h for h in hubs}
     links = {i: set(overlay_of(h)["links"]) for i, h in ids.items()}
+    dist = {i: hops(links, i) for i in links}
     for p, mine in links.items():
         for r in sorted(mine):
             for d in sorted(links.get(r, set()) - mine - {p}):
-                if hops(links, p, without=r).get(d, 0) >= 3:
-                    return ids[p], ids[r], ids[d]
-    raise AssertionError(f"no two hubs two hops apart with a longer way round: {links}")
+                if hops(links, p, without=r).get(d, 0) < 3:
+                    continue
+                for n in sorted(mine - {r}):
+                    there = dist[n].get(d, 99)
+                    if there < dist[n][p] + dist[p][d] and there < dist[n].get(r, 99) + dist[r][d]:
+                        return ids[p], ids[r], ids[d]
+    raise AssertionError(f"no two hubs two hops apart with a loop-free way round: {links}")
 
 
-def hops(links: dict[str, set[str]], start: str, *, without: str) -> dict[str, int]:
+def hops(links: dict[str, set[str]], start: str, *, without: str | None = None) -> dict[str, int]:
     """Hops from ``start`` to every hub it reaches without crossing ``without``."""
     seen, todo = {start: 0}, [start]
     while todo:
@@ -67,7 +73,7 @@ def test_a_paused_relay_is_routed_around_while_its_link_is_still_up(tmp_path: Pa
         with sdk.connect_blocking(p.address) as client:
             r.signal(signal.SIGSTOP)
             try:
-                for i in range(60):  # 1.5 s: the first ones go into R's socket before P suspects it
+                for i in range(80):  # 2 s: the first ones go into R's socket before P suspects it
                     sent.append(b"m%03d" % i)
                     client.publish_acked("dt.t", sent[-1])
                     time.sleep(0.025)

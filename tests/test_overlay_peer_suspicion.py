@@ -1,6 +1,7 @@
-"""A v3 link's probe (hub/core/mesh/overlay_peer.py): frames sent to a quiet neighbour carry a
-ping; a ping left unanswered for ``suspect_after`` makes the neighbour suspected, so the overlay
-routes around it (routes.py) until any frame of it arrives.  Sans-IO: a hand-moved clock and a
+"""A v3 link's probe (hub/core/mesh/overlay_peer.py): sets or routed control frames sent to a
+neighbour quiet for ``suspect_after`` carry a ping; a ping left unanswered for ``suspect_after``
+makes the neighbour suspected, so the overlay routes around it (routes.py) until any frame of
+it arrives.  Advertisements (LINK_STATE) ask for nothing.  Sans-IO: a hand-moved clock and a
 recording overlay."""
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from hub.core.mesh.overlay_peer import PING_FRAME, OverlayPeer
 from hub.core.mesh.protocols import MeshVersion
 
 PEER = b"\x00\x24peer-key-bytes-of-the-neighbour"
-#: Any overlay frame: what is in it does not matter here.
+#: An advertisement (it asks for no answer), a frame of sets (it does), and a control frame.
+LINK_STATE = wire.LinkState(hub_id=5, boot=1, seq=1, peer_key="k5", neighbors=()).encode()
 HEADS = wire.Heads(heads=(wire.Head(topic="t", last=1),))
-SETS = HEADS.encode()
+ONE_SET = wire.RoutedSet(origin_seq=1, timestamp=1, messages=wire.MessageSet.build(("t",), [(b"", b"v")]), prevs=(0,))
+SETS = wire.RoutedSets(ttl=8, dests=(5,), origin=3, sets=(ONE_SET,)).encode()
 
 
 class Recorder:
@@ -70,9 +73,11 @@ def test_a_neighbour_that_answers_no_probe_is_suspected_until_it_answers() -> No
     peer, overlay, clock, hub = linked_peer()
     peer.queue([SETS])
     assert pings(peer) == 0  # heard from it just now: no probe
-    clock.advance(0.3)
+    clock.advance(0.5)
+    peer.queue([LINK_STATE])
+    assert pings(peer) == 0  # advertisements ask for nothing
     peer.queue([SETS])
-    assert pings(peer) == 1  # quiet for half of suspect_after while sent frames: asked
+    assert pings(peer) == 1  # quiet for suspect_after while sent sets: asked
     clock.advance(0.3)
     peer.queue([SETS])
     assert overlay.suspicions == [] and pings(peer) == 0  # 0.3 s into the probe: not yet
@@ -92,7 +97,7 @@ def test_the_dialling_side_times_its_link_with_its_probes_too() -> None:
     peer, overlay, clock, hub = linked_peer(outbound=True)
     peer.take_chunk()  # its first ping, sent on greeting
     peer.receive([wire.PONG])
-    clock.advance(0.3)
+    clock.advance(0.5)
     peer.queue([SETS])
     assert pings(peer) == 1
     clock.advance(0.01)
@@ -102,7 +107,7 @@ def test_the_dialling_side_times_its_link_with_its_probes_too() -> None:
 
 def test_the_tick_suspects_a_silent_neighbour_when_nothing_more_is_sent() -> None:
     peer, overlay, clock, hub = linked_peer()
-    clock.advance(0.3)
+    clock.advance(0.5)
     peer.queue([SETS])
     clock.advance(0.6)
     peer.tick()
@@ -114,7 +119,7 @@ def test_the_tick_suspects_a_silent_neighbour_when_nothing_more_is_sent() -> Non
 def test_a_neighbour_that_answers_in_time_is_never_suspected_and_zero_turns_probes_off() -> None:
     peer, overlay, clock, _ = linked_peer()
     for _ in range(20):
-        clock.advance(0.3)
+        clock.advance(0.6)
         peer.queue([SETS])
         clock.advance(0.01)
         peer.receive([wire.PONG])

@@ -101,7 +101,10 @@ class OverlayDriver:
 
     def link_suspected(self, hub: int, suspected: bool) -> None:
         """``hub`` left a probe unanswered (or answered again): routes go round it while it is."""
-        self.overlay.suspect(hub, suspected)
+        if suspected:
+            self.overlay.suspect(hub)
+        else:  # what waited in its socket arrives now; no HEADS needed
+            self.overlay.membership.suspect(hub, False)
         self.pump()
 
     def receive(self, hub: int, frame: wire.Frame) -> None:

@@ -174,9 +174,9 @@ class Overlay:
             self._changed(advertise=True)
             self._moved()  # this hub's routes move too (see _link_state)
 
-    def suspect(self, hub: int, suspected: bool) -> None:
-        """A neighbour answers nothing, or again: routes go round it (routes.py); HEADS follow."""
-        self.membership.suspect(hub, suspected)
+    def suspect(self, hub: int) -> None:
+        """A neighbour answers nothing: routes go round it (routes.py); HEADS follow."""
+        self.membership.suspect(hub, True)
         self._moved()
 
     def referral(self, states: Iterable[wire.LinkState]) -> None:

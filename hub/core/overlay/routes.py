@@ -26,7 +26,9 @@ alternate* (RFC 5286 section 4.2): a neighbour ``N`` with
 in the metric the routes use.  Where no neighbour qualifies the route stays on the suspect: it
 waits there as before, and a set never circles.  The sets already sent into the suspect are
 repaired as after any change of route: the first set of a stream that comes round opens a gap
-at its destination, which asks the origin at once (streams.py).  The search runs only while
+at its destination, which asks the origin at once (streams.py); a destination whose REPAIR would
+go through the suspect suspects it in turn (routed control frames are probed too), and its
+REPAIR goes round.  The search runs only while
 some neighbour is suspected: one shortest-path search from this hub, from each suspect and from
 each neighbour, per change of the map.
 """
