@@ -7,7 +7,7 @@ once (routes then leave the 100 ms every unmeasured link is taken for), and agai
 its smoothed figure moved by a quarter and by at least 1 ms, and no cost went out in the last
 ``READVERTISE_EVERY`` seconds: every advertisement floods the whole overlay and moves every
 hub's routes, so jitter must not.  The side that accepted a link does not time it: a link's
-cost is the larger of its two ends' figures (``membership.py``), so one end's figure suffices.
+cost is the larger of its two ends' figures (``routes.py``), so one end's figure suffices.
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ FORGET_AFTER = 300.0
 #: Hubs that own a rendezvous key: the first is its primary, the next keeps a copy so the
 #: key's interest survives the primary's crash.
 RENDEZVOUS_OWNERS = 2
+
+
 def ring_position(value: bytes) -> int:
     return int.from_bytes(hashlib.sha256(value).digest()[:8], "big")
 

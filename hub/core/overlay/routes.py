@@ -129,7 +129,10 @@ def detour(
 ) -> dict[int, int]:
     """``next_hop`` with every destination routed through a suspected neighbour moved to a
     node-protecting loop-free alternate where one exists (the others left as they were)."""
-    mine = entries[me].costs()
+    own = entries.get(me)
+    if own is None:  # no advertisement of its own yet: no links to choose among
+        return next_hop
+    mine = own.costs()
 
     def linked(n: int) -> int | None:  # the link's cost, if both ends advertise it
         entry = entries.get(n)
