@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wire
-from hub.core.overlay.costs import READVERTISE_EVERY, LinkCosts, cost_units
+from hub.core.overlay.costs import READVERTISE_EVERY, WINDOW, LinkCosts, cost_units
 from hub.core.overlay.membership import Membership
 
 
@@ -82,6 +82,21 @@ def test_link_costs_advertise_the_first_figure_and_only_lasting_large_changes() 
     assert costs.of((7,))[0] > cost_units(0.030)
     costs.forget(7)
     assert costs.of((7,)) == (0,)
+
+
+def test_a_link_costs_its_fastest_recent_round_trip_not_the_queueing_around_it() -> None:
+    """A loaded machine: round trips of a 1 ms link (0.5 ms one way) come back at 1-80 ms while
+    the two hubs' loops are busy.  The figure stays the link's own; a lasting change shows once
+    the window has passed."""
+    costs = LinkCosts()
+    assert costs.observe(7, 0.001, now=0.0)
+    noisy = [0.040, 0.080, 0.001, 0.025, 0.060, 0.002, 0.035]
+    assert not any(costs.observe(7, rtt, now=1.0 + i) for i, rtt in enumerate(noisy * 5))
+    assert costs.of((7,)) == (cost_units(0.0005),)
+    assert costs.status() == {f"{7:016x}": 0.5}
+    assert not costs.observe(7, 0.001, now=50.0)
+    changed = [costs.observe(7, 0.040, now=100.0 + i) for i in range(WINDOW)]
+    assert changed == [False] * (WINDOW - 1) + [True]  # 20 ms one way, once no faster sample is left
 
 
 @settings(max_examples=60, deadline=None)
