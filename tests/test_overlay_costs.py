@@ -99,6 +99,22 @@ def test_a_link_costs_its_fastest_recent_round_trip_not_the_queueing_around_it()
     assert changed == [False] * (WINDOW - 1) + [True]  # 20 ms one way, once no faster sample is left
 
 
+def test_a_young_link_advertises_its_falling_figure_at_once() -> None:
+    """Links made while a cluster starts meet busy hubs: their first round trips are slow.  While
+    a link's window fills, a lower figure goes out without the hold-down (it only converges);
+    a rise, or any change once the window is full, waits for it."""
+    costs = LinkCosts()
+    assert costs.observe(7, 0.030, now=0.0)  # 15 ms: the start was busy
+    assert costs.observe(8, 0.020, now=0.5)  # another link's first figure
+    assert costs.observe(7, 0.002, now=1.0)  # 1 ms: out at once, though a cost just went out
+    assert costs.of((7, 8)) == (cost_units(0.001), cost_units(0.010))
+    full = LinkCosts()
+    assert full.observe(9, 0.040, now=0.0)
+    assert not any(full.observe(9, 0.040, now=float(t)) for t in range(1, WINDOW))  # the window fills
+    assert not full.observe(9, 0.002, now=17.0)  # a full window's fall waits for the hold-down
+    assert full.observe(9, 0.002, now=31.0)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), hubs=st.integers(3, 30), costs=st.sampled_from(["random", "equal", "few"]))
 def test_hubs_with_the_same_map_route_without_loops(seed: int, hubs: int, costs: str) -> None:
