@@ -197,6 +197,8 @@ class TestBed:
                     "v2_links": sum(
                         1 for p in mesh.get("peers", []) if p.get("connected") and V2 in (p.get("protocol") or "")
                     ),
+                    # neighbours this hub routed around for answering nothing (detours)
+                    "suspicions": sum(p.get("suspected", 0) for p in mesh.get("peers", [])),
                     "rss_mib": round(rss / 2**20, 1),
                     "cpu_seconds": round(cpu, 1),
                     "counters": overlay.get("counters", {}),

@@ -156,6 +156,8 @@ def summarize(
         "connections_max": max((h["links"] + h.get("shortcuts", 0) + h.get("v2_links", 0) for h in hubs), default=None),
         # full-mesh links still up at the end (a switched cluster: 0 unless the overlay misses a hub)
         "v2_links": sum(h.get("v2_links", 0) for h in hubs),
+        # times a hub routed around a neighbour that answered nothing (a restarted hub's count starts over)
+        "suspicions": sum(h.get("suspicions", 0) for h in hubs),
         "rss_mib_max": max((h["rss_mib"] for h in hubs), default=None),
         "faults": faults,
         "subscriber_errors": [e for s in subs for e in s.errors],
@@ -186,6 +188,7 @@ def render(report: dict[str, Any]) -> str:
             f"interest frames per join {num(report['interest_frames_per_join'])}",
             f"links per hub: max {links['max']}, mean {num(links['mean'])}, with shortcuts max "
             f"{report.get('connections_max')}  v2 links {report.get('v2_links')}  "
+            f"suspicions {report.get('suspicions')}  "
             f"RSS max {num(report['rss_mib_max'])} MiB",
             f"idle: CPU {num(idle.get('cpu_percent_mean'), '{:.2f}')}% of a core per hub (max "
             f"{num(idle.get('cpu_percent_max'), '{:.2f}')}%), {num(idle.get('wakeups_per_s_mean'))} wake-ups/s, "
