@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from hub.core.overlay.config import OverlayConfig
+from hub.tools.sim.world import World
+
 from .test_overlay_costs import map_of, symmetric
 
 #: 1 reaches 4 through 2 (faster) or 3.
@@ -50,3 +53,22 @@ def test_a_suspect_that_is_not_a_neighbour_changes_nothing() -> None:
     m = map_of(symmetric(DIAMOND), 1)
     m.suspect(4, True)
     assert (m.next_hop(4), m.next_hop(2), m.next_hop(3)) == (2, 2, 3)
+
+
+def test_a_link_that_goes_or_comes_anew_is_no_longer_suspected() -> None:
+    """The core clears a suspicion with the link, however it ends (the shell's close, a surplus
+    link the pump prunes) and when a new session of it comes up."""
+    world = World(hubs=3, seed=2, config=OverlayConfig(degree=2, max_peers=4))
+    for index, hub in enumerate(world.order):
+        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
+    world.loop.run_until(10.0)
+    overlay = world.hubs[world.order[0]].overlay
+    assert overlay is not None
+    neighbour = sorted(overlay.links)[0]
+    overlay.suspect(neighbour, True)
+    assert overlay.membership.suspected == {neighbour}
+    overlay.link_down(neighbour)
+    assert overlay.membership.suspected == set()
+    overlay.suspect(neighbour, True)
+    overlay.link_up(neighbour)
+    assert overlay.membership.suspected == set()

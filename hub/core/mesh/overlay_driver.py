@@ -76,7 +76,6 @@ class OverlayDriver:
             peer.close(CloseReason.PRUNED)
             return False
         self.peers[hub] = peer
-        self.overlay.membership.suspect(hub, False)  # a new session: what the old one suspected goes
         self.overlay.link_up(hub, shortcut=shortcut, inbound=not peer.outbound)
         self.pump()
         return True
@@ -85,7 +84,6 @@ class OverlayDriver:
         hub = peer.remote_hub_id
         if hub is not None and self.peers.get(hub) is peer:
             del self.peers[hub]
-            self.overlay.membership.suspect(hub, False)
             self.overlay.link_down(hub)
             self.pump()
 
@@ -101,10 +99,7 @@ class OverlayDriver:
 
     def link_suspected(self, hub: int, suspected: bool) -> None:
         """``hub`` left a probe unanswered (or answered again): routes go round it while it is."""
-        if suspected:
-            self.overlay.suspect(hub)
-        else:  # what waited in its socket arrives now; no HEADS needed
-            self.overlay.membership.suspect(hub, False)
+        self.overlay.suspect(hub, suspected)
         self.pump()
 
     def receive(self, hub: int, frame: wire.Frame) -> None:

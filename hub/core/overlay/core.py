@@ -131,13 +131,13 @@ class Overlay:
         return hub != self.hub_id and self.policy.may_accept(hub, self.clock.monotonic())
 
     def link_up(self, hub: int, *, shortcut: bool = False, inbound: bool = False) -> None:
+        self.membership.suspect(hub, False)  # a new session: what the old one suspected goes
         if shortcut:
             self.shortcuts.up(hub, self.clock.monotonic())
             return
         self.shortcuts.down(hub)  # if it was a shortcut, the shell replaced its session by this link
         new = self.policy.link_up(hub, inbound=inbound)
-        # Everything this hub knows goes to the neighbour (it floods on what is news to it); also
-        # over a session that replaced a live one: the far end may have restarted, its map empty.
+        # All this hub knows goes to it (it floods what is news), a replacing session's far end too (restarted?).
         for frame in self.membership.frames():
             self.outbox.send(hub, "LINK_STATE", frame)
         advertised = hub in self.policy.advertised()  # not a trial, nor one past degree (links.py)
@@ -148,6 +148,7 @@ class Overlay:
             self._moved()  # routes change; and frames in flight on a replaced session are lost
 
     def link_down(self, hub: int) -> None:
+        self.membership.suspect(hub, False)
         if hub in self.shortcuts.live:
             self.outbox.forget(hub)
             if self.shortcuts.down(hub):
@@ -174,10 +175,11 @@ class Overlay:
             self._changed(advertise=True)
             self._moved()  # this hub's routes move too (see _link_state)
 
-    def suspect(self, hub: int) -> None:
-        """A neighbour answers nothing: routes go round it (routes.py); HEADS follow."""
-        self.membership.suspect(hub, True)
-        self._moved()
+    def suspect(self, hub: int, suspected: bool) -> None:
+        """A neighbour answers nothing (routes go round it: routes.py; HEADS follow), or again."""
+        self.membership.suspect(hub, suspected)
+        if suspected:
+            self._moved()
 
     def referral(self, states: Iterable[wire.LinkState]) -> None:
         """Advertisements from a hub that refused our link (it was full): hubs to dial instead."""
@@ -239,9 +241,8 @@ class Overlay:
         self._settles.fired(now)
         self.membership.settle()
         if self._advertise_due:
-            # Own advertisements flood every hub: at most one per ADVERTISE_INTERVAL, or per the
-            # longer gap while links keep changing, so a hub whose links come up one after
-            # another floods a few times, not once per link.
+            # Own advertisements flood every hub: one per ADVERTISE_INTERVAL at most, or a longer gap
+            # while links keep changing (links coming up one by one flood a few times, not once each).
             adverts = self._adverts
             next_at = adverts.last + (ADVERTISE_INTERVAL if self._advertise_urgent else adverts.wait(now))
             if now >= next_at:
@@ -251,8 +252,7 @@ class Overlay:
                 self._settle_at = next_at
         lost, found, gone = self.membership.note_reachability(now)
         if lost or found:
-            # Sets for a hub unreachable meanwhile were dropped where it had no route.
-            self._moved()
+            self._moved()  # sets for a hub unreachable meanwhile were dropped where it had no route
             self.watching.reachability(lost, found, now)
         sends: list[Send] = []
         sends += self.registrations.refresh()
