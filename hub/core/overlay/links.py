@@ -33,6 +33,7 @@ import wire
 
 from .config import OverlayConfig
 from .membership import Membership
+from .routes import reaches_without_link
 
 #: A known hub the graph has not reached for this long is on the other side of a split (a hub
 #: that joins is unreachable for the second or so its neighbours take to advertise it).
@@ -113,7 +114,7 @@ class LinkPolicy:
         me = membership.self_id
         ranked = sorted(self.links, key=lambda h: -len(s.neighbors) if (s := membership.get(h)) else 0)
         for hub in ranked:
-            if membership.reaches_without_link(hub, me):
+            if reaches_without_link(membership.entries, hub, me):
                 return hub
         return None
 
@@ -316,7 +317,7 @@ class LinkPolicy:
         worst_cost, worst = max(timed, default=(0, None))
         # (A link that went meanwhile is refilled the usual way: the trial was judged against it.)
         if cost and worst is not None and worst_cost > TRIAL_MARGIN * cost and len(self.links) > self.config.degree \
-                and self.membership.reaches_without_link(worst, me):  # fmt: skip
+                and reaches_without_link(self.membership.entries, worst, me):  # fmt: skip
             self.trials_kept += 1
             self._trials_rejected = 0
             return worst

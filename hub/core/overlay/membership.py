@@ -21,7 +21,6 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -226,28 +225,6 @@ class Membership:
             self.suspected.symmetric_difference_update((hub,))
             self.generation += 1
             self.deferred = False  # this hub's own view: used at once
-
-    def reaches_without_link(self, a: int, b: int) -> bool:
-        """Would ``a`` still reach ``b`` if the link between them went?  (A search: rare calls only.)"""
-        entries = self.entries
-        seen = {a}
-        queue: deque[int] = deque([a])
-        while queue:
-            hub = queue.popleft()
-            entry = entries.get(hub)
-            if entry is None:
-                continue
-            for other in entry.state.neighbors:
-                if other in seen or {hub, other} == {a, b}:
-                    continue
-                far = entries.get(other)
-                if far is None or hub not in far.state.neighbors:
-                    continue
-                if other == b:
-                    return True
-                seen.add(other)
-                queue.append(other)
-        return False
 
     def _missing(self, hub_id: int) -> bool:
         """Not routed to: if routes are held down, settle them and look again (a hub that just

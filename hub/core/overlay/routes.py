@@ -71,6 +71,15 @@ def one_hop(mine: int, theirs: int) -> int:
     return 1  # routes by hops
 
 
+def linked_neighbours(entries: Mapping[int, Advert], hub: int) -> list[int]:
+    """``hub``'s neighbours, by hub id, whose own advertisement names it too (an edge counts only
+    when both ends advertise it)."""
+    entry = entries.get(hub)
+    if entry is None:
+        return []
+    return [other for other in sorted(entry.costs()) if (far := entries.get(other)) is not None and hub in far.costs()]
+
+
 def hop_routes(entries: Mapping[int, Advert], me: int) -> dict[int, int]:
     """Next hops of the routes shortest by hops (breadth-first, neighbours by hub id: as 3.0 does)."""
     next_hop: dict[int, int] = {}
@@ -78,19 +87,28 @@ def hop_routes(entries: Mapping[int, Advert], me: int) -> dict[int, int]:
     queue: deque[int] = deque([me])
     while queue:
         hub = queue.popleft()
-        entry = entries.get(hub)
-        if entry is None:
-            continue
-        for other in sorted(entry.costs()):
-            if other in distance:
-                continue
-            far = entries.get(other)
-            if far is None or hub not in far.costs():
-                continue
-            distance[other] = distance[hub] + 1
-            next_hop[other] = other if hub == me else next_hop[hub]
-            queue.append(other)
+        for other in linked_neighbours(entries, hub):
+            if other not in distance:
+                distance[other] = distance[hub] + 1
+                next_hop[other] = other if hub == me else next_hop[hub]
+                queue.append(other)
     return next_hop
+
+
+def reaches_without_link(entries: Mapping[int, Advert], a: int, b: int) -> bool:
+    """Would ``a`` still reach ``b`` if the link between them went?  (A search: rare calls only.)"""
+    seen = {a}
+    queue: deque[int] = deque([a])
+    while queue:
+        hub = queue.popleft()
+        for other in linked_neighbours(entries, hub):
+            if other in seen or {hub, other} == {a, b}:
+                continue
+            if other == b:
+                return True
+            seen.add(other)
+            queue.append(other)
+    return False
 
 
 def shortest(entries: Mapping[int, Advert], source: int, edge: EdgeCost) -> tuple[dict[int, int], dict[int, int]]:
