@@ -128,7 +128,9 @@ def assert_same(stream: bytes, shown: list[tuple[Fields, dict[str, str]]], tmp: 
 @pytest.fixture
 def recorded_session(start_hub: Callable[..., HubProcess], tmp_path: Path) -> Iterator[list[tuple[bool, bytes]]]:
     """A real client session through the recorder: most client frames, both ways."""
-    hub = start_hub("--data-dir", str(tmp_path / "d"), "--heartbeat-interval", "0.2")
+    # PINGs come after 0.2 s idle, but a client is dead only after 5 s of silence: a loaded machine
+    # that answers a PING late must not turn the capture's UNSUB into a heartbeat-timeout ERROR.
+    hub = start_hub("--data-dir", str(tmp_path / "d"), "--heartbeat-interval", "0.2", "--heartbeat-misses", "25")
     recorder = Recorder((hub.host, hub.port))
     with sdk.connect_blocking(f"127.0.0.1:{recorder.port}", name="capture") as client:
         live = client.subscribe("cap.*")
