@@ -58,15 +58,36 @@ def make_host(key_pair: KeyPair, listen: str = DEFAULT_LISTEN) -> IHost:
     """
     check_mesh_port_free(listen)
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
-    return new_host(
+    host = new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: noise},
         # yamux only: mplex (the default fallback) is 10-50x slower in bulk.
         muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
         # One connection per peer also skips the ~250 ms happy-eyeballs wait on the first dial.
-        connection_config=ConnectionConfig(max_connections_per_peer=1),
+        # No floor of connections to keep: see no_auto_dials.
+        connection_config=ConnectionConfig(max_connections_per_peer=1, min_connections=0),
         listen_addrs=[multiaddr.Multiaddr(listen)],
     )
+    no_auto_dials(host)
+    return host
+
+
+def no_auto_dials(host: IHost) -> None:
+    """Stop py-libp2p dialling peers on its own.
+
+    Its swarm's AutoConnector (0.8) dials up to 16-32 peers of the peerstore every 30 s, and on
+    every disconnect, while it holds fewer than ``low_watermark`` connections (100; its target is
+    midway to ``high_watermark``, so no watermark setting short of 0 / 0 turns it off, and a high
+    watermark of 0 makes the pruner close idle connections on every new one).  Every hub ever
+    heard of is in the peerstore: in the 50-hub test bed a hub held 20-49 connections for 8-15
+    overlay links and shortcuts, and a connection closed for being idle (hub/mesh/idle.py) was
+    dialled again.  Which hubs a hub connects to is the mesh's decision (discovery, v2 links, the
+    overlay), so the connector is left with nothing to do."""
+
+    async def never() -> None:
+        return None
+
+    host.get_network().auto_connector.maybe_connect = never  # type: ignore[attr-defined]
 
 
 def check_mesh_port_free(listen: str) -> None:
