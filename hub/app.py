@@ -192,7 +192,7 @@ class HubServer:
             max_peers=config.max_peers,
             heartbeat_interval=config.mesh_heartbeat_interval,
             heartbeat_misses=config.mesh_heartbeat_misses,
-            suspect_after=config.mesh_suspect_after,
+            suspect_after=config.mesh_suspect_after, idle_close=config.mesh_idle_close,
             resume_linger=config.mesh_resume_linger,
             write_interval=config.mesh_write_interval,
             window_max_bytes=config.mesh_window_bytes,

@@ -154,6 +154,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--mesh-heartbeat-misses", "missed mesh heartbeats before a peer is dead", metavar="N", type=int)
     option("--mesh-suspect-after", "on the overlay: route around a neighbour that answers nothing this long "
            "while sent sets (0: never)", metavar="SECONDS", type=float)  # fmt: skip
+    option("--mesh-idle-close", "on the overlay: close a libp2p connection no mesh stream used this long "
+           "(0: never)", metavar="SECONDS", type=float)  # fmt: skip
     option("--mesh-resume-linger", "seconds a dead peer's interest is kept so a healed link loses nothing; "
            "0: withdraw at once", metavar="SECONDS", type=float)  # fmt: skip
     option("--mesh-write-interval", "least seconds between the starts of two small writes on a mesh link, so "
@@ -276,6 +278,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "mesh_heartbeat_interval": args.mesh_heartbeat_interval,
         "mesh_heartbeat_misses": args.mesh_heartbeat_misses,
         "mesh_suspect_after": args.mesh_suspect_after,
+        "mesh_idle_close": args.mesh_idle_close,
         "mesh_resume_linger": args.mesh_resume_linger,
         "mesh_write_interval": args.mesh_write_interval,
         "mesh_window_bytes": args.mesh_window_bytes,

@@ -139,6 +139,9 @@ class HubConfig:
     #: On the overlay: a neighbour sent sets that answers nothing for this long is routed around
     #: by this hub until it answers (hub/core/overlay/routes.py, detours); 0: never.
     mesh_suspect_after: float = 0.5
+    #: On the overlay: a libp2p connection no mesh stream used for this long is closed
+    #: (hub/mesh/idle.py); 0: kept until the peer goes.
+    mesh_idle_close: float = 15.0
     #: How long a dead v2 peer's interest is kept while its link heals: forwards published
     #: meanwhile wait in its window and are resent after reconnecting (0 lost on a short
     #: break).  0 withdraws the interest as soon as the peer is declared dead.
@@ -201,6 +204,8 @@ class HubConfig:
             raise ValueError(f"mesh_link_trials must be >= 0 (0: never), got {self.mesh_link_trials}")
         if self.mesh_suspect_after < 0:
             raise ValueError(f"mesh_suspect_after must be >= 0 (0: never), got {self.mesh_suspect_after}")
+        if self.mesh_idle_close < 0:
+            raise ValueError(f"mesh_idle_close must be >= 0 (0: never), got {self.mesh_idle_close}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         for name in ("max_body", "max_connections", "max_subscriptions", "max_topics_per_connection",

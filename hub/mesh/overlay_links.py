@@ -44,6 +44,7 @@ from ..core.mesh.status import CloseReason
 from ..core.mesh.switch import OverlaySwitch
 from ..core.overlay.config import OverlayConfig
 from ..core.overlay.core import Overlay
+from .idle import IdleConnections, connections_held
 
 log = logging.getLogger("hub.mesh")
 
@@ -63,6 +64,9 @@ class MeshShell(Protocol):
     switch: OverlaySwitch
     _closing: bool
     _nursery: trio.Nursery | None
+
+    @property
+    def host(self) -> Any: ...
 
     @property
     def peer_id(self) -> ID: ...
@@ -96,6 +100,8 @@ class OverlayLinks:
         self._early_interest: set[str] = set()
         #: hub id -> its link, for the hubs that had a v2 session (see _v2_gives_way)
         self._v2_links: dict[int, PeerLink] = {}
+        #: Connections no session uses are closed (hub/mesh/idle.py); None: --mesh-idle-close 0.
+        self.idle = IdleConnections(mesh.config.idle_close) if mesh.config.idle_close > 0 else None
 
     # -- the hub's side ------------------------------------------------------------------
 
@@ -115,7 +121,8 @@ class OverlayLinks:
     def status(self) -> dict[str, Any] | None:
         if self.driver is None:
             return None
-        return {**self.driver.overlay.status(), "pruned_links": self.driver.pruned}
+        return {**self.driver.overlay.status(), "pruned_links": self.driver.pruned,
+                "connections": connections_held(self.mesh.host), "idle_closed": self.idle and self.idle.closed}
 
     @property
     def peers(self) -> dict[int, OverlayPeer]:
@@ -223,6 +230,13 @@ class OverlayLinks:
         if patterns:
             driver.set_interest(patterns, ())
         nursery.start_soon(self._timer)
+        if self.idle is not None:
+            nursery.start_soon(self.idle.run, mesh.host, self._in_use, lambda: bool(driver.peers))
+
+    def _in_use(self, peer: ID) -> bool:
+        """A session with ``peer`` is live, being dialled or starting: its connection stays."""
+        link = self.mesh.core.links.get(str(peer))
+        return link is not None and (link.live or link.dialing or link.starting)
 
     def readmit(self) -> None:
         """The admission rules were reloaded (SIGHUP): hubs no longer allowed leave the map."""

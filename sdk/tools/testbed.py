@@ -199,6 +199,9 @@ class TestBed:
                     ),
                     # neighbours this hub routed around for answering nothing (detours)
                     "suspicions": sum(p.get("suspected", 0) for p in mesh.get("peers", [])),
+                    # libp2p connections held, and those closed for carrying no stream (hub/mesh/idle.py)
+                    "libp2p_connections": overlay.get("connections"),
+                    "idle_closed": overlay.get("idle_closed"),
                     "rss_mib": round(rss / 2**20, 1),
                     "cpu_seconds": round(cpu, 1),
                     "counters": overlay.get("counters", {}),

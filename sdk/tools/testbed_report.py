@@ -119,6 +119,7 @@ def summarize(
     data_frames = sum(frames.get(k, 0) for k in data)
     delivered_sets = sum(row["counters"].get("delivered_sets", 0) for row in figures.get("hubs_at_end", []))
     hubs = figures.get("hubs_at_end", [])
+    held = [h["libp2p_connections"] for h in hubs if h.get("libp2p_connections") is not None]
     return {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(settings).items()},
         "start_seconds": figures.get("start_seconds"),
@@ -158,6 +159,12 @@ def summarize(
         "v2_links": sum(h.get("v2_links", 0) for h in hubs),
         # times a hub routed around a neighbour that answered nothing (a restarted hub's count starts over)
         "suspicions": sum(h.get("suspicions", 0) for h in hubs),
+        # libp2p connections per hub at the end (sessions' and idle ones), and idle ones closed
+        "libp2p_connections": {
+            "max": max(held, default=None),
+            "mean": sum(held) / len(held) if held else None,
+            "idle_closed": sum(h.get("idle_closed") or 0 for h in hubs),
+        },
         "rss_mib_max": max((h["rss_mib"] for h in hubs), default=None),
         "faults": faults,
         "subscriber_errors": [e for s in subs for e in s.errors],
@@ -171,6 +178,7 @@ def render(report: dict[str, Any]) -> str:
     lat = report["latency_ms"]
     idle = report["idle"] or {}
     links = report["links"]
+    conns = report.get("libp2p_connections") or {}
 
     def num(value: Any, fmt: str = "{:.1f}") -> str:
         return "n/a" if value is None else fmt.format(value)
@@ -190,6 +198,8 @@ def render(report: dict[str, Any]) -> str:
             f"{report.get('connections_max')}  v2 links {report.get('v2_links')}  "
             f"suspicions {report.get('suspicions')}  "
             f"RSS max {num(report['rss_mib_max'])} MiB",
+            f"libp2p connections per hub: max {conns.get('max')}, mean {num(conns.get('mean'))}, "
+            f"{conns.get('idle_closed')} idle ones closed",
             f"idle: CPU {num(idle.get('cpu_percent_mean'), '{:.2f}')}% of a core per hub (max "
             f"{num(idle.get('cpu_percent_max'), '{:.2f}')}%), {num(idle.get('wakeups_per_s_mean'))} wake-ups/s, "
             f"RSS {num(idle.get('rss_mib_mean'))} MiB",

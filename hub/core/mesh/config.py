@@ -44,6 +44,9 @@ class MeshConfig:
     #: On the overlay: a neighbour sent frames that leaves a probe (a ping) unanswered this long
     #: is routed around by this hub until it answers (hub/core/overlay/routes.py); 0: never.
     suspect_after: float = 0.5
+    #: On the overlay: a libp2p connection no stream or session used this long is closed
+    #: (hub/mesh/idle.py); 0: kept until the peer goes.
+    idle_close: float = 15.0
     #: SUBSCRIBE_ACK window; after ``subscribe_resends`` resends without an ack the peer is dropped.
     subscribe_ack_timeout: float = 1.0
     subscribe_resends: int = 3
@@ -90,7 +93,7 @@ class MeshConfig:
             raise ValueError("write_interval must be >= 0")
         if self.window_max_sets <= 0 or self.window_max_bytes <= 0:
             raise ValueError("window_max_sets and window_max_bytes must be positive")
-        if self.suspect_after < 0:
-            raise ValueError("suspect_after must be >= 0 (0: never)")
+        if self.suspect_after < 0 or self.idle_close < 0:
+            raise ValueError("suspect_after and idle_close must be >= 0 (0: never)")
         if self.heartbeat_misses < 1 or self.subscribe_resends < 0:
             raise ValueError("heartbeat_misses must be >= 1 and subscribe_resends >= 0")
