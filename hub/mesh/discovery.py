@@ -22,6 +22,7 @@ py-libp2p quirks handled here:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,8 +37,16 @@ from ..core.events import ev
 
 log = logging.getLogger("hub.mesh.discovery")
 
-#: Re-provide now and then: provider records expire in the DHT.
+#: Rounds between re-provides while the hub looks the cluster up: provider records are held in
+#: the memory of the hubs nearest the key, and a restarted holder has lost them.
 REPROVIDE_EVERY = 30
+#: Seconds between re-provides while the overlay holds a link.  Each provide reaches the ~20 hubs
+#: nearest the key, a libp2p connection to each, which the overlay closes again once idle
+#: (hub/mesh/idle.py): re-provided every 60 s, an idle 12-hub overlay kept reconnecting and
+#: closing (0.62% of a core per hub; 0.35% at 600 s, its connections those of its links).
+#: Joiners come in through --bootstrap hubs, every hub provides when it starts, and py-libp2p
+#: keeps a record 48 h.
+REPROVIDE_LINKED_SECONDS = 600.0
 LOOKUP_TIMEOUT = 10.0
 
 
@@ -69,9 +78,11 @@ class Discovery:
         #: DHT lookups of the cluster key made (none while ``linked()``)
         self.lookups = 0
         self.found: set[str] = set()
+        #: Provides of the cluster key made
+        self.provides = 0
 
     def status(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "lookups": self.lookups, "found": len(self.found)}
+        return {"rounds": self.rounds, "lookups": self.lookups, "provides": self.provides, "found": len(self.found)}
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         dht = KadDHT(self.host, DHTMode.SERVER)
@@ -79,19 +90,22 @@ class Discovery:
         async with background_trio_service(dht):
             # Started before any network work: a dead bootstrap must not hold up the hub.
             task_status.started()
-            provided_round = -REPROVIDE_EVERY
+            provided_round, provided_at = -REPROVIDE_EVERY, -math.inf
             while True:
                 if dht.get_routing_table_size() == 0:
                     await self._bootstrap(dht)
-                if not self.linked():
+                linked = self.linked()
+                if not linked:
                     with trio.move_on_after(LOOKUP_TIMEOUT):
                         for info in await self._lookup(dht):
                             self.on_found(info)
                 # Look up before the first provide: afterwards the local store is never empty.
-                if self.rounds - provided_round >= REPROVIDE_EVERY:
+                if (trio.current_time() - provided_at >= REPROVIDE_LINKED_SECONDS if linked
+                        else self.rounds - provided_round >= REPROVIDE_EVERY):  # fmt: skip
                     with trio.move_on_after(LOOKUP_TIMEOUT):
                         await dht.provide(self.key)
-                        provided_round = self.rounds
+                        provided_round, provided_at = self.rounds, trio.current_time()
+                        self.provides += 1
                 self.rounds += 1
                 await trio.sleep(self.interval)
 
