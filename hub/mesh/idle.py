@@ -2,11 +2,12 @@
 
 The overlay ends streams as part of its work -- a surplus link pruned, a full hub's referral, a
 refused shortcut, a v2 link that moved, a trial link dropped, a seed dialled while the hub had no
-link -- and libp2p keeps each one's connection open: a Noise session, a yamux read task and its
-30 s keep-alive pings, a descriptor at both ends.  In the 50-hub test bed a hub held 20-49 such
-connections for its 8-15 links and shortcuts.  A connection that carried no stream and no mesh
-session of its peer for ``close_after`` seconds (seen at two sweeps at least that far apart) is
-closed; a later dial opens a new one (a TCP and Noise handshake, once).
+link -- and the DHT's lookups while the overlay forms connect a hub to most others; libp2p keeps
+each connection open: a Noise session, a yamux read task and its keep-alive pings, a descriptor
+at both ends (12 idle hubs of 4 links each held 11 connections each: docs/scale.md).  A
+connection that carried no stream and no mesh session of its peer for ``close_after`` seconds
+(seen at two sweeps at least that far apart) is closed; a later dial opens a new one (a TCP and
+Noise handshake, once).  libp2p itself dials nobody again (hub/mesh/host.py: no_auto_dials).
 
 Only while the overlay has a link: a hub without one finds its way in through the DHT, whose
 queries use these connections.
@@ -72,4 +73,3 @@ class IdleConnections:
 def connections_held(host: Any) -> int:
     """The libp2p connections ``host`` holds, to every peer (status)."""
     return sum(len(conns) for conns in host.get_network().get_connections_map().values())
-

@@ -121,8 +121,9 @@ class OverlayLinks:
     def status(self) -> dict[str, Any] | None:
         if self.driver is None:
             return None
+        idle_closed = None if self.idle is None else self.idle.closed
         return {**self.driver.overlay.status(), "pruned_links": self.driver.pruned,
-                "connections": connections_held(self.mesh.host), "idle_closed": self.idle and self.idle.closed}
+                "connections": connections_held(self.mesh.host), "idle_closed": idle_closed}
 
     @property
     def peers(self) -> dict[int, OverlayPeer]:
