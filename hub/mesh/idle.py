@@ -67,7 +67,8 @@ class IdleConnections:
             try:
                 await network.close_peer(peer)
             except Exception:  # already gone, or closing under us: nothing held any more either way
-                log.debug("closing an idle connection failed", exc_info=True)
+                log.debug("closing an idle connection failed", exc_info=True,
+                          extra=ev("mesh_idle_close_failed", peer=str(peer)))
 
 
 def connections_held(host: Any) -> int:
