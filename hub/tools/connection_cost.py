@@ -23,10 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import sdk
 import wire
 
-from .bounds_bench import ROOT, hub_process
+from .bounds_bench import ROOT, Client, hub_process, hub_status
 
 KINDS = ("eof", "junk", "hello")
 #: A frame with opcode 0xff: the hub answers ERROR UNKNOWN_OPCODE and closes.
@@ -71,8 +70,11 @@ def measure(connections: int, kind: str, *, hub_args: tuple[str, ...] = (), pin:
         time.sleep(1.0)  # the last connections' ends handled
         elapsed = time.perf_counter() - started
         user_after, system_after = user_system_seconds(pid)
-        with sdk.connect_blocking(address, reconnect=None) as client:
-            counters = client.status()
+        client = Client(address, name="cost")
+        try:
+            counters = hub_status(client)
+        finally:
+            client.close()
     used = user_after - user + system_after - system - idle_share * elapsed
     return {
         "kind": kind,
