@@ -40,14 +40,17 @@ def user_system_seconds(pid: int) -> tuple[float, float]:
 
 def one_connection(host: str, port: int, kind: str, hello: bytes) -> None:
     with socket.create_connection((host, port), timeout=10) as sock:
-        if kind == "junk":
-            sock.sendall(JUNK)
-            sock.shutdown(socket.SHUT_WR)
-            while sock.recv(4096):
-                pass
-        elif kind == "hello":
-            sock.sendall(hello)
-            sock.recv(4096)
+        try:
+            if kind == "junk":
+                sock.sendall(JUNK)
+                sock.shutdown(socket.SHUT_WR)
+                while sock.recv(4096):
+                    pass
+            elif kind == "hello":
+                sock.sendall(hello)
+                sock.recv(4096)
+        except OSError:
+            pass  # a refusal can close the connection before this end has said its piece
 
 
 def measure(connections: int, kind: str, *, hub_args: tuple[str, ...] = (), pin: bool = False,
