@@ -37,8 +37,8 @@ from ..core.events import ev
 
 log = logging.getLogger("hub.mesh.discovery")
 
-#: Rounds between re-provides while the hub looks the cluster up: provider records are held in
-#: the memory of the hubs nearest the key, and a restarted holder has lost them.
+#: Lookup intervals between re-provides while the hub looks the cluster up: provider records are
+#: held in the memory of the hubs nearest the key, and a restarted holder has lost them.
 REPROVIDE_EVERY = 30
 #: Seconds between re-provides while the overlay holds a link.  Each provide reaches the ~20 hubs
 #: nearest the key, a libp2p connection to each, which the overlay closes again once idle
@@ -90,7 +90,7 @@ class Discovery:
         async with background_trio_service(dht):
             # Started before any network work: a dead bootstrap must not hold up the hub.
             task_status.started()
-            provided_round, provided_at = -REPROVIDE_EVERY, -math.inf
+            provided_at = -math.inf
             while True:
                 if dht.get_routing_table_size() == 0:
                     await self._bootstrap(dht)
@@ -100,11 +100,11 @@ class Discovery:
                         for info in await self._lookup(dht):
                             self.on_found(info)
                 # Look up before the first provide: afterwards the local store is never empty.
-                if (trio.current_time() - provided_at >= REPROVIDE_LINKED_SECONDS if linked
-                        else self.rounds - provided_round >= REPROVIDE_EVERY):  # fmt: skip
+                every = REPROVIDE_LINKED_SECONDS if linked else REPROVIDE_EVERY * self.interval
+                if trio.current_time() - provided_at >= every:
                     with trio.move_on_after(LOOKUP_TIMEOUT):
                         await dht.provide(self.key)
-                        provided_round, provided_at = self.rounds, trio.current_time()
+                        provided_at = trio.current_time()
                         self.provides += 1
                 self.rounds += 1
                 await trio.sleep(self.interval)

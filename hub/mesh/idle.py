@@ -69,8 +69,3 @@ class IdleConnections:
             except Exception:  # already gone, or closing under us: nothing held any more either way
                 log.debug("closing an idle connection failed", exc_info=True,
                           extra=ev("mesh_idle_close_failed", peer=str(peer)))
-
-
-def connections_held(host: Any) -> int:
-    """The libp2p connections ``host`` holds, to every peer (status)."""
-    return sum(len(conns) for conns in host.get_network().get_connections_map().values())

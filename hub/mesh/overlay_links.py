@@ -44,7 +44,7 @@ from ..core.mesh.status import CloseReason
 from ..core.mesh.switch import OverlaySwitch
 from ..core.overlay.config import OverlayConfig
 from ..core.overlay.core import Overlay
-from .idle import IdleConnections, connections_held
+from .idle import IdleConnections
 
 log = logging.getLogger("hub.mesh")
 
@@ -123,7 +123,7 @@ class OverlayLinks:
             return None
         idle_closed = None if self.idle is None else self.idle.closed
         return {**self.driver.overlay.status(), "pruned_links": self.driver.pruned,
-                "connections": connections_held(self.mesh.host), "idle_closed": idle_closed}
+                "connections": self.mesh.host.get_network().get_total_connections(), "idle_closed": idle_closed}
 
     @property
     def peers(self) -> dict[int, OverlayPeer]:

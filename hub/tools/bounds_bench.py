@@ -230,10 +230,16 @@ def bench_topics(topics: int) -> dict[str, Any]:
 # -- attack --------------------------------------------------------------------------------
 
 
+def user_system_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU time the process has used, apart."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def cpu_seconds(pid: int) -> float:
     """User and system CPU time the process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(user_system_seconds(pid))
 
 
 def hub_status(client: Client) -> dict[str, Any]:

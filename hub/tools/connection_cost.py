@@ -25,17 +25,11 @@ from typing import Any
 
 import wire
 
-from .bounds_bench import ROOT, Client, hub_process, hub_status
+from .bounds_bench import ROOT, Client, hub_process, hub_status, user_system_seconds
 
 KINDS = ("eof", "junk", "hello")
 #: A frame with opcode 0xff: the hub answers ERROR UNKNOWN_OPCODE and closes.
 JUNK = b"\xff\x00\x00\x00\x01x"
-
-
-def user_system_seconds(pid: int) -> tuple[float, float]:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def one_connection(host: str, port: int, kind: str, hello: bytes) -> None:
