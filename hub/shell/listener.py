@@ -6,6 +6,7 @@ import contextlib
 import errno
 import logging
 import os
+import socket
 import ssl
 from collections.abc import Sequence
 from typing import Any
@@ -28,6 +29,14 @@ REFUSAL_SECONDS = 1.0
 #: loop waits ACCEPT_RETRY_SECONDS and goes on; the connection waits in the backlog meanwhile.
 ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 ACCEPT_RETRY_SECONDS = 0.1
+#: accept() errors that are the new connection's, not the listener's (accept(2): "treat them
+#: like EAGAIN"; EPERM is a firewall's refusal): the loop goes on to the next connection.
+ACCEPT_SKIP_ERRNOS = {
+    errno.ECONNABORTED, errno.EPROTO, errno.EPERM, errno.ENETDOWN, errno.ENOPROTOOPT,
+    errno.EHOSTDOWN, errno.ENONET, errno.EHOSTUNREACH, errno.EOPNOTSUPP, errno.ENETUNREACH,
+}  # fmt: skip
+#: Connections accepted in one wake-up before other tasks get a turn.
+ACCEPT_BATCH = 64
 #: What a connection refused at once may have sent already, read before it is closed.
 RECEIVE_ON_REFUSAL = 64 << 10
 
@@ -68,37 +77,55 @@ class ClientListener:
             task_status.started()
 
     async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        """Accept what the backlog holds, up to :data:`ACCEPT_BATCH` a wake-up, with plain
+        socket calls: trio's accept() passes through the scheduler once per connection and wraps
+        every socket in two objects, which a refused connection never uses (a connection storm is
+        mostly refusals).  A trio stream is made only for a connection that gets a session.  The
+        loop accepts on a duplicate of the listener's descriptor, its own to close."""
         async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
-                        raise
-                    reason = errno.errorcode.get(exc.errno or 0, str(exc))
-                    log.error("accept failed (%s): retrying in %.0f ms", reason, ACCEPT_RETRY_SECONDS * 1000,
-                              extra=ev("accept_failed", reason=reason))  # fmt: skip
-                    await trio.sleep(ACCEPT_RETRY_SECONDS)
-                    continue
-                self.handle(stream, nursery)
-                wait = self.core.connect_rate.accept_wait(self.core.clock.monotonic())
-                if wait > 0:  # over the accept budget: the next connections wait in the backlog
-                    await trio.sleep(wait)
+            with socket.socket(fileno=os.dup(listener.socket.fileno())) as raw:
+                raw.setblocking(False)
+                while True:
+                    await trio.lowlevel.wait_readable(raw.fileno())
+                    wait = await self._accept_batch(raw, nursery)
+                    if wait > 0:  # over the accept budget: the next connections wait in the backlog
+                        await trio.sleep(wait)
 
-    def handle(self, tcp: trio.SocketStream, nursery: trio.Nursery) -> None:
-        """One accepted connection: its session and task, or its refusal."""
+    async def _accept_batch(self, raw: socket.socket, nursery: trio.Nursery) -> float:
+        """Accept until the backlog is empty or the batch is done; the accept budget's wait."""
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, address = raw.accept()
+            except BlockingIOError:
+                return 0.0
+            except OSError as exc:
+                if exc.errno in ACCEPT_SKIP_ERRNOS:
+                    continue
+                if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                reason = errno.errorcode.get(exc.errno or 0, str(exc))
+                log.error("accept failed (%s): retrying in %.0f ms", reason, ACCEPT_RETRY_SECONDS * 1000,
+                          extra=ev("accept_failed", reason=reason))  # fmt: skip
+                return ACCEPT_RETRY_SECONDS
+            self.handle(conn, address, nursery)
+            wait = self.core.connect_rate.accept_wait(self.core.clock.monotonic())
+            if wait > 0:
+                return wait
+        return 0.0
+
+    def handle(self, conn: socket.socket, address: Any, nursery: trio.Nursery) -> None:
+        """One accepted connection (a blocking stdlib socket, its peer's address from accept):
+        its session and task, or its refusal."""
         # From accept, TLS handshake included, a connection has hello_timeout to be welcomed.
         deadline = trio.current_time() + self.core.settings.hello_timeout
-        try:
-            host, port = tcp.socket.getpeername()[:2]
-            peer = f"{host}:{port}"
-        except OSError:
-            host, peer = "?", "?"
+        host, port = address[:2]
+        peer = f"{host}:{port}"
         limited = self.core.connect_rate.check(host, self.core.clock.monotonic())
         if limited is not None:  # connecting too often: refused before it costs a session or a task
-            refuse_now(tcp, b"" if self.tls is not None else limited)
+            refuse_now(conn, b"" if self.tls is not None else limited)
             return
         session = self.core.open_session(peer)
+        tcp = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
         if isinstance(session, bytes):  # refused (max_connections): say why, then hang up
             log.info("connection from %s refused: max_connections reached", peer,
                      extra=ev("conn_refused", peer=peer, reason="max_connections"))
@@ -129,18 +156,17 @@ class ClientListener:
         await self._connection(session, secured, deadline).run()
 
 
-def refuse_now(tcp: trio.SocketStream, error: bytes) -> None:
+def refuse_now(conn: socket.socket, error: bytes) -> None:
     """Refuse a connection without a task: what it sent is read once (a socket closed with unread
     input sends a reset, which can make the client's kernel drop the ERROR before it is read),
     ``error`` is written (a fresh socket's buffer takes it whole) and the socket is closed.
     Under TLS ``error`` is empty: the refusal would cost a handshake, the work refusing saves."""
-    fd = tcp.socket.fileno()
     with contextlib.suppress(OSError):
-        os.read(fd, RECEIVE_ON_REFUSAL)
+        conn.recv(RECEIVE_ON_REFUSAL, socket.MSG_DONTWAIT)
     with contextlib.suppress(OSError):
         if error:
-            os.write(fd, error)
-    tcp.socket.close()
+            conn.send(error, socket.MSG_DONTWAIT)
+    conn.close()
 
 
 async def _refuse(stream: ClientStream, error: bytes) -> None:
