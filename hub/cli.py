@@ -75,6 +75,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            type=float)  # fmt: skip
     option("--connect-burst-per-address", "connections one source address may open at once before its rate "
            "applies", metavar="N", type=int)  # fmt: skip
+    option("--failed-connect-cost", "connections of its address's rate that a connection ending before it is "
+           "welcomed (bad frames, no HELLO in time, refused credentials) costs on top of its own; 0: none",
+           metavar="N", type=float)  # fmt: skip
     option("--max-accepts-per-second", "connections accepted a second from all addresses together, after a "
            "burst of --accept-burst; past it new connections wait in the kernel's backlog; 0: no budget",
            metavar="N", type=float)  # fmt: skip
@@ -234,6 +237,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "max_connections": args.max_connections,
         "max_connects_per_second_per_address": args.max_connects_per_second_per_address,
         "connect_burst_per_address": args.connect_burst_per_address,
+        "failed_connect_cost": args.failed_connect_cost,
         "connect_rate_exempt": ",".join(args.connect_rate_exempt) if args.connect_rate_exempt else None,
         "max_accepts_per_second": args.max_accepts_per_second,
         "accept_burst": args.accept_burst,

@@ -37,6 +37,10 @@ class HubConfig:
     #: closed at once (hub/core/connect_rate.py).  0: no limit.  Loopback is limited too.
     max_connects_per_second_per_address: float = 100.0
     connect_burst_per_address: int = 200
+    #: What a connection that ends before it is welcomed (bad frames, no HELLO in time, refused
+    #: credentials, a failed TLS handshake) costs its address, in connections of that rate on
+    #: top of its own: a client failing in a loop gets 1/(1 + N) of the rate.  0: no more.
+    failed_connect_cost: float = 10.0
     #: Addresses and CIDRs the connection rate limit leaves alone (a load balancer, a test bed).
     connect_rate_exempt: tuple[str, ...] = ()
     #: Connections accepted a second from all addresses together, after a burst of
@@ -248,7 +252,7 @@ class HubConfig:
         return ConnectRateLimits(per_second=self.max_connects_per_second_per_address,
                                  burst=self.connect_burst_per_address, exempt=self.connect_rate_exempt,
                                  accepts_per_second=self.max_accepts_per_second,
-                                 accept_burst=self.accept_burst)  # fmt: skip
+                                 accept_burst=self.accept_burst, failed_cost=self.failed_connect_cost)  # fmt: skip
 
 
 def _coerce(f: dataclasses.Field[Any], raw: Any) -> Any:

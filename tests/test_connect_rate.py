@@ -100,6 +100,56 @@ async def test_the_address_table_stays_within_its_bound(nursery: trio.Nursery) -
     assert server.core.connect_rate.status()["addresses_tracked"] == 4
 
 
+async def test_connections_that_fail_before_welcome_cost_their_address_more(nursery: trio.Nursery) -> None:
+    """--failed-connect-cost: a connection that sends garbage, or says nothing until its HELLO
+    deadline, costs its address more tokens, so the next one is refused at accept; welcomed
+    connections from another address cost nothing beyond their own token."""
+    server = await start(nursery, failed_connect_cost=1.0, hello_timeout=0.3)
+    rate = server.core.connect_rate
+
+    async def charged(count: int) -> None:
+        with trio.fail_after(5):  # the session ends a moment after the client sees the hang-up
+            while rate.failed_charged < count:
+                await trio.sleep(0.01)
+
+    garbage = await RawClient.connect(server.address, hello=False, source="127.0.0.2")  # burst 3 -> 2
+    await garbage.send(b"\xff\x00\x00\x00\x01x")  # no such opcode
+    assert (await garbage.expect(wire.Error)).code is wire.ErrorCode.UNKNOWN_OPCODE  # type: ignore[attr-defined]
+    await charged(1)  # 2 -> 1
+    silent = await RawClient.connect(server.address, hello=False, source="127.0.0.2")  # 1 -> 0
+    await silent.expect(wire.Error)  # not welcomed within hello_timeout
+    await charged(2)  # 0 -> -1: had it cost nothing, one connection of the burst would be left
+    assert (await refused(server.address, "127.0.0.2")).code is wire.ErrorCode.LIMIT_EXCEEDED
+    welcomed = [await RawClient.connect(server.address, source="127.0.0.3") for _ in range(BURST)]
+    for client in welcomed:
+        await client.aclose()
+    assert (await refused(server.address, "127.0.0.3")).code is wire.ErrorCode.LIMIT_EXCEEDED  # its burst, no more
+    doc = await status(await RawClient.connect(server.address, source="127.0.0.4"))
+    assert doc["connect_rate"]["failed_charged"] == 2 and rate.refused == 2, doc["connect_rate"]  # type: ignore[index]
+    samples = {f.name: f.samples for f in collect(MetricsSources(server.core))}
+    assert [value for _, value in samples["pub0sub_connections_failed_charged"]] == [2]
+    await garbage.aclose()
+    await silent.aclose()
+
+
+def test_a_failed_connection_owes_at_most_one_burst_and_pays_it_back_at_the_rate() -> None:
+    rate = ConnectRate(ConnectRateLimits(per_second=10.0, burst=4, failed_cost=3.0, exempt=("10.0.0.9",)))
+    assert rate.check("10.0.0.1", 0.0) is None  # 4 -> 3
+    rate.failed("10.0.0.1", 0.0)  # 3 -> 0
+    assert rate.check("10.0.0.1", 0.0) is not None
+    for _ in range(5):
+        rate.failed("10.0.0.1", 0.0)  # down to a debt of one burst, no further
+    assert rate.check("10.0.0.1", 0.49) is not None  # -4 + 4.9 tokens: not yet one
+    assert rate.check("10.0.0.1", 0.6) is None  # 0.9 + 1.1: the debt is paid
+    rate.failed("10.0.0.2", 0.0)  # never seen: nothing to charge
+    rate.failed("10.0.0.9", 0.0)  # exempt
+    assert rate.failed_charged == 6 and rate.status()["addresses_tracked"] == 1
+    off = ConnectRate(ConnectRateLimits(per_second=10.0, burst=1, failed_cost=0.0))
+    assert off.check("10.0.0.1", 0.0) is None
+    off.failed("10.0.0.1", 0.0)
+    assert off.check("10.0.0.1", 0.1) is None and off.failed_charged == 0
+
+
 def test_buckets_refill_ipv6_shares_a_slash_64_and_mapped_ipv4_is_ipv4() -> None:
     rate = ConnectRate(ConnectRateLimits(per_second=2.0, burst=2))
     assert rate.check("2001:db8::1", 0.0) is None and rate.check("2001:db8::ffff:2", 0.0) is None
@@ -155,6 +205,8 @@ def test_the_settings_are_checked_with_a_clear_message() -> None:
         load_config(env={}, overrides={"max_connects_per_second_per_address": -1})
     with pytest.raises(ValueError, match="max_accepts_per_second must be >= 0"):
         load_config(env={}, overrides={"max_accepts_per_second": -1})
+    with pytest.raises(ValueError, match="failed_connect_cost must be >= 0"):
+        load_config(env={}, overrides={"failed_connect_cost": -1})
     with pytest.raises(ValueError, match="accept_burst must be at least 1"):
         load_config(env={}, overrides={"accept_burst": 0})
     assert load_config(env={}, overrides={"connect_rate_exempt": "127.0.0.0/8, ::1"}).connect_rate_exempt == (

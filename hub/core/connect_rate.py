@@ -17,6 +17,12 @@ task, no frame of it read).
   anyway; ``--max-connections`` and the accept loop's cost bound that case.
 * Loopback is not exempt by default (a local process is as able to flood as a remote one);
   ``exempt`` takes addresses and CIDRs an operator trusts (a load balancer, a local test bed).
+* A connection that ends before it was welcomed (bad frames, no HELLO in time, credentials
+  refused, a failed TLS handshake) costs its address ``failed_cost`` more tokens
+  (:meth:`ConnectRate.failed`), down to a debt of one burst: a client that connects in a loop
+  and fails each time gets ``per_second / (1 + failed_cost)`` sessions a second, the rest
+  refused at accept, which costs the hub a fifth of a failed session.  A healthy client pays
+  nothing; a broken one is slowed, not locked out (the debt is paid back at ``per_second``).
 
 Refusals are counted per address class (loopback, private, link_local, global, other) for
 status and the metrics; the log names a limited address at most once every
@@ -62,8 +68,12 @@ class ConnectRateLimits:
     #: backlog (then are refused by the kernel when it is full).  0: no budget.
     accepts_per_second: float = 0.0
     accept_burst: int = 1000
+    #: Tokens more that a connection ending before it was welcomed costs its address; 0: none.
+    failed_cost: float = 10.0
 
     def __post_init__(self) -> None:
+        if self.failed_cost < 0:
+            raise ValueError("failed_connect_cost must be >= 0 (0: a failed connection costs what any does)")
         if self.per_second < 0:
             raise ValueError("max_connects_per_second_per_address must be >= 0 (0: no limit)")
         if self.accepts_per_second < 0:
@@ -121,6 +131,10 @@ class _Bucket:
         self.logged_at = -LOG_EVERY_SECONDS
         self.unlogged = 0
 
+    def refill(self, now: float, limits: ConnectRateLimits) -> None:
+        self.tokens = min(float(limits.burst), self.tokens + (now - self.last) * limits.per_second)
+        self.last = now
+
 
 class ConnectRate:
     """The buckets, the exemptions and what was refused."""
@@ -132,6 +146,8 @@ class ConnectRate:
         self.refused = 0
         self.refused_by_class: Counter[str] = Counter()
         self.forgotten_while_limited = 0
+        #: Connections that ended before they were welcomed and cost their address more (:meth:`failed`).
+        self.failed_charged = 0
         #: The accept budget (:meth:`accept_wait`): its tokens, and how often and how long the
         #: accept loop waited for them.
         self._accept_tokens = float(limits.accept_burst)
@@ -150,9 +166,9 @@ class ConnectRate:
         if limits.per_second <= 0:
             return None
         address = _parse(host)
-        if address is not None and self._exempt and any(address in net for net in self._exempt):
+        key = self._key(host, address)
+        if key is None:
             return None
-        key = host if address is None else str(address) if address.version == 4 else self._ipv6_key(address)
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = _Bucket(float(limits.burst), now)
@@ -161,8 +177,7 @@ class ConnectRate:
                 self.forgotten_while_limited += forgotten.tokens < 1
         else:
             self._buckets.move_to_end(key)
-            bucket.tokens = min(float(limits.burst), bucket.tokens + (now - bucket.last) * limits.per_second)
-            bucket.last = now
+            bucket.refill(now, limits)
         if bucket.tokens >= 1:
             bucket.tokens -= 1
             return None
@@ -179,6 +194,26 @@ class ConnectRate:
         retry = (1 - bucket.tokens) / limits.per_second
         reason = f"connection rate from {key}: over {limits.per_second:g}/s; retry in {retry:.2f} s"
         return Error(code=ErrorCode.LIMIT_EXCEEDED, reason=reason).encode()
+
+    def failed(self, host: str, now: float) -> None:
+        """A connection from ``host`` ended before it was welcomed: its address owes ``failed_cost``
+        more tokens, at most one burst in debt (a forgotten address owes nothing)."""
+        limits = self.limits
+        if limits.per_second <= 0 or limits.failed_cost <= 0:
+            return
+        key = self._key(host, _parse(host))
+        bucket = None if key is None else self._buckets.get(key)
+        if bucket is None:
+            return
+        bucket.refill(now, limits)
+        bucket.tokens = max(-float(limits.burst), bucket.tokens - limits.failed_cost)
+        self.failed_charged += 1
+
+    def _key(self, host: str, address: Address | None) -> str | None:
+        """The bucket a host's connections count in, or None for an exempt address."""
+        if address is not None and self._exempt and any(address in net for net in self._exempt):
+            return None
+        return host if address is None else str(address) if address.version == 4 else self._ipv6_key(address)
 
     def accept_wait(self, now: float) -> float:
         """A connection was accepted: seconds the accept loop waits before the next accept.
@@ -221,6 +256,8 @@ class ConnectRate:
             "refused": self.refused,
             "refused_by_address_class": {kind: self.refused_by_class[kind] for kind in ADDRESS_CLASSES},
             "forgotten_while_limited": self.forgotten_while_limited,
+            "failed_cost": limits.failed_cost,
+            "failed_charged": self.failed_charged,
             "accepts_per_second": limits.accepts_per_second,
             "accept_burst": limits.accept_burst,
             "accept_waits": self.accept_waits,

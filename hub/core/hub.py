@@ -168,11 +168,9 @@ class HubCore:
         self.read_pauses = ReadPauses(self.stats, settings.slow_consumer_deadline)
         #: Who may connect and what each user may do: open until :meth:`use_auth` gives a users file.
         self.auth = ClientAuth()
-        self.greeting = Greeting(
-            auth=self.auth, stats=self.stats, welcome=self._welcome, max_body=settings.max_body,
-            hello_timeout=settings.hello_timeout, end_subscription=self.subscriptions.end,
-            max_version=settings.max_client_version,
-        )
+        self.greeting = Greeting(auth=self.auth, stats=self.stats, welcome=self._welcome, max_body=settings.max_body,
+                                 hello_timeout=settings.hello_timeout, end_subscription=self.subscriptions.end,
+                                 max_version=settings.max_client_version)  # fmt: skip
         subs = self.subscriptions
         self.commits = Commits(consumers, self.stats)
         self._handlers: dict[type[Frame], Callable[[ClientSession, Any], None]] = {
@@ -318,6 +316,8 @@ class HubCore:
             self.subscriptions.remove(session, sub)
         if session.identity is not None and session.greeted:
             session.identity.counters.connections -= 1
+        elif not session.greeted:  # it never got in: its address owes more of its connect rate
+            self.connect_rate.failed(session.peer.rpartition(":")[0], self.clock.monotonic())
         if self.sessions.pop(session.conn_id, None) is not None:
             stats = self.stats
             stats.bytes_in_closed += session.bytes_in

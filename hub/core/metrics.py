@@ -109,6 +109,8 @@ def _hub_families(core: HubCore) -> list[Family]:
                          "often from one address (--max-connects-per-second-per-address), by address class.",
                          labels=("address_class",)), "address_class", core.connect_rate.refused_by_class,
                  every=ADDRESS_CLASSES),
+        counter("pub0sub_connections_failed_charged", "Client connections that ended before they were welcomed and "
+                "cost their address more of its rate (--failed-connect-cost).", core.connect_rate.failed_charged),
         counter("pub0sub_accept_waits", "Times the accept loop waited for the accept budget "
                 "(--max-accepts-per-second).", core.connect_rate.accept_waits),
         by_label(counter("pub0sub_connections_closed", "Client connections that ended, by close reason.",

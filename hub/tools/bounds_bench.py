@@ -51,9 +51,10 @@ PUBLISH_WINDOW = 16
 class Client:
     """A blocking raw-frame client (benchmarks keep the SDK out of the figure)."""
 
-    def __init__(self, address: str, *, name: str = "bench", timeout: float = 30.0) -> None:
+    def __init__(self, address: str, *, name: str = "bench", timeout: float = 30.0, source: str | None = None) -> None:
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        bind = None if source is None else (source, 0)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout, source_address=bind)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = wire.FrameDecoder(limits=wire.Limits(max_body=64 << 20), accept=wire.HUB_TO_CLIENT_OPCODES)
         # Version 1: nothing here needs COMMIT, and a hub from before it (--hub-root) speaks only 1.
