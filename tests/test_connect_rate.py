@@ -65,6 +65,8 @@ async def test_an_address_past_its_burst_is_refused_and_the_others_are_served(nu
     rate = doc["connect_rate"]
     assert rate["refused"] == 2 and rate["refused_by_address_class"]["loopback"] == 2, rate  # type: ignore[index]
     assert rate["addresses_tracked"] == 2 and rate["burst_per_address"] == BURST, rate  # type: ignore[index]
+    # Each refusal came alone, so each was followed by a pause of the accept loop.
+    assert rate["refusing_pauses"] == 2, rate  # type: ignore[index]
     # Refused before a session: neither counted as opened nor at max_connections.
     assert server.core.stats.connections_total == BURST + 1 and server.core.stats.connections_refused == 0
     samples = {f.name: f.samples for f in collect(MetricsSources(server.core))}

@@ -48,6 +48,9 @@ ADDRESS_CLASSES = ("loopback", "private", "link_local", "global", "other")
 IPV6_BUCKET_PREFIX = 64
 #: An address that stays limited is logged again at most this often, with what was refused since.
 LOG_EVERY_SECONDS = 10.0
+#: After a batch of accepts that refused a connection for its address's rate, the accept loop
+#: waits this long before it looks at the backlog again (:meth:`ConnectRate.refusing_pause`).
+REFUSING_PAUSE_SECONDS = 0.01
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -154,6 +157,7 @@ class ConnectRate:
         self._accept_last: float | None = None
         self.accept_waits = 0
         self.accept_wait_seconds = 0.0
+        self.refusing_pauses = 0
 
     @property
     def enabled(self) -> bool:
@@ -241,6 +245,21 @@ class ConnectRate:
         self.accept_wait_seconds += wait
         return wait
 
+    def refusing_pause(self, refused: int) -> float:
+        """A batch of accepts refused ``refused`` connections for their rate: seconds the accept
+        loop waits before the next batch.
+
+        A wake-up costs the hub several times what refusing a connection does (docs/benchmarks.md,
+        "What one connection costs the hub"), so an address that connects one connection at a time
+        would cost a wake-up each.  After refusals the loop pauses: meanwhile connections wait in
+        the kernel's backlog and are then refused (or accepted) in one batch, and an attacker that
+        waits for each answer gets one connection per pause.  Other new connections wait up to
+        :data:`REFUSING_PAUSE_SECONDS` with them, only while the hub is refusing."""
+        if refused <= 0:
+            return 0.0
+        self.refusing_pauses += 1
+        return REFUSING_PAUSE_SECONDS
+
     @staticmethod
     def _ipv6_key(address: Address) -> str:
         return str(ipaddress.ip_network(f"{address}/{IPV6_BUCKET_PREFIX}", strict=False))
@@ -262,4 +281,5 @@ class ConnectRate:
             "accept_burst": limits.accept_burst,
             "accept_waits": self.accept_waits,
             "accept_wait_seconds": round(self.accept_wait_seconds, 3),
+            "refusing_pauses": self.refusing_pauses,
         }

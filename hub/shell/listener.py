@@ -87,17 +87,20 @@ class ClientListener:
                 raw.setblocking(False)
                 while True:
                     await trio.lowlevel.wait_readable(raw.fileno())
-                    wait = await self._accept_batch(raw, nursery)
-                    if wait > 0:  # over the accept budget: the next connections wait in the backlog
+                    wait = self._accept_batch(raw, nursery)
+                    if wait > 0:  # the next connections wait in the backlog meanwhile
                         await trio.sleep(wait)
 
-    async def _accept_batch(self, raw: socket.socket, nursery: trio.Nursery) -> float:
-        """Accept until the backlog is empty or the batch is done; the accept budget's wait."""
+    def _accept_batch(self, raw: socket.socket, nursery: trio.Nursery) -> float:
+        """Accept until the backlog is empty or the batch is done: how long to wait before the
+        next batch (the accept budget's wait, or the pause after refusals)."""
+        rate = self.core.connect_rate
+        refused_before = rate.refused
         for _ in range(ACCEPT_BATCH):
             try:
                 conn, address = raw.accept()
             except BlockingIOError:
-                return 0.0
+                return rate.refusing_pause(rate.refused - refused_before)
             except OSError as exc:
                 if exc.errno in ACCEPT_SKIP_ERRNOS:
                     continue
@@ -108,10 +111,10 @@ class ClientListener:
                           extra=ev("accept_failed", reason=reason))  # fmt: skip
                 return ACCEPT_RETRY_SECONDS
             self.handle(conn, address, nursery)
-            wait = self.core.connect_rate.accept_wait(self.core.clock.monotonic())
+            wait = rate.accept_wait(self.core.clock.monotonic())
             if wait > 0:
                 return wait
-        return 0.0
+        return rate.refusing_pause(rate.refused - refused_before)
 
     def handle(self, conn: socket.socket, address: Any, nursery: trio.Nursery) -> None:
         """One accepted connection (a blocking stdlib socket, its peer's address from accept):
