@@ -120,3 +120,13 @@ async def test_a_connection_past_the_rate_limit_is_closed_before_any_tls_handsha
     assert server.core.connect_rate.refused == 1
     first.close()
     second.close()
+
+
+async def test_past_max_connections_a_tls_client_is_told_so_over_tls(start_server: StartHub, certs: Certs) -> None:
+    """A refusal at max_connections under TLS does the handshake (the client must read the
+    reason over TLS) in a task of its own, so the accept loop goes on meanwhile."""
+    address = await tls_hub(start_server, certs, max_connections=1)
+    async with sdk.connect(address, ca_file=certs.ca):
+        with pytest.raises(sdk.HubError, match="max_connections=1"):
+            async with sdk.connect(address, ca_file=certs.ca, reconnect=None):
+                pass

@@ -48,8 +48,8 @@ ADDRESS_CLASSES = ("loopback", "private", "link_local", "global", "other")
 IPV6_BUCKET_PREFIX = 64
 #: An address that stays limited is logged again at most this often, with what was refused since.
 LOG_EVERY_SECONDS = 10.0
-#: After a batch of accepts that refused a connection for its address's rate, the accept loop
-#: waits this long before it looks at the backlog again (:meth:`ConnectRate.refusing_pause`).
+#: After a batch of accepts that refused a connection (its address's rate, or max_connections),
+#: the accept loop waits this long before it looks at the backlog again (:meth:`ConnectRate.refusing_pause`).
 REFUSING_PAUSE_SECONDS = 0.01
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -246,8 +246,8 @@ class ConnectRate:
         return wait
 
     def refusing_pause(self, refused: int) -> float:
-        """A batch of accepts refused ``refused`` connections for their rate: seconds the accept
-        loop waits before the next batch.
+        """A batch of accepts refused ``refused`` connections (for their address's rate, or at
+        max_connections): seconds the accept loop waits before the next batch.
 
         A wake-up costs the hub several times what refusing a connection does (docs/benchmarks.md,
         "What one connection costs the hub"), so an address that connects one connection at a time

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import socket
 import ssl
@@ -14,6 +15,7 @@ from typing import Any
 import trio
 
 from ..core.clients import ClientSession
+from ..core.connect_rate import LOG_EVERY_SECONDS
 from ..core.events import ev
 from ..core.hub import HubCore
 from .auth import Verifier
@@ -66,6 +68,8 @@ class ClientListener:
         self.write_chunk = write_chunk
         self.tls = tls
         self.verifier = Verifier()
+        self._full_logged_at = -math.inf
+        self._full_unlogged = 0
 
     # Typed Any: as HubServer.serve (libp2p's trio-typing hides trio.TaskStatus from mypy).
     async def serve(self, listeners: Sequence[trio.SocketListener], *,
@@ -95,12 +99,12 @@ class ClientListener:
         """Accept until the backlog is empty or the batch is done: how long to wait before the
         next batch (the accept budget's wait, or the pause after refusals)."""
         rate = self.core.connect_rate
-        refused_before = rate.refused
+        refused = 0
         for _ in range(ACCEPT_BATCH):
             try:
                 conn, address = raw.accept()
             except BlockingIOError:
-                return rate.refusing_pause(rate.refused - refused_before)
+                return rate.refusing_pause(refused)
             except OSError as exc:
                 if exc.errno in ACCEPT_SKIP_ERRNOS:
                     continue
@@ -110,15 +114,15 @@ class ClientListener:
                 log.error("accept failed (%s): retrying in %.0f ms", reason, ACCEPT_RETRY_SECONDS * 1000,
                           extra=ev("accept_failed", reason=reason))  # fmt: skip
                 return ACCEPT_RETRY_SECONDS
-            self.handle(conn, address, nursery)
+            refused += self.handle(conn, address, nursery)
             wait = rate.accept_wait(self.core.clock.monotonic())
             if wait > 0:
                 return wait
-        return rate.refusing_pause(rate.refused - refused_before)
+        return rate.refusing_pause(refused)
 
-    def handle(self, conn: socket.socket, address: Any, nursery: trio.Nursery) -> None:
+    def handle(self, conn: socket.socket, address: Any, nursery: trio.Nursery) -> bool:
         """One accepted connection (a blocking stdlib socket, its peer's address from accept):
-        its session and task, or its refusal."""
+        its session and task, or its refusal (True)."""
         # From accept, TLS handshake included, a connection has hello_timeout to be welcomed.
         deadline = trio.current_time() + self.core.settings.hello_timeout
         host, port = address[:2]
@@ -126,20 +130,33 @@ class ClientListener:
         limited = self.core.connect_rate.check(host, self.core.clock.monotonic())
         if limited is not None:  # connecting too often: refused before it costs a session or a task
             refuse_now(conn, b"" if self.tls is not None else limited)
-            return
+            return True
         session = self.core.open_session(peer)
-        tcp = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
         if isinstance(session, bytes):  # refused (max_connections): say why, then hang up
-            log.info("connection from %s refused: max_connections reached", peer,
-                     extra=ev("conn_refused", peer=peer, reason="max_connections"))
-            # With TLS the refusal's send does the handshake.
-            refused: ClientStream = tcp if self.tls is None else trio.SSLStream(tcp, self.tls, server_side=True)
-            nursery.start_soon(_refuse, refused, session)
-            return
+            self._log_full(peer)
+            if self.tls is None:
+                refuse_now(conn, session)
+            else:  # the refusal's send does the handshake
+                tcp = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
+                nursery.start_soon(_refuse, trio.SSLStream(tcp, self.tls, server_side=True), session)
+            return True
+        tcp = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
         if self.tls is not None:
             nursery.start_soon(self._secure_then_run, tcp, session, peer, deadline)
-            return
-        nursery.start_soon(self._connection(session, tcp, deadline).run)
+        else:
+            nursery.start_soon(self._connection(session, tcp, deadline).run)
+        return False
+
+    def _log_full(self, peer: str) -> None:
+        """A refusal at max_connections is logged the first time, then at most every
+        LOG_EVERY_SECONDS with the count since: a line per refusal would cost a flood more than
+        refusing it does."""
+        now = self.core.clock.monotonic()
+        self._full_unlogged += 1
+        if now - self._full_logged_at >= LOG_EVERY_SECONDS:
+            log.info("connection from %s refused: max_connections reached (%d refused since the last such line)",
+                     peer, self._full_unlogged, extra=ev("conn_refused", peer=peer, reason="max_connections"))
+            self._full_logged_at, self._full_unlogged = now, 0
 
     def _connection(self, session: ClientSession, stream: ClientStream, deadline: float) -> ClientConnection:
         return ClientConnection(
@@ -172,7 +189,7 @@ def refuse_now(conn: socket.socket, error: bytes) -> None:
     conn.close()
 
 
-async def _refuse(stream: ClientStream, error: bytes) -> None:
+async def _refuse(stream: trio.SSLStream, error: bytes) -> None:
     gone = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
     with trio.move_on_after(REFUSAL_SECONDS), contextlib.suppress(*gone):
         await stream.send_all(error)
