@@ -17,7 +17,7 @@ import trio
 import wire
 from hub.app import HubServer
 from hub.config import HubConfig, load_config
-from hub.core.connect_rate import ADDRESS_CLASSES, ConnectRate, ConnectRateLimits
+from hub.core.connect_rate import ADDRESS_CLASSES, LOG_EVERY_SECONDS, ConnectRate, ConnectRateLimits, LogThrottle
 from hub.core.metrics import MetricsSources, collect
 from tests.support.rawclient import RawClient
 
@@ -150,6 +150,21 @@ def test_a_failed_connection_owes_at_most_one_burst_and_pays_it_back_at_the_rate
     assert off.check("10.0.0.1", 0.0) is None
     off.failed("10.0.0.1", 0.0)
     assert off.check("10.0.0.1", 0.1) is None and off.failed_charged == 0
+
+
+def test_a_repeated_refusal_is_logged_first_then_once_an_interval_with_its_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    throttle = LogThrottle()
+    assert throttle.count(100.0) == 1  # the first: said at once
+    assert [throttle.count(100.0 + i) for i in range(1, 10)] == [0] * 9
+    assert throttle.count(100.0 + LOG_EVERY_SECONDS) == 10  # the nine held back, and this one
+    assert throttle.count(100.5 + LOG_EVERY_SECONDS) == 0
+    rate = ConnectRate(ConnectRateLimits(per_second=0.001, burst=1))
+    with caplog.at_level("WARNING", logger="pub0sub.hub.connection"):
+        refusals = [rate.check("10.0.0.1", t / 10) for t in range(6)]
+    assert refusals[0] is None and all(refusals[1:]) and rate.refused == 5
+    assert [r.x_refused for r in caplog.records] == [1]  # type: ignore[attr-defined]
 
 
 def test_buckets_refill_ipv6_shares_a_slash_64_and_mapped_ipv4_is_ipv4() -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -122,17 +123,35 @@ def _parse(host: str) -> Address | None:
     return address
 
 
+class LogThrottle:
+    """A refusal that repeats is logged the first time, then at most every
+    :data:`LOG_EVERY_SECONDS` with how many came since: a line per refusal would cost a flood
+    more than refusing it does."""
+
+    __slots__ = ("logged_at", "unlogged")
+
+    def __init__(self) -> None:
+        self.logged_at = -math.inf
+        self.unlogged = 0
+
+    def count(self, now: float) -> int:
+        """One more refusal: how many to report in a line now (this one included), or 0 for none."""
+        self.unlogged += 1
+        if now - self.logged_at < LOG_EVERY_SECONDS:
+            return 0
+        count, self.logged_at, self.unlogged = self.unlogged, now, 0
+        return count
+
+
 class _Bucket:
-    __slots__ = ("last", "logged_at", "tokens", "unlogged")
+    __slots__ = ("last", "log", "tokens")
 
     def __init__(self, tokens: float, last: float) -> None:
         self.tokens = tokens
         self.last = last
-        #: When a refusal of this address was last logged, and how many were refused since.
-        #: (An address held at the rate is admitted a few times a second: logging each time it
-        #: "starts" being limited again would be a line per token.)
-        self.logged_at = -LOG_EVERY_SECONDS
-        self.unlogged = 0
+        #: Refusals of this address.  (An address held at the rate is admitted a few times a
+        #: second: logging each time it "starts" being limited again would be a line per token.)
+        self.log = LogThrottle()
 
     def refill(self, now: float, limits: ConnectRateLimits) -> None:
         self.tokens = min(float(limits.burst), self.tokens + (now - self.last) * limits.per_second)
@@ -188,13 +207,11 @@ class ConnectRate:
         kind = address_class(address)
         self.refused += 1
         self.refused_by_class[kind] += 1
-        bucket.unlogged += 1
-        if now - bucket.logged_at >= LOG_EVERY_SECONDS:
+        if unlogged := bucket.log.count(now):
             log.warning("connections from %s limited: more than %g a second (burst %d); %d refused since the last "
-                        "such line", key, limits.per_second, limits.burst, bucket.unlogged,
+                        "such line", key, limits.per_second, limits.burst, unlogged,
                         extra=ev("conn_refused", peer=key, reason="connect_rate", x_address_class=kind,
-                                 x_refused=bucket.unlogged))  # fmt: skip
-            bucket.logged_at, bucket.unlogged = now, 0
+                                 x_refused=unlogged))  # fmt: skip
         retry = (1 - bucket.tokens) / limits.per_second
         reason = f"connection rate from {key}: over {limits.per_second:g}/s; retry in {retry:.2f} s"
         return Error(code=ErrorCode.LIMIT_EXCEEDED, reason=reason).encode()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import math
 import os
 import socket
 import ssl
@@ -15,7 +14,7 @@ from typing import Any
 import trio
 
 from ..core.clients import ClientSession
-from ..core.connect_rate import LOG_EVERY_SECONDS
+from ..core.connect_rate import LogThrottle
 from ..core.events import ev
 from ..core.hub import HubCore
 from .auth import Verifier
@@ -68,8 +67,8 @@ class ClientListener:
         self.write_chunk = write_chunk
         self.tls = tls
         self.verifier = Verifier()
-        self._full_logged_at = -math.inf
-        self._full_unlogged = 0
+        #: Refusals at max_connections, logged as the rate limit logs its own.
+        self._full_log = LogThrottle()
 
     # Typed Any: as HubServer.serve (libp2p's trio-typing hides trio.TaskStatus from mypy).
     async def serve(self, listeners: Sequence[trio.SocketListener], *,
@@ -148,15 +147,9 @@ class ClientListener:
         return False
 
     def _log_full(self, peer: str) -> None:
-        """A refusal at max_connections is logged the first time, then at most every
-        LOG_EVERY_SECONDS with the count since: a line per refusal would cost a flood more than
-        refusing it does."""
-        now = self.core.clock.monotonic()
-        self._full_unlogged += 1
-        if now - self._full_logged_at >= LOG_EVERY_SECONDS:
+        if refused := self._full_log.count(self.core.clock.monotonic()):
             log.info("connection from %s refused: max_connections reached (%d refused since the last such line)",
-                     peer, self._full_unlogged, extra=ev("conn_refused", peer=peer, reason="max_connections"))
-            self._full_logged_at, self._full_unlogged = now, 0
+                     peer, refused, extra=ev("conn_refused", peer=peer, reason="max_connections"))
 
     def _connection(self, session: ClientSession, stream: ClientStream, deadline: float) -> ClientConnection:
         return ClientConnection(
