@@ -42,7 +42,7 @@ from typing import Any
 
 import wire
 
-from .attackers import ATTACKERS, Attack
+from .attackers import ATTACKERS, Attack, connect_from
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISH_WINDOW = 16
@@ -53,8 +53,7 @@ class Client:
 
     def __init__(self, address: str, *, name: str = "bench", timeout: float = 30.0, source: str | None = None) -> None:
         host, port = address.rsplit(":", 1)
-        bind = None if source is None else (source, 0)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout, source_address=bind)
+        self.sock = connect_from(host, int(port), source, timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = wire.FrameDecoder(limits=wire.Limits(max_body=64 << 20), accept=wire.HUB_TO_CLIENT_OPCODES)
         # Version 1: nothing here needs COMMIT, and a hub from before it (--hub-root) speaks only 1.
