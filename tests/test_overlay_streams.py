@@ -1,5 +1,5 @@
 """The delivering side's stream state (hub/core/overlay/streams.py) driven directly: chains,
-hold-back, gaps, and what HEADS from the origin do to them.
+hold-back, gaps, and what HEADS and REPAIRED from the origin do to them; and the origin's answer.
 
 The simulator and the real-hub tests reach these states only under particular timings (a
 HEADS that lands while a repair is under way took a loaded machine and a publisher's hub
@@ -8,9 +8,13 @@ restart); here each is set up exactly.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import wire
+from hub.core.mesh.overlay_store import OverlayLogStore
 from hub.core.overlay.after_changes import HeadsRounds
-from hub.core.overlay.streams import RepairAsk, Streams
+from hub.core.overlay.origin import OriginSide
+from hub.core.overlay.streams import SHORT_ANSWERS_MAX, RepairAsk, Streams
 
 ORIGIN = 0x0A
 TOPIC = "ov.b"
@@ -77,7 +81,8 @@ def test_heads_while_a_gap_is_open_are_kept_when_the_repair_comes_back_empty() -
 def test_a_resent_set_held_behind_a_start_that_moved_earlier_is_delivered() -> None:
     """The origin said the stream starts after 1, then (a second JOINED) after 0.  Its repair of
     1..2 resends set 2 chained from 1; by then the gap is 0..1, so the set waits; the REPAIRED
-    that follows it must deliver it, not skip over it to 2 as if it had been."""
+    that follows it neither skips it nor delivers it over set 1: set 1 is asked for, and set 2
+    follows it."""
     s = Streams(stored_position=lambda origin, topic: 0, save_since=lambda since: None, hold_max_bytes=1 << 20)
     s.joined(ORIGIN, KEY, 1, now=0.0)
     s.heads(ORIGIN, (wire.Head(topic=TOPIC, last=2),), wants, now=0.1)
@@ -86,9 +91,46 @@ def test_a_resent_set_held_behind_a_start_that_moved_earlier_is_delivered() -> N
     s.receive(ORIGIN, (a_set(2, 1, 1),), wants, now=0.3)  # the repair's set, chained from 1
     assert delivered(s) == [] and s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 0, 1)]
     s.repaired(ORIGIN, TOPIC, upto=2, missing=0, now=0.3)
-    assert delivered(s) == [2]
-    s.repaired(ORIGIN, TOPIC, upto=1, missing=0, now=0.4)  # the second ask's answer: nothing more
-    assert delivered(s) == [] and s.open_gaps() == 0 and s.counters.messages_lost == 0
+    assert delivered(s) == [] and s.open_gaps() == 1
+    s.receive(ORIGIN, (a_set(1, 1, 0),), wants, now=0.4)  # the second ask's answer
+    s.repaired(ORIGIN, TOPIC, upto=1, missing=0, now=0.4)
+    assert delivered(s) == [1, 2] and s.open_gaps() == 0 and s.counters.messages_lost == 0
+
+
+def test_a_repaired_that_overtook_its_sets_skips_nothing() -> None:
+    """REPAIRED comes while its gap is still open and the origin said nothing was missing (its
+    resent sets were lost on the way, or are on a slower path): the set held past the gap is
+    not delivered over it (that lost 27,900 acknowledged messages in a ten-hub run whose
+    publisher's hub was killed mid-repair); the gap is asked again, and the resent sets, when
+    they come, go first."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(51, 10, 50)), wants, now=1.0)  # 3..50 lost
+    assert delivered(s) == [1] and s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 2, 50)]
+    s.repaired(ORIGIN, TOPIC, upto=50, missing=0, now=1.1)
+    assert delivered(s) == [] and s.open_gaps() == 1 and s.counters.gaps_lost == 0
+    assert s.counters.repairs_short == 1
+    s.tick(2.0, reachable=lambda origin: True, retry=1.0, retry_max=8.0, give_up=60.0)
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 2, 50)]
+    s.receive(ORIGIN, (a_set(3, 20, 2),), wants, now=2.1)  # part of the answer ...
+    assert delivered(s) == [3] and s.open_gaps() == 1
+    s.tick(4.1, reachable=lambda origin: True, retry=1.0, retry_max=8.0, give_up=60.0)
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 22, 50)]  # ... so the next ask is for the rest
+    s.receive(ORIGIN, (a_set(23, 28, 22),), wants, now=4.2)
+    assert delivered(s) == [23, 51] and s.open_gaps() == 0
+    assert s.counters.gaps_lost == 0 and s.counters.messages_lost == 0
+
+
+def test_an_origin_that_keeps_answering_short_has_the_gap_given_up_counted() -> None:
+    """An origin whose log lost a stretch without knowing it answers "nothing missing" each time
+    and resends nothing: after SHORT_ANSWERS_MAX such answers the gap is given up, and counted."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(51, 10, 50)), wants, now=1.0)
+    delivered(s)
+    for n in range(SHORT_ANSWERS_MAX - 1):
+        s.repaired(ORIGIN, TOPIC, upto=50, missing=0, now=2.0 + n)
+        assert delivered(s) == [] and s.open_gaps() == 1
+    s.repaired(ORIGIN, TOPIC, upto=50, missing=0, now=9.0)
+    assert delivered(s) == [51] and s.open_gaps() == 0 and s.counters.gaps_lost == 1
 
 
 def test_a_set_of_several_topics_keeps_its_headers_on_the_topics_wanted() -> None:
@@ -148,3 +190,17 @@ def test_changes_that_never_stop_delay_heads_by_a_bounded_time() -> None:
             sent.append(t)
         t += 0.5
     assert sent[:3] == [16.0, 22.5, 29.0]
+
+
+# -- the origin's answer (hub/core/overlay/origin.py) --------------------------------------------
+
+
+def test_a_hub_without_logs_says_what_its_memory_no_longer_holds() -> None:
+    """A hub without a data dir answers REPAIR from its memory of recent sets; past it, the
+    range is said missing (so its destinations give it up at once, counted), not answered empty."""
+    origin = OriginSide(OverlayLogStore(cast(Any, None), None, hub_id=ORIGIN, data_dir=None), recent_max_bytes=1)
+    for seq in (1, 2, 3):
+        origin.stamp(seq, 0, wire.MessageSet.build([TOPIC], [(b"", b"m%d" % seq)]), now=0.0)
+    assert origin.repair(TOPIC, 2, 3)[1] == 0 and len(origin.repair(TOPIC, 2, 3)[0]) == 1  # remembered
+    encoded, missing = origin.repair(TOPIC, 0, 2)  # forgotten: only set 3 is remembered
+    assert encoded == [] and missing == 2

@@ -96,7 +96,13 @@ class OverlayLogStore:
 
     def own_batches(self, topic: str, after: int, upto: int, on_hole: Callable[[int], None]) -> Iterator[
             tuple[int, int, int, bytes, bytes]]:  # fmt: skip
-        topic_log = None if self.store is None else self.store.logs.get(topic)
+        if self.store is None:
+            # A hub without logs has only its memory of recent sets, which did not cover this:
+            # all of it is gone (counted as the range's sequences, at most that many messages),
+            # said at once rather than found by a destination asking again and again.
+            on_hole(upto - after)
+            return
+        topic_log = self.store.logs.get(topic)
         if topic_log is None:
             return
         origin = self.hub_id

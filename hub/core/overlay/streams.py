@@ -10,7 +10,7 @@ keeps, per (origin, topic) stream, the last sequence it delivered (its *chain*):
 * a set already delivered (its last sequence at or below the chain) is a duplicate;
 * a set whose ``prev`` is beyond the chain waits here (hold-back) while the gap is
   asked of the origin (REPAIR), which answers from its log and then says REPAIRED;
-  what it could not resend is given up and counted.
+  what it could not resend is given up and counted (and nothing it still has: see repaired()).
 
 Where a stream starts: a hub learns from each origin where its sets for a key start
 (JOINED ``since``); a set whose ``prev`` is at or below that started there.  A set that
@@ -37,6 +37,7 @@ class _Gap:
     opened: float
     asked: float
     retry: float
+    short_answers: int = 0  # REPAIRED saying nothing was missing while it stayed open (repaired())
 
 
 @dataclass(slots=True)
@@ -72,6 +73,8 @@ class StreamCounters:
     gaps_lost: int = 0
     messages_lost: int = 0
     repairs_asked: int = 0
+    #: REPAIRED saying nothing was missing with its gap still open: asked again, not skipped
+    repairs_short: int = 0
     unwanted_sets: int = 0
     #: streams whose start the origin never said: taken from the first set held (see START_WAIT)
     starts_assumed: int = 0
@@ -82,6 +85,9 @@ class StreamCounters:
 #: that found no route, or its answer, is lost like any frame around a change of routes).
 START_WAIT = 10.0
 START_RETRY = 1.0
+#: REPAIRED answers in a row saying "nothing missing" with the gap still open before it is given
+#: up, counted (an origin whose log lost a tail to a power cut would be asked for it for good).
+SHORT_ANSWERS_MAX = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +306,8 @@ class Streams:
             self.counters.gaps_repaired += 1
             # Something further on still waits, or the origin said its topic goes further: a new gap.
             self._next_gap(origin, topic, stream, gap.asked)
+        elif gap is not None and stream.chain is not None and stream.chain > gap.after:
+            gap.after, gap.short_answers = stream.chain, 0  # part of it came: the rest is asked from now on
 
     def stored_less(self, origin: int, topics: tuple[str, ...], position: int) -> None:
         """The hub stored less than it was given (a storage error): chains go back to what it holds."""
@@ -326,23 +334,24 @@ class Streams:
             self._next_gap(origin, head.topic, stream, now)
 
     def repaired(self, origin: int, topic: str, upto: int, missing: int, now: float) -> None:
-        """The origin resent what it had up to ``upto``: what is still missing is given up.
-
-        What it resent may be held, not delivered: a start that moved earlier meanwhile (a
-        second JOINED) reopens the gap below the resent sets, chained from the old start.  Those
-        are delivered, in order, before the rest up to ``upto`` is given up (skipping to it
-        dropped them as if delivered)."""
+        """The origin resent what it had up to ``upto`` but ``missing`` messages.  A gap still
+        open means it lacks some, or its sets are lost or on a slower path (routes moved).  With
+        ``missing``, the held sets up to ``upto`` go in order (resent sets chain across what the
+        origin lacks), the rest is given up.  Without, nothing is (delivering the held sets lost
+        sets the origin had): the gap is asked again, given up after SHORT_ANSWERS_MAX such."""
         stream = self.streams.get((origin, topic))
         if stream is None or stream.gap is None or stream.gap.after >= upto:
             return
-        at = stream.chain or 0
-        if at >= upto:
+        if (stream.chain or 0) >= upto:
             return
-        resent = sorted(p for p in stream.held if p <= upto)
-        if missing or not resent:
-            self.counters.gaps_lost += 1
-            self.counters.messages_lost += missing
-        for prev in resent:
+        if not missing:
+            self.counters.repairs_short += 1
+            stream.gap.short_answers += 1
+            if stream.gap.short_answers < SHORT_ANSWERS_MAX:
+                return  # tick() asks again when the retry is due
+        self.counters.gaps_lost += 1
+        self.counters.messages_lost += missing
+        for prev in sorted(p for p in stream.held if p <= upto):
             h = stream.held.pop(prev)
             self.held_bytes -= h.size
             if stream.chain is None or h.s.last_seq > stream.chain:
