@@ -228,9 +228,7 @@ class HubServer:
     # Typed Any: libp2p pulls in trio-typing, whose stale trio-stubs hide trio.TaskStatus from mypy.
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until :meth:`aclose` (or cancellation); the storage is closed on the way out.
-
-        Raises :class:`hub.shell.ports.PortInUseError` when the client or the mesh port has a listener already.
-        """
+        Raises :class:`hub.shell.ports.PortInUseError` when the client or the mesh port has a listener already."""
         self._stopped = trio.Event()
         core = self.core
         core.start()
@@ -385,8 +383,9 @@ class HubServer:
         from .shell.metrics_http import OpsServer
         from .shell.prometheus import hub_registry
 
-        mesh_core = self.mesh.core if self.mesh is not None else None
-        sources = MetricsSources(self.core, mesh_core, self.fsync_seconds, top_topics=self.config.metrics_topics)
+        mesh_core, links = (self.mesh.core, self.mesh.overlay) if self.mesh is not None else (None, None)
+        sources = MetricsSources(self.core, mesh_core, self.fsync_seconds, top_topics=self.config.metrics_topics,
+                                 overlay=links.running if links is not None else lambda: None)  # fmt: skip
         overview = Overview(self.core, mesh_core, listen=lambda: self.address, recent=self.recent_events)
         return OpsServer(registry=hub_registry(sources), overview=overview, readiness=self.readiness)
 

@@ -174,3 +174,29 @@ def test_cluster_metrics_follow_forwards_across_the_mesh(cluster3: Cluster) -> N
     for hub in (a, b, c):
         status, _kind, body = get(hub.metrics_address, "/readyz")
         assert status == 200 and b'"mesh": true' in body, body
+    assert not any(name.startswith("pub0sub_overlay_") for name, _ in mc)  # a full mesh (v2): no overlay
+
+
+@pytest.mark.slow
+def test_overlay_metrics_count_what_its_streams_delivered(tmp_path: Path) -> None:
+    """On the overlay (mesh v3) the delivering side's counters are series too: the sets an origin's
+    stream delivered in order, its gaps and what was lost (nothing, here)."""
+    extra = ["--metrics-listen", "127.0.0.1:0", "--mesh-overlay", "--no-discovery"]
+    with converged_cluster(tmp_path, extra=extra) as cluster:
+        a, _b, c = cluster.hubs
+        sent = 25
+        with sdk.connect_blocking(c.address) as sub_client, sdk.connect_blocking(a.address) as pub_client:
+            sub = sub_client.subscribe("metrics.o")
+            cluster.wait_interest(a, "metrics.o", c)
+            for i in range(sent):
+                pub_client.publish("metrics.o", b"%03d" % i)
+                pub_client.flush()  # a set each
+            assert all(sub.next(timeout=10) is not None for _ in range(sent))
+            mc, ma = scrape(c.metrics_address), scrape(a.metrics_address)  # while c still wants the topic
+    assert value(mc, "pub0sub_overlay_sets_total", kind="delivered") == sent
+    assert value(mc, "pub0sub_overlay_sets_total", kind="duplicate") == 0
+    assert value(mc, "pub0sub_overlay_streams") == 1  # hub a's on metrics.o
+    assert value(mc, "pub0sub_overlay_messages_lost_total") == 0
+    assert value(mc, "pub0sub_overlay_gaps_total", outcome="lost") == 0
+    assert value(mc, "pub0sub_overlay_open_gaps") == 0
+    assert value(ma, "pub0sub_overlay_sets_total", kind="delivered") == 0  # a published, c delivered

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..storage.compaction_policy import CompactionPolicy
     from .hub import HubCore
     from .mesh.core import MeshCore
+    from .overlay.core import Overlay
 
 #: Consumers (durable subscriptions, groups) given their own lag series: the most lagging.
 LISTED = 100
@@ -80,12 +81,16 @@ class MetricsSources:
     fsync_seconds: Histogram | None = None
     #: Topics with their own series: the busiest by messages stored (0: none).
     top_topics: int = 20
+    #: The overlay, once the hub runs it (it starts when the cluster outgrows a full mesh).
+    overlay: Callable[[], Overlay | None] = lambda: None
 
 
 def collect(src: MetricsSources) -> list[Family]:
+    overlay = src.overlay()
     return [*_hub_families(src.core), *_auth_families(src.core), *_topic_families(src.core, src.top_topics),
             *_storage_families(src.core, src.fsync_seconds), *_consumer_families(src.core),
-            *(_mesh_families(src.mesh, src.core) if src.mesh is not None else [])]  # fmt: skip
+            *(_mesh_families(src.mesh, src.core) if src.mesh is not None else []),
+            *(_overlay_families(overlay) if overlay is not None else [])]  # fmt: skip
 
 
 def _hub_families(core: HubCore) -> list[Family]:
@@ -354,4 +359,33 @@ def _mesh_families(mesh: MeshCore, core: HubCore) -> list[Family]:
         by_label(counter("pub0sub_mesh_admission_refused", "Mesh links refused by admission, by kind.",
                          labels=("kind",)), "kind", mesh.admission.refused_by_kind),
         up, acked, window, window_bytes, evicted, closes, rtt, *per_peer,
+    ]  # fmt: skip
+
+
+def _overlay_families(overlay: Overlay) -> list[Family]:
+    """What the overlay's delivering side did (hub/core/overlay/streams.py): the figures to alert
+    on are ``overlay_messages_lost_total`` and ``overlay_gaps_total{outcome="lost"}``."""
+    c = overlay.streams.counters
+    streams, held = overlay.streams.state_size()
+    return [
+        by_label(counter("pub0sub_overlay_sets", "Sets from other hubs: delivered here in order, dropped as "
+                         "duplicates, held back behind a gap, not held (hold-back full), wanted by nobody here.",
+                         labels=("kind",)), "kind",
+                 {"delivered": c.delivered_sets, "duplicate": c.duplicate_sets, "held": c.held_sets,
+                  "held_dropped": c.held_dropped, "unwanted": c.unwanted_sets}),
+        by_label(counter("pub0sub_overlay_gaps", "Gaps in an origin's stream: opened, repaired, given up "
+                         "(the origin no longer had them, or stayed away past the give-up time).",
+                         labels=("outcome",)), "outcome",
+                 {"opened": c.gaps_opened, "repaired": c.gaps_repaired, "lost": c.gaps_lost}),
+        counter("pub0sub_overlay_messages_lost", "Messages of given-up gaps that their origin said it no longer had.",
+                c.messages_lost),
+        by_label(counter("pub0sub_overlay_repairs", "REPAIR asked of origins; REPAIRED answers that came while the "
+                         "gap was still open with nothing missing (asked again); REPAIR answered here.",
+                         labels=("kind",)), "kind",
+                 {"asked": c.repairs_asked, "short": c.repairs_short, "served": overlay.origin.repairs_served}),
+        counter("pub0sub_overlay_starts_assumed", "Streams whose origin never said where they start.",
+                c.starts_assumed),
+        gauge("pub0sub_overlay_streams", "Origin streams this hub delivers.", streams),
+        gauge("pub0sub_overlay_held_sets", "Sets held back behind gaps.", held),
+        gauge("pub0sub_overlay_open_gaps", "Gaps being repaired.", overlay.streams.open_gaps()),
     ]  # fmt: skip

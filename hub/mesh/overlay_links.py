@@ -129,6 +129,10 @@ class OverlayLinks:
     def peers(self) -> dict[int, OverlayPeer]:
         return {} if self.driver is None else self.driver.peers
 
+    def running(self) -> Overlay | None:
+        """The overlay's core once it runs (the metrics read its counters)."""
+        return None if self.driver is None else self.driver.overlay
+
     # -- running -------------------------------------------------------------------------
 
     def switch(self) -> None:
