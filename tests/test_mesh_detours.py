@@ -100,6 +100,7 @@ def pause_the_relay(p: Hub, r: Hub, d: Hub) -> None:
             at_p = {peer["peer_id"]: peer for peer in p.mesh()["peers"]}[r_key]
             assert at_p["connected"], "R was declared dead: the heartbeat bound, not a detour, carried it"
             assert at_p["suspected"] >= 1 and overlay_of(p)["suspected"] == [r_id]
+            assert overlay_of(p)["suspicions"] >= 1  # the hub's own count, kept when links end
         finally:
             r.signal(signal.SIGCONT)
     wait_until(lambda: not overlay_of(p)["suspected"], timeout=10, what="R answering again", **HUB_POLL)

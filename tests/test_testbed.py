@@ -29,6 +29,9 @@ def test_a_small_test_bed_switches_to_the_overlay_and_delivers_everything_throug
     assert d["acknowledged_publishes"] > 100, lines
     assert (d["delivered"], d["duplicates"], d["fifo_violations"]) == (d["expected"], 0, 0), render(report)
     assert [f["kind"] for f in report["faults"]][:2] == ["crash", "stall"]
+    # A stall goes to the relay that relayed the most sets since the last (detours): how many, said.
+    assert all(f["relayed_frames_before"] >= 0 for f in report["faults"] if f["kind"] == "stall")
+    assert "stalls hit a relay carrying sets" in render(report)
     # Every hub switched (the overlay formed over all seven), and no full-mesh link was left.
     assert report["formed_seconds"] is not None and report["v2_links"] == 0, render(report)
     assert report["connections_max"] <= 5

@@ -5,7 +5,8 @@ the first; the overlay finds the rest) with ``--mesh-overlay``, or with ``--mesh
 on the v2 full mesh that each leaves for the overlay at N hubs (``overlay_from``), measures
 them idle, then runs publishers and subscribers across hubs while it kills and restarts
 (SIGKILL, same data dir) and stalls (SIGSTOP/SIGCONT) the hubs that relay but serve no
-client, and prints what issue 16 asks:
+client -- a stall hits the relay that relayed the most sets since the last one, so that its
+neighbours route around it (detours) -- and prints what issue 16 asks:
 delivery of acknowledged publishes, duplicates, FIFO violations per publisher, publish-to-
 deliver latency, payload copies per delivered set, control against payload bytes, interest
 frames per hub-level join, time to first delivery after a subscribe, links, RSS and CPU per
@@ -77,6 +78,8 @@ class TestBed:
         self.faults: list[dict[str, Any]] = []
         self.figures: dict[str, Any] = {}
         self.relays: list[int] = []
+        #: ROUTED_SETS frames each relay had sent when last looked at (see _stall_target)
+        self._relayed: dict[int, int] = {}
         self._drained = False
 
     # -- the run ---------------------------------------------------------------------------
@@ -197,8 +200,9 @@ class TestBed:
                     "v2_links": sum(
                         1 for p in mesh.get("peers", []) if p.get("connected") and V2 in (p.get("protocol") or "")
                     ),
-                    # neighbours this hub routed around for answering nothing (detours)
-                    "suspicions": sum(p.get("suspected", 0) for p in mesh.get("peers", [])),
+                    # times this hub routed around a neighbour that answered nothing (detours), since
+                    # it started (the links' own counts go with links that ended, as a stall's often do)
+                    "suspicions": overlay.get("suspicions", 0),
                     # libp2p connections held, and those closed for carrying no stream (hub/mesh/idle.py)
                     "libp2p_connections": overlay.get("connections"),
                     "idle_closed": overlay.get("idle_closed"),
@@ -295,8 +299,25 @@ class TestBed:
                 next_line = now + 10.0
             time.sleep(0.2)
 
+    def _stall_target(self) -> tuple[int, int]:
+        """The relay that relayed the most sets since the last look, and how many frames of them:
+        stalling a hub no set crosses exercises nothing (in the first 50-hub runs the publishers
+        reached the subscriber hubs over shortcuts, and no stall led to a detour).  A random relay
+        when none relayed any.  A relay serves no client, so every ROUTED_SETS it sent was relayed."""
+        best, most = self.rng.choice(self.relays), 0
+        for index in self.relays:
+            sent = self._overlay(self.cluster.hubs[index]).get("sent_frames", {}).get("ROUTED_SETS", 0)
+            relayed = max(0, sent - self._relayed.get(index, 0))  # a restarted hub counts from 0
+            self._relayed[index] = sent
+            if relayed > most:
+                best, most = index, relayed
+        return best, most
+
     def _fault(self, crash: bool) -> None:
-        index = self.rng.choice(self.relays)
+        if crash:
+            index, relayed = self.rng.choice(self.relays), 0
+        else:
+            index, relayed = self._stall_target()
         hub = self.cluster.hubs[index]
         at = time.time()
         if crash:
@@ -310,8 +331,12 @@ class TestBed:
             hub.proc.send_signal(signal.SIGSTOP)
             time.sleep(self.s.fault_length)
             hub.proc.send_signal(signal.SIGCONT)
-        self.faults.append({"kind": "crash" if crash else "stall", "hub": hub.name, "at": at})
-        self.progress(f"fault: {'killed and restarted' if crash else 'stalled'} {hub.name}")
+        fault = {"kind": "crash" if crash else "stall", "hub": hub.name, "at": at}
+        if not crash:
+            fault["relayed_frames_before"] = relayed
+        self.faults.append(fault)
+        self.progress(f"fault: {'killed and restarted' if crash else 'stalled'} {hub.name}"
+                      + ("" if crash else f" (it relayed {relayed} frames of sets since the last stall)"))
 
     def _drain(self, pubs: list[Publisher], subs: list[Subscriber], timeout: float) -> None:
         """Wait until every subscriber holds what it should, or the timeout."""

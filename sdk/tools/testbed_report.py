@@ -179,6 +179,8 @@ def render(report: dict[str, Any]) -> str:
     idle = report["idle"] or {}
     links = report["links"]
     conns = report.get("libp2p_connections") or {}
+    stalls = [f for f in report["faults"] if f["kind"] == "stall"]
+    relaying = sum(1 for f in stalls if f.get("relayed_frames_before", 0) > 0)
 
     def num(value: Any, fmt: str = "{:.1f}") -> str:
         return "n/a" if value is None else fmt.format(value)
@@ -196,7 +198,7 @@ def render(report: dict[str, Any]) -> str:
             f"interest frames per join {num(report['interest_frames_per_join'])}",
             f"links per hub: max {links['max']}, mean {num(links['mean'])}, with shortcuts max "
             f"{report.get('connections_max')}  v2 links {report.get('v2_links')}  "
-            f"suspicions {report.get('suspicions')}  "
+            f"suspicions {report.get('suspicions')} ({relaying} of {len(stalls)} stalls hit a relay carrying sets)  "
             f"RSS max {num(report['rss_mib_max'])} MiB",
             f"libp2p connections per hub: max {conns.get('max')}, mean {num(conns.get('mean'))}, "
             f"{conns.get('idle_closed')} idle ones closed",

@@ -97,8 +97,9 @@ class Membership:
     refused_adverts: int = 0
     #: hubs a reloaded allow-list took out of the map, reported gone by the next settle
     _unadmitted: list[int] = field(default_factory=list)
-    #: neighbours that stopped answering (:meth:`suspect`)
+    #: neighbours that stopped answering (:meth:`suspect`), and how many times one did
     suspected: set[int] = field(default_factory=set)
+    suspicions: int = 0
 
     # -- advertisements -------------------------------------------------------------
 
@@ -223,6 +224,7 @@ class Membership:
         (detours.py); nothing is advertised."""
         if suspected != (hub in self.suspected):
             self.suspected.symmetric_difference_update((hub,))
+            self.suspicions += suspected
             self.generation += 1
             self.deferred = False  # this hub's own view: used at once
 

@@ -43,6 +43,7 @@ def overlay_status(overlay: _Parts) -> dict[str, object]:
         "shortcuts": sorted(f"{h:016x}" for h in overlay.shortcuts.live),
         # neighbours routed around while they answer nothing (routes.py, detours)
         "suspected": sorted(f"{h:016x}" for h in overlay.membership.suspected),
+        "suspicions": overlay.membership.suspicions,  # times a neighbour was, since this hub started
         "shortcut_counts": overlay.shortcuts.status(),
         "members": len(overlay.membership.entries),
         # advertisements of hubs --mesh-allow does not name, left out of the map
