@@ -7,6 +7,7 @@ publishes that cross the mesh.  Every figure asserted is one the test caused.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 import sdk
 import wire
-from tests.support.cluster import Cluster, converged_cluster
+from tests.support.cluster import Cluster, Hub, converged_cluster
 from tests.support.hubprocess import HubProcess
 from tests.support.scrape import get, scrape, value
 from tests.support.waiting import wait_until
@@ -137,17 +138,28 @@ def cluster3(tmp_path: Path) -> Iterator[Cluster]:
         yield cluster
 
 
+@contextlib.contextmanager
+def delivered_across(cluster: Cluster, pub: Hub, sub: Hub, topic: str, sent: int, *, set_each: bool = False
+                     ) -> Iterator[None]:  # fmt: skip
+    """``sent`` messages published at hub ``pub`` on ``topic`` (each flushed alone, a set each, with
+    ``set_each``) and received by a subscriber at hub ``sub``, which stays subscribed in the block."""
+    with sdk.connect_blocking(sub.address) as sub_client, sdk.connect_blocking(pub.address) as pub_client:
+        subscription = sub_client.subscribe(topic)
+        cluster.wait_interest(pub, topic, sub)
+        for i in range(sent):
+            pub_client.publish(topic, b"%03d" % i)
+            if set_each:
+                pub_client.flush()
+        pub_client.flush()
+        assert all(subscription.next(timeout=10) is not None for _ in range(sent))
+        yield
+
+
 @pytest.mark.slow
 def test_cluster_metrics_follow_forwards_across_the_mesh(cluster3: Cluster) -> None:
     a, b, c = cluster3.hubs
     sent = 25
-    with sdk.connect_blocking(c.address) as sub_client, sdk.connect_blocking(a.address) as pub_client:
-        sub = sub_client.subscribe("metrics.t")
-        cluster3.wait_interest(a, "metrics.t", c)
-        for i in range(sent):
-            pub_client.publish("metrics.t", b"%03d" % i)
-        pub_client.flush()
-        assert all(sub.next(timeout=10) is not None for _ in range(sent))
+    with delivered_across(cluster3, a, c, "metrics.t", sent):
 
         def acked() -> dict | None:
             m = scrape(a.metrics_address)
@@ -185,13 +197,7 @@ def test_overlay_metrics_count_what_its_streams_delivered(tmp_path: Path) -> Non
     with converged_cluster(tmp_path, extra=extra) as cluster:
         a, _b, c = cluster.hubs
         sent = 25
-        with sdk.connect_blocking(c.address) as sub_client, sdk.connect_blocking(a.address) as pub_client:
-            sub = sub_client.subscribe("metrics.o")
-            cluster.wait_interest(a, "metrics.o", c)
-            for i in range(sent):
-                pub_client.publish("metrics.o", b"%03d" % i)
-                pub_client.flush()  # a set each
-            assert all(sub.next(timeout=10) is not None for _ in range(sent))
+        with delivered_across(cluster, a, c, "metrics.o", sent, set_each=True):
             mc, ma = scrape(c.metrics_address), scrape(a.metrics_address)  # while c still wants the topic
     assert value(mc, "pub0sub_overlay_sets_total", kind="delivered") == sent
     assert value(mc, "pub0sub_overlay_sets_total", kind="duplicate") == 0
