@@ -9,6 +9,7 @@ it hands the long groups out first, so none of them starts last and runs on alon
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,6 +45,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--mesh-overlay"):
         os.environ[OVERLAY_ENV] = "1"
+    # A suite started as a shell's background job (``... &``) has SIGINT ignored, and every command
+    # a test starts inherits that and keeps it (sdk/tools/stopping.py, as a command under nohup
+    # should): its Ctrl-C tests then hang, unless a SparkSession made on the same worker happened
+    # to install a handler first.  The tests stand for a terminal's foreground job.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def overlay_run() -> bool:
