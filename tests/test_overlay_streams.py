@@ -15,6 +15,7 @@ from hub.core.mesh.overlay_store import OverlayLogStore
 from hub.core.overlay.after_changes import HeadsRounds
 from hub.core.overlay.origin import OriginSide
 from hub.core.overlay.streams import SHORT_ANSWERS_MAX, RepairAsk, Streams
+from wire.frames.mesh_v3 import routed_sets_frame, routed_sets_payload
 
 ORIGIN = 0x0A
 TOPIC = "ov.b"
@@ -195,12 +196,34 @@ def test_changes_that_never_stop_delay_heads_by_a_bounded_time() -> None:
 # -- the origin's answer (hub/core/overlay/origin.py) --------------------------------------------
 
 
+def _memoryless_origin(sets: int, remembered: int) -> OriginSide:
+    """The origin side of a hub without a data dir that stamped ``sets`` one-message sets on
+    TOPIC (sequences 1..sets) and remembers the last ``remembered`` of them."""
+    built = [wire.MessageSet.build([TOPIC], [(b"", b"m%d" % seq)]) for seq in range(1, sets + 1)]
+    store = OverlayLogStore(cast(Any, None), None, hub_id=ORIGIN, data_dir=None)
+    origin = OriginSide(store, recent_max_bytes=sum(len(m.records) for m in built[-remembered:]))
+    for seq, messages in enumerate(built, 1):
+        origin.stamp(seq, 0, messages, now=0.0)
+    return origin
+
+
 def test_a_hub_without_logs_says_what_its_memory_no_longer_holds() -> None:
     """A hub without a data dir answers REPAIR from its memory of recent sets; past it, the
     range is said missing (so its destinations give it up at once, counted), not answered empty."""
-    origin = OriginSide(OverlayLogStore(cast(Any, None), None, hub_id=ORIGIN, data_dir=None), recent_max_bytes=1)
-    for seq in (1, 2, 3):
-        origin.stamp(seq, 0, wire.MessageSet.build([TOPIC], [(b"", b"m%d" % seq)]), now=0.0)
+    origin = _memoryless_origin(3, remembered=1)
     assert origin.repair(TOPIC, 2, 3)[1] == 0 and len(origin.repair(TOPIC, 2, 3)[0]) == 1  # remembered
     encoded, missing = origin.repair(TOPIC, 0, 2)  # forgotten: only set 3 is remembered
     assert encoded == [] and missing == 2
+
+
+def test_a_hub_without_logs_resends_what_it_remembers_of_a_range_and_counts_the_rest() -> None:
+    """A range that starts before the memory and ends in it: the remembered sets are resent,
+    chained from the range's start (the receiver delivers them next), and only the forgotten
+    part is counted missing -- not the whole range answered empty."""
+    origin = _memoryless_origin(5, remembered=2)  # remembers sets 4 and 5
+    encoded, missing = origin.repair(TOPIC, 1, 5)
+    assert missing == 2  # sets 2 and 3
+    frame = routed_sets_frame(8, (2,), routed_sets_payload(ORIGIN, [body for body, _ in encoded]))
+    resent = wire.RoutedSets.decode_body(frame[5:])
+    assert isinstance(resent, wire.RoutedSets)
+    assert [(s.origin_seq, s.prevs) for s in resent.sets] == [(4, (1,)), (5, (4,))]

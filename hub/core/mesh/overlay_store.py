@@ -47,6 +47,7 @@ class OverlayLogStore:
         self._joins_path = None if data_dir is None else Path(data_dir) / JOINS_FILE
         #: (origin, topic) -> last stored, for a hub without logs
         self._positions: dict[tuple[int, str], int] = {}
+        self.keeps_logs = store is not None
 
     # -- delivered sets --------------------------------------------------------------------
 
@@ -96,13 +97,7 @@ class OverlayLogStore:
 
     def own_batches(self, topic: str, after: int, upto: int, on_hole: Callable[[int], None]) -> Iterator[
             tuple[int, int, int, bytes, bytes]]:  # fmt: skip
-        if self.store is None:
-            # A hub without logs has only its memory of recent sets, which did not cover this:
-            # all of it is gone (counted as the range's sequences, at most that many messages),
-            # said at once rather than found by a destination asking again and again.
-            on_hole(upto - after)
-            return
-        topic_log = self.store.logs.get(topic)
+        topic_log = None if self.store is None else self.store.logs.get(topic)  # never asked without logs
         if topic_log is None:
             return
         origin = self.hub_id

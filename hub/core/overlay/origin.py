@@ -37,7 +37,11 @@ def heads_frames(heads: list[wire.Head]) -> list[wire.Heads]:
 
 
 class OwnLog(Protocol):
-    """What the origin side needs from the hub's storage (nothing, on a hub without logs)."""
+    """What the origin side needs from the hub's storage."""
+
+    #: Whether this hub keeps topic logs (a data dir).  Without them the origin side answers
+    #: REPAIR from its memory of recent sets alone, and :meth:`own_batches` is never asked.
+    keeps_logs: bool
 
     def own_last(self, topic: str) -> int:
         """The last sequence of this hub's own sets on ``topic`` (0: none)."""
@@ -64,11 +68,11 @@ class _Recent:
 
 
 class OriginSide:
-    def __init__(self, log: OwnLog | None, *, recent_max_bytes: int) -> None:
-        self.log = log
+    def __init__(self, log: OwnLog, *, recent_max_bytes: int) -> None:
+        self.log = log if log.keeps_logs else None
         # Read once, before this hub publishes anything: afterwards the logs already hold the
         # set being chained when it is chained.
-        self._prev: dict[str, int] = {t: log.own_last(t) for t in log.own_topics()} if log is not None else {}
+        self._prev: dict[str, int] = {t: log.own_last(t) for t in log.own_topics()} if self.log else {}
         self._recent: deque[_Recent] = deque()
         self._recent_bytes = 0
         self.recent_max_bytes = recent_max_bytes
@@ -106,6 +110,11 @@ class OriginSide:
         found: list[tuple[int, int, int, bytes, bytes]] = []
         missing = 0
         if covered or self.log is None:
+            if not covered:
+                # No log to read the rest from: what came before the memory is gone, counted as
+                # the range's sequences that precede it (at most that many messages on ``topic``).
+                first = recent[0].origin_seq if recent else upto + 1
+                missing = min(upto, first - 1) - after
             for entry in recent:
                 if entry.origin_seq > upto:
                     break

@@ -51,6 +51,7 @@ class SimStore:
         self.own: dict[str, list[tuple[int, int, int, bytes, bytes]]] = {}
         self.since: dict[tuple[int, str], int] = {}
         self.joins: dict[tuple[int, str], int] = {}
+        self.keeps_logs = True
 
     # OverlayStore
     def deliver(self, origin: int, sets: list[wire.ForwardSet]) -> int | None:
