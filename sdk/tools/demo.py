@@ -32,6 +32,9 @@ from .stopping import run_trio, run_until_stopped
 ROOMS = ("kitchen", "lab", "server-room", "garage")
 KINDS = ("temperature", "humidity")
 HUBS = 3
+#: How long a demo that ends at ``--seconds`` waits for readings still crossing the mesh, so that
+#: its last line counts them.
+DRAIN_SECONDS = 5.0
 
 
 @dataclass
@@ -60,14 +63,21 @@ class DemoState:
     topics: dict[str, TopicStats] = field(default_factory=lambda: defaultdict(TopicStats))
     alerts: deque[str] = field(default_factory=lambda: deque(maxlen=5))
     hubs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: set once the sensors have stopped and the watcher has counted every reading they sent
+    caught_up: trio.Event = field(default_factory=trio.Event)
+    sensors_stopped: bool = False
+
+    def check_caught_up(self) -> None:
+        if self.sensors_stopped and delivered(self) >= self.published:
+            self.caught_up.set()
 
 
-async def sensors(state: DemoState, rate: float) -> None:
+async def sensors(state: DemoState, rate: float, stop: trio.Event) -> None:
     async with connect(state.addresses[0], name="demo-sensors", **state.client_options) as client:
         period = 1.0 / rate
         next_at = trio.current_time()
         values = {(r, k): 20.0 if k == "temperature" else 45.0 for r in ROOMS for k in KINDS}
-        while True:
+        while not stop.is_set():
             room, kind = random.choice(list(values))
             values[room, kind] += random.uniform(-0.5, 0.5)
             value = round(values[room, kind], 2)
@@ -77,7 +87,9 @@ async def sensors(state: DemoState, rate: float) -> None:
                 await client.publish("alerts", f"{room} is hot: {value} °C".encode())
             state.published += 1
             next_at += period
-            await trio.sleep_until(next_at)
+            with trio.move_on_at(next_at):
+                await stop.wait()
+    # Left by its end, not cancelled: the client's close sent every reading counted above.
 
 
 async def watcher(state: DemoState) -> None:
@@ -97,6 +109,7 @@ async def watcher(state: DemoState) -> None:
             mono = time.monotonic()
             for stats in state.topics.values():
                 stats.recent.append((mono, stats.messages))
+            state.check_caught_up()
 
 
 async def alert_consumer(state: DemoState) -> None:
@@ -155,8 +168,12 @@ def render(state: DemoState) -> Group:
     return Group(table, hubs, alerts, f"published {state.published} - Ctrl-C stops the demo")
 
 
+def delivered(state: DemoState) -> int:
+    return sum(s.messages for s in state.topics.values())
+
+
 def plain_line(state: DemoState) -> str:
-    total = sum(s.messages for s in state.topics.values())
+    total = delivered(state)
     rate = sum(s.rate() for s in state.topics.values())
     lat = [v for s in state.topics.values() for v in s.latencies]
     forwarded = sum(doc.get("mesh", {}).get("forwarded_messages_in", 0) for doc in state.hubs.values())
@@ -174,17 +191,26 @@ async def run_demo(state: DemoState, rate: float, seconds: float | None, console
         for address in state.addresses:
             nursery.start_soon(hub_status, state, address)
         await trio.sleep(1.0)  # let the subscriptions open and their interest reach hub-1
-        nursery.start_soon(sensors, state, rate)
         deadline = trio.current_time() + seconds if seconds else float("inf")
-        if console.is_terminal:
-            with Live(render(state), console=console, refresh_per_second=4) as live:
+        stop = trio.Event()
+        async with trio.open_nursery() as publishing:
+            publishing.start_soon(sensors, state, rate, stop)
+            if console.is_terminal:
+                with Live(render(state), console=console, refresh_per_second=4) as live:
+                    while trio.current_time() < deadline:
+                        await trio.sleep(0.25)
+                        live.update(render(state))
+            else:
                 while trio.current_time() < deadline:
-                    await trio.sleep(0.25)
-                    live.update(render(state))
-        else:
-            while trio.current_time() < deadline:
-                await trio.sleep(min(1.0, max(deadline - trio.current_time(), 0)))
-                console.print(plain_line(state))
+                    await trio.sleep(min(1.0, max(deadline - trio.current_time(), 0)))
+                    console.print(plain_line(state))
+            stop.set()
+        # The summary counts what was still crossing the mesh at the deadline: a demo that printed
+        # "delivered" one short of "published" would look like a lost reading.
+        state.sensors_stopped = True
+        state.check_caught_up()
+        with trio.move_on_after(DRAIN_SECONDS):
+            await state.caught_up.wait()
         nursery.cancel_scope.cancel()
 
 
