@@ -121,6 +121,45 @@ def test_a_repaired_that_overtook_its_sets_skips_nothing() -> None:
     assert s.counters.gaps_lost == 0 and s.counters.messages_lost == 0
 
 
+def test_what_the_origin_lacks_is_counted_when_its_resent_sets_already_closed_the_gap() -> None:
+    """The origin's log lost 23..32: it resends 3..22 and 33..50 chained across the hole, which
+    closes the gap before its REPAIRED (missing 10) arrives.  The 10 are counted lost once, also
+    when a retried ask's answer says so again."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(51, 10, 50)), wants, now=1.0)  # 3..50 lost
+    s.take_asks()
+    s.receive(ORIGIN, (a_set(3, 20, 2), a_set(33, 18, 22)), wants, now=1.1)
+    s.repaired(ORIGIN, TOPIC, upto=50, missing=10, now=1.1)
+    s.repaired(ORIGIN, TOPIC, upto=50, missing=10, now=2.1)
+    assert delivered(s) == [1, 3, 33, 51] and s.open_gaps() == 0
+    assert s.counters.messages_lost == 10 and s.counters.gaps_lost == 0
+
+
+def test_a_repaired_with_messages_missing_that_overtook_its_resent_sets_skips_nothing() -> None:
+    """The origin lacks 23..32 and resent the rest, but its REPAIRED comes first (the resent sets
+    are on a slower path): the gap has not moved since it was asked, so the held set is not
+    delivered over the resent sets; they come, in order, and the 10 are counted lost once."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(51, 10, 50)), wants, now=1.0)
+    assert delivered(s) == [1] and s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 2, 50)]
+    s.repaired(ORIGIN, TOPIC, upto=50, missing=10, now=1.1)
+    assert delivered(s) == [] and s.open_gaps() == 1 and s.counters.repairs_short == 1
+    s.receive(ORIGIN, (a_set(3, 20, 2), a_set(33, 18, 22)), wants, now=1.2)
+    assert delivered(s) == [3, 33, 51] and s.open_gaps() == 0
+    assert s.counters.messages_lost == 10 and s.counters.gaps_lost == 0
+
+
+def test_a_repaired_saying_the_whole_range_is_missing_gives_the_gap_up_at_once() -> None:
+    """Nothing could have been resent (missing covers every sequence of the range): the held
+    sets go at once, the gap is given up, counted."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(51, 10, 50)), wants, now=1.0)
+    delivered(s)
+    s.repaired(ORIGIN, TOPIC, upto=50, missing=48, now=1.1)
+    assert delivered(s) == [51] and s.open_gaps() == 0
+    assert s.counters.gaps_lost == 1 and s.counters.messages_lost == 48 and s.counters.repairs_short == 0
+
+
 def test_an_origin_that_keeps_answering_short_has_the_gap_given_up_counted() -> None:
     """An origin whose log lost a stretch without knowing it answers "nothing missing" each time
     and resends nothing: after SHORT_ANSWERS_MAX such answers the gap is given up, and counted."""

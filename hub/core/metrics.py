@@ -377,7 +377,7 @@ def _overlay_families(overlay: Overlay) -> list[Family]:
                          "(the origin no longer had them, or stayed away past the give-up time).",
                          labels=("outcome",)), "outcome",
                  {"opened": c.gaps_opened, "repaired": c.gaps_repaired, "lost": c.gaps_lost}),
-        counter("pub0sub_overlay_messages_lost", "Messages of given-up gaps that their origin said it no longer had.",
+        counter("pub0sub_overlay_messages_lost", "Messages their origin no longer had when asked to resend them.",
                 c.messages_lost),
         by_label(counter("pub0sub_overlay_repairs", "REPAIR asked of origins; REPAIRED answers that came while the "
                          "gap was still open with nothing missing (asked again); REPAIR answered here.",

@@ -15,9 +15,8 @@ keeps, per (origin, topic) stream, the last sequence it delivered (its *chain*):
 Where a stream starts: a hub learns from each origin where its sets for a key start
 (JOINED ``since``); a set whose ``prev`` is at or below that started there.  A set that
 arrives before its origin's JOINED (a lost or overtaken one) waits while the origin is
-asked again (SYNC, whose answer repeats the JOINED).  A tail
-lost in flight with nothing after it is found by the origin's HEADS.  State is per
-active stream (chains, open gaps, held sets), never per message.
+asked again (SYNC, whose answer repeats the JOINED).  A tail lost in flight with nothing
+after it is found by the origin's HEADS.  State is per active stream, never per message.
 """
 
 from __future__ import annotations
@@ -37,7 +36,8 @@ class _Gap:
     opened: float
     asked: float
     retry: float
-    short_answers: int = 0  # REPAIRED saying nothing was missing while it stayed open (repaired())
+    short_answers: int = 0  # answers that left it open with resent sets unseen (repaired())
+    asked_after: int = -1  # where it started when last asked
 
 
 @dataclass(slots=True)
@@ -59,6 +59,7 @@ class _Stream:
     #: the origin's last sequence on the topic, as its latest HEADS said: a tail beyond the
     #: chain is asked for once nothing else is (a HEADS may come while a gap is being repaired)
     head: int = 0
+    counted_upto: int = 0  # the last range end whose REPAIRED's missing messages were counted
 
 
 @dataclass(slots=True)
@@ -73,7 +74,7 @@ class StreamCounters:
     gaps_lost: int = 0
     messages_lost: int = 0
     repairs_asked: int = 0
-    #: REPAIRED saying nothing was missing with its gap still open: asked again, not skipped
+    #: REPAIRED with its gap still open and resent sets unseen: asked again, not skipped
     repairs_short: int = 0
     unwanted_sets: int = 0
     #: streams whose start the origin never said: taken from the first set held (see START_WAIT)
@@ -85,8 +86,8 @@ class StreamCounters:
 #: that found no route, or its answer, is lost like any frame around a change of routes).
 START_WAIT = 10.0
 START_RETRY = 1.0
-#: REPAIRED answers in a row saying "nothing missing" with the gap still open before it is given
-#: up, counted (an origin whose log lost a tail to a power cut would be asked for it for good).
+#: REPAIRED answers that left the gap open with resent sets unseen before it is given up,
+#: counted (an origin whose log lost a tail to a power cut would be asked for it for good).
 SHORT_ANSWERS_MAX = 3
 
 
@@ -137,8 +138,7 @@ class Streams:
 
     def forget_key(self, key: str) -> None:
         """This hub no longer wants anything under ``key``: its starts go (a later join starts anew)."""
-        gone = [k for k in self.since if k[1] == key]
-        for k in gone:
+        for k in (gone := [k for k in self.since if k[1] == key]):
             del self.since[k]
         if gone:
             self._save_since(self.since)
@@ -146,8 +146,7 @@ class Streams:
     def forget_topics(self, wanted: Callable[[str], bool]) -> None:
         """Drop the state of streams whose topic is no longer wanted here."""
         for k in [k for k in self.streams if not wanted(k[1])]:
-            stream = self.streams.pop(k)
-            self.held_bytes -= sum(h.size for h in stream.held.values())
+            self.held_bytes -= sum(h.size for h in self.streams.pop(k).held.values())
 
     def origins(self) -> set[int]:
         """Origins this hub keeps streams or starts with."""
@@ -166,10 +165,8 @@ class Streams:
         return stream
 
     def _effective(self, origin: int, topic: str, stream: _Stream) -> int | None:
-        floor = self._floor(origin, topic)
-        if stream.chain is None:
-            return floor
-        return stream.chain if floor is None else max(stream.chain, floor)
+        floor, chain = self._floor(origin, topic), stream.chain
+        return floor if chain is None else chain if floor is None else max(chain, floor)
 
     # -- sets ------------------------------------------------------------------------------
 
@@ -180,8 +177,7 @@ class Streams:
             for index, topic in enumerate(s.messages.topics):
                 if not wants(topic):
                     continue
-                verdict = self._place(origin, topic, s, index, now)
-                if verdict:
+                if self._place(origin, topic, s, index, now):
                     ready.append(topic)
             if not any(wants(t) for t in s.messages.topics):
                 self.counters.unwanted_sets += 1
@@ -274,7 +270,7 @@ class Streams:
 
     def _ask(self, origin: int, topic: str, gap: _Gap | None, now: float) -> None:
         assert gap is not None
-        gap.asked = now
+        gap.asked, gap.asked_after = now, gap.after
         self.counters.repairs_asked += 1
         self.asks.append(RepairAsk(origin, topic, gap.after, gap.upto))
 
@@ -334,23 +330,27 @@ class Streams:
             self._next_gap(origin, head.topic, stream, now)
 
     def repaired(self, origin: int, topic: str, upto: int, missing: int, now: float) -> None:
-        """The origin resent what it had up to ``upto`` but ``missing`` messages.  A gap still
-        open means it lacks some, or its sets are lost or on a slower path (routes moved).  With
-        ``missing``, the held sets up to ``upto`` go in order (resent sets chain across what the
-        origin lacks), the rest is given up.  Without, nothing is (delivering the held sets lost
-        sets the origin had): the gap is asked again, given up after SHORT_ANSWERS_MAX such."""
+        """The origin resent what it had up to ``upto``, ahead of this answer, but ``missing``
+        messages: counted lost once per range end, even if its resent sets (chained across what
+        it lacks) closed the gap.  If the gap is open and the origin lacks none, or may have
+        resent some with the gap unmoved since asked (the first resent set chains from there),
+        delivering the held sets would lose them: it is asked again, given up after
+        SHORT_ANSWERS_MAX such answers.  Else the held sets up to ``upto`` go, the rest is given up."""
         stream = self.streams.get((origin, topic))
-        if stream is None or stream.gap is None or stream.gap.after >= upto:
+        if stream is None:
             return
-        if (stream.chain or 0) >= upto:
+        if missing and upto > stream.counted_upto:
+            stream.counted_upto = upto
+            self.counters.messages_lost += missing
+        gap = stream.gap
+        if gap is None or gap.after >= upto or (stream.chain or 0) >= upto:
             return
-        if not missing:
+        if not missing or (gap.after == gap.asked_after and missing < upto - gap.asked_after):
             self.counters.repairs_short += 1
-            stream.gap.short_answers += 1
-            if stream.gap.short_answers < SHORT_ANSWERS_MAX:
+            gap.short_answers += 1
+            if gap.short_answers < SHORT_ANSWERS_MAX:
                 return  # tick() asks again when the retry is due
         self.counters.gaps_lost += 1
-        self.counters.messages_lost += missing
         for prev in sorted(p for p in stream.held if p <= upto):
             h = stream.held.pop(prev)
             self.held_bytes -= h.size
