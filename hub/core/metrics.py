@@ -379,8 +379,8 @@ def _overlay_families(overlay: Overlay) -> list[Family]:
                  {"opened": c.gaps_opened, "repaired": c.gaps_repaired, "lost": c.gaps_lost}),
         counter("pub0sub_overlay_messages_lost", "Messages their origin no longer had when asked to resend them.",
                 c.messages_lost),
-        by_label(counter("pub0sub_overlay_repairs", "REPAIR asked of origins; REPAIRED answers that came while the "
-                         "gap was still open with nothing missing (asked again); REPAIR answered here.",
+        by_label(counter("pub0sub_overlay_repairs", "REPAIR asked of origins; REPAIRED answers that left the gap "
+                         "open with the resent sets unseen (asked again); REPAIR answered here.",
                          labels=("kind",)), "kind",
                  {"asked": c.repairs_asked, "short": c.repairs_short, "served": overlay.origin.repairs_served}),
         counter("pub0sub_overlay_starts_assumed", "Streams whose origin never said where they start.",
