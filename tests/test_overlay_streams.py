@@ -149,6 +149,40 @@ def test_a_repaired_with_messages_missing_that_overtook_its_resent_sets_skips_no
     assert s.counters.messages_lost == 10 and s.counters.gaps_lost == 0
 
 
+def test_a_repaired_with_messages_missing_that_came_between_its_resent_sets_skips_nothing() -> None:
+    """The origin lacks 23..32; its resent 3..22 came, but 33..50 are on a slower path than its
+    REPAIRED: the gap moved (to 22) and is still open.  The held set is not delivered over the
+    late sets: the rest is asked again, and they come first."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(51, 10, 50)), wants, now=1.0)
+    s.take_asks()
+    s.receive(ORIGIN, (a_set(3, 20, 2),), wants, now=1.1)
+    s.repaired(ORIGIN, TOPIC, upto=50, missing=10, now=1.1)
+    assert delivered(s) == [1, 3] and s.open_gaps() == 1 and s.counters.gaps_lost == 0
+    s.tick(2.1, reachable=lambda origin: True, retry=1.0, retry_max=8.0, give_up=60.0)
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 22, 50)]
+    s.receive(ORIGIN, (a_set(33, 18, 22),), wants, now=2.2)
+    assert delivered(s) == [33, 51] and s.open_gaps() == 0
+    assert s.counters.messages_lost == 10 and s.counters.gaps_lost == 0
+
+
+def test_an_origin_that_lacks_the_end_of_a_range_has_it_given_up_once_it_says_so() -> None:
+    """The origin lacks 43..50 (the end of the range): its resent 3..42 came, the gap stays
+    open at 42, and the rest is asked again; its answer says all of that is missing, so the gap
+    is given up at once and the held set goes."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(51, 10, 50)), wants, now=1.0)
+    s.take_asks()
+    s.receive(ORIGIN, (a_set(3, 40, 2),), wants, now=1.1)
+    s.repaired(ORIGIN, TOPIC, upto=50, missing=8, now=1.1)
+    assert delivered(s) == [1, 3] and s.open_gaps() == 1
+    s.tick(2.1, reachable=lambda origin: True, retry=1.0, retry_max=8.0, give_up=60.0)
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 42, 50)]
+    s.repaired(ORIGIN, TOPIC, upto=50, missing=8, now=2.2)
+    assert delivered(s) == [51] and s.open_gaps() == 0
+    assert s.counters.messages_lost == 8 and s.counters.gaps_lost == 1
+
+
 def test_a_repaired_saying_the_whole_range_is_missing_gives_the_gap_up_at_once() -> None:
     """Nothing could have been resent (missing covers every sequence of the range): the held
     sets go at once, the gap is given up, counted."""

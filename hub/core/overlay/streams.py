@@ -332,10 +332,10 @@ class Streams:
     def repaired(self, origin: int, topic: str, upto: int, missing: int, now: float) -> None:
         """The origin resent what it had up to ``upto``, ahead of this answer, but ``missing``
         messages: counted lost once per range end, even if its resent sets (chained across what
-        it lacks) closed the gap.  If the gap is open and the origin lacks none, or may have
-        resent some with the gap unmoved since asked (the first resent set chains from there),
-        delivering the held sets would lose them: it is asked again, given up after
-        SHORT_ANSWERS_MAX such answers.  Else the held sets up to ``upto`` go, the rest is given up."""
+        it lacks) closed the gap.  A gap still open when the origin had some of the range to
+        resend (``missing`` short of it) waits for sets lost or overtaken on the way, or the
+        origin lacks its end: delivering the held sets could lose sets, so it is asked again,
+        given up after SHORT_ANSWERS_MAX such answers.  Else the held sets up to ``upto`` go."""
         stream = self.streams.get((origin, topic))
         if stream is None:
             return
@@ -345,7 +345,7 @@ class Streams:
         gap = stream.gap
         if gap is None or gap.after >= upto or (stream.chain or 0) >= upto:
             return
-        if not missing or (gap.after == gap.asked_after and missing < upto - gap.asked_after):
+        if missing < upto - gap.asked_after:  # nothing or not all of it missing: some was resent
             self.counters.repairs_short += 1
             gap.short_answers += 1
             if gap.short_answers < SHORT_ANSWERS_MAX:
