@@ -345,7 +345,7 @@ class Streams:
         gap = stream.gap
         if gap is None or gap.after >= upto or (stream.chain or 0) >= upto:
             return
-        if missing < upto - gap.asked_after:  # nothing or not all of it missing: some was resent
+        if missing < upto - gap.asked_after:  # not all of it missing: it may have resent some
             self.counters.repairs_short += 1
             gap.short_answers += 1
             if gap.short_answers < SHORT_ANSWERS_MAX:
