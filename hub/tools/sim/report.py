@@ -45,7 +45,8 @@ class Report:
             f"hubs {f['hubs']}  seed {f['seed']}  simulated {f['simulated_s']:.0f} s  "
             f"events {f['events']:,}  cpu {f['cpu_s']:.1f} s",
             f"delivery {d['ratio']:.5f} ({d['delivered']:,}/{d['expected']:,})  duplicates {d['duplicates']}  "
-            f"FIFO violations {d['fifo_violations']}  gaps given up {d['gaps_given_up']}",
+            f"FIFO violations {d['fifo_violations']}  gaps given up {d['gaps_given_up']}  "
+            f"messages their origins lacked {d['messages_lost']}",
             f"publish->deliver p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms  "
             f"(direct send p50 {lat['direct_p50']:.1f}  p99 {lat['direct_p99']:.1f}; p99 ratio {lat['p99_ratio']:.2f})",
             f"redundancy (steady) {f['redundancy_steady']:.4f}  control/payload bytes {f['control_over_payload']:.3f} "
@@ -143,6 +144,8 @@ def summarize(run: Run) -> Report:
             "duplicates": duplicates,
             "fifo_violations": fifo,
             "gaps_given_up": int(overall.get("streams:gaps_lost", 0)),
+            # what origins said they no longer had when asked to resend (hub/core/overlay/streams.py)
+            "messages_lost": int(overall.get("streams:messages_lost", 0)),
         },
         "latency_ms": {
             "p50": percentile(latencies, 50),
