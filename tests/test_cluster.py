@@ -67,6 +67,9 @@ def test_three_hubs_converge_and_a_late_joiner_is_linked_by_all(cluster3: Cluste
     started = time.monotonic()
     d = cluster3.add(bootstrap=b)  # any one hub: b, not the first
     cluster3.wait_converged([a, b, c, d], timeout=JOIN_BOUND)
+    # A link shows as connected from its stream's start; its hub id once d's MESH_HELLO is read.
+    wait_until(lambda: all(mesh_counters(hub, d)["hub_id"] is not None for hub in (a, b, c)),
+               timeout=JOIN_BOUND, what=f"{d.name}'s MESH_HELLO read by every hub", **HUB_POLL)  # fmt: skip
     joined = time.monotonic() - started
     assert joined < JOIN_BOUND
     # The same peer id everywhere, with the hub id it announced in MESH_HELLO.
