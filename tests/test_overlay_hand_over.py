@@ -153,3 +153,34 @@ def test_a_stream_starts_past_what_a_v2_link_stored_while_it_waited_for_its_star
     s.joined(ORIGIN, "orders", 0, now=2.0)
     assert [f.origin_seq for _, f in s.take_ready()] == [7]
     assert s.take_asks() == [] and s.open_gaps() == 0
+
+
+def test_a_long_owed_range_is_repaired_from_the_log_in_parts_one_after_another() -> None:
+    """The same hand-over with 3-61 owed and answers bounded to about four sets: the subscriber's
+    hub gets the range in parts, asking on as each arrives, so all of it is there within a few
+    seconds (waiting for the next retry each time, which doubles up to 8 s, would take more than
+    a minute), once each and in order."""
+    payload = b"x" * 100
+    per_set = len(wire.MessageSet.build((TOPIC,), [(b"", payload)]).records)
+    config = OverlayConfig(degree=2, max_peers=4, repair_answer_max_bytes=4 * per_set)
+    world = World(hubs=4, seed=1, config=config)
+    subscriber, publisher = world.order[1], world.order[2]
+    own = world.hubs[publisher]
+    for seq in range(1, 61):
+        own.store.append_own(seq, 1_000 * seq, wire.MessageSet.build((TOPIC,), [(b"", payload)]))
+    own.next_seq = 61
+    world.hubs[subscriber].store.positions[(publisher, TOPIC)] = 2
+    for index, hub in enumerate(world.order):
+        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
+    world.loop.run_until(15.0)
+    overlay = own.overlay
+    assert overlay is not None
+    assert world.publish(publisher, TOPIC, payload) == 61
+    world.loop.run_until(18.0)
+    overlay.hand_over(subscriber, 2)
+    world.subscribe(subscriber, TOPIC)
+    world.loop.run_until(60.0)
+    got = [(d.origin_seq, d.at) for d in world.deliveries if d.hub == subscriber and d.topic == TOPIC]
+    assert [seq for seq, _ in got] == list(range(3, 62))
+    assert overlay.origin.repairs_served >= 59 // 4  # in parts
+    assert max(at for _, at in got) < 18.0 + 5.0

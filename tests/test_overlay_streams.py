@@ -14,7 +14,8 @@ import wire
 from hub.core.mesh.overlay_store import OverlayLogStore
 from hub.core.overlay.after_changes import HeadsRounds
 from hub.core.overlay.origin import OriginSide
-from hub.core.overlay.streams import SHORT_ANSWERS_MAX, RepairAsk, Streams
+from hub.core.overlay.stream_state import RepairAsk
+from hub.core.overlay.streams import SHORT_ANSWERS_MAX, Streams
 from wire.frames.mesh_v3 import routed_sets_frame, routed_sets_payload
 
 ORIGIN = 0x0A
@@ -207,6 +208,35 @@ def test_an_origin_that_keeps_answering_short_has_the_gap_given_up_counted() -> 
     assert delivered(s) == [51] and s.open_gaps() == 0 and s.counters.gaps_lost == 1
 
 
+def test_an_answer_in_parts_is_asked_on_from_at_once_and_each_part_once() -> None:
+    """The origin answers 3..50 in parts: 3..22 came and its REPAIRED says upto 22.  The rest is
+    asked at once (not at the next retry, which doubles: a long range would take minutes),
+    once, however often that REPAIRED is repeated (an answer to a retried ask)."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(51, 10, 50)), wants, now=1.0)
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 2, 50)]
+    s.receive(ORIGIN, (a_set(3, 20, 2),), wants, now=1.1)
+    s.repaired(ORIGIN, TOPIC, upto=22, missing=0, now=1.1)
+    s.repaired(ORIGIN, TOPIC, upto=22, missing=0, now=1.2)
+    assert delivered(s) == [1, 3] and s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 22, 50)]
+    s.receive(ORIGIN, (a_set(23, 28, 22),), wants, now=1.3)
+    s.repaired(ORIGIN, TOPIC, upto=50, missing=0, now=1.3)
+    assert delivered(s) == [23, 51] and s.open_gaps() == 0 and s.take_asks() == []
+    assert s.counters.gaps_lost == 0 and s.counters.repairs_short == 0
+
+
+def test_a_part_whose_sets_are_still_on_the_way_is_asked_again_at_the_retry() -> None:
+    """A part's REPAIRED overtook its sets: nothing is asked at once (the sets may still come),
+    the retry asks from where the chain is."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(51, 10, 50)), wants, now=1.0)
+    s.take_asks()
+    s.repaired(ORIGIN, TOPIC, upto=22, missing=0, now=1.1)
+    assert s.take_asks() == [] and s.open_gaps() == 1 and s.counters.repairs_short == 1
+    s.tick(2.1, reachable=lambda origin: True, retry=1.0, retry_max=8.0, give_up=60.0)
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 2, 50)]
+
+
 def test_a_set_of_several_topics_keeps_its_headers_on_the_topics_wanted() -> None:
     """A set published to two topics, one of them wanted here: it is stored for that topic alone,
     with its headers (they were dropped when the set was narrowed to the wanted topics)."""
@@ -284,9 +314,10 @@ def test_a_hub_without_logs_says_what_its_memory_no_longer_holds() -> None:
     """A hub without a data dir answers REPAIR from its memory of recent sets; past it, the
     range is said missing (so its destinations give it up at once, counted), not answered empty."""
     origin = _memoryless_origin(3, remembered=1)
-    assert origin.repair(TOPIC, 2, 3)[1] == 0 and len(origin.repair(TOPIC, 2, 3)[0]) == 1  # remembered
-    encoded, missing = origin.repair(TOPIC, 0, 2)  # forgotten: only set 3 is remembered
-    assert encoded == [] and missing == 2
+    remembered = origin.repair(TOPIC, 2, 3, max_bytes=1 << 20)
+    assert remembered.missing == 0 and len(remembered.sets) == 1 and remembered.upto == 3
+    forgotten = origin.repair(TOPIC, 0, 2, max_bytes=1 << 20)  # only set 3 is remembered
+    assert forgotten.sets == [] and forgotten.missing == 2 and forgotten.upto == 2
 
 
 def test_a_hub_without_logs_resends_what_it_remembers_of_a_range_and_counts_the_rest() -> None:
@@ -294,9 +325,30 @@ def test_a_hub_without_logs_resends_what_it_remembers_of_a_range_and_counts_the_
     chained from the range's start (the receiver delivers them next), and only the forgotten
     part is counted missing -- not the whole range answered empty."""
     origin = _memoryless_origin(5, remembered=2)  # remembers sets 4 and 5
-    encoded, missing = origin.repair(TOPIC, 1, 5)
-    assert missing == 2  # sets 2 and 3
+    answer = origin.repair(TOPIC, 1, 5, max_bytes=1 << 20)
+    assert answer.missing == 2 and answer.upto == 5  # sets 2 and 3
+    assert [(s.origin_seq, s.prevs) for s in _resent(answer.sets)] == [(4, (1,)), (5, (4,))]
+
+
+def _resent(encoded: list[tuple[bytes, bool]]) -> tuple[wire.RoutedSet, ...]:
     frame = routed_sets_frame(8, (2,), routed_sets_payload(ORIGIN, [body for body, _ in encoded]))
     resent = wire.RoutedSets.decode_body(frame[5:])
     assert isinstance(resent, wire.RoutedSets)
-    assert [(s.origin_seq, s.prevs) for s in resent.sets] == [(4, (1,)), (5, (4,))]
+    return resent.sets
+
+
+def test_a_long_range_is_answered_in_parts_of_at_most_the_bound_each_chained_from_the_last() -> None:
+    """Ten remembered sets, a bound of a little over two sets' records: each answer stops at the
+    set that reaches the bound (at least one set) and says where it stopped, so the asker asks
+    on from there; the parts chain into one another and end at the range's end."""
+    origin = _memoryless_origin(10, remembered=10)
+    bound = 2 * len(wire.MessageSet.build([TOPIC], [(b"", b"m1")]).records) + 1  # sets 1-9 are that size
+    parts, after = [], 0
+    while after < 10:
+        answer = origin.repair(TOPIC, after, 10, max_bytes=bound)
+        sets = _resent(answer.sets)
+        assert answer.missing == 0 and sets[-1].last_seq == answer.upto
+        parts.append([(s.origin_seq, s.prevs[0]) for s in sets])
+        after = answer.upto
+    assert parts == [[(1, 0), (2, 1), (3, 2)], [(4, 3), (5, 4), (6, 5)], [(7, 6), (8, 7), (9, 8)], [(10, 9)]]
+    assert origin.repair(TOPIC, 0, 10, max_bytes=1).upto == 1  # one set, however small the bound

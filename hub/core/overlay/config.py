@@ -50,6 +50,10 @@ class OverlayConfig:
     #: Own sets kept in memory to answer REPAIR without reading the logs (and the only source
     #: on a hub without logs).
     recent_max_bytes: int = 16 << 20
+    #: Bytes of records one REPAIR's answer carries at most (at least one set): a long range
+    #: is answered in parts, the asker asking on as each part arrives, so the origin never
+    #: reads and queues a whole log in one turn of its loop, and never more than this per asker.
+    repair_answer_max_bytes: int = 1 << 20
     #: A publisher stops watching a rendezvous key it has not published under for this long.
     watch_idle: float = 600.0
     #: Shortcuts (shortcuts.py): direct links, not advertised, that carry frames for a hub the

@@ -466,9 +466,9 @@ class Overlay:
         return self.origin.heads_matching(lambda topic: table.wants((topic,)), self.clock.monotonic())
 
     def _answer_repair(self, src: int, repair: wire.Repair) -> None:
-        encoded, missing = self.origin.repair(repair.topic, repair.after, repair.upto)
-        self.sender.send_now(frozenset((src,)), encoded)
-        self._route_control((src,), wire.Repaired(topic=repair.topic, upto=repair.upto, missing=missing))
+        answer = self.origin.repair(repair.topic, repair.after, repair.upto, self.config.repair_answer_max_bytes)
+        self.sender.send_now(frozenset((src,)), answer.sets)
+        self._route_control((src,), wire.Repaired(topic=repair.topic, upto=answer.upto, missing=answer.missing))
 
     # -- delivery --------------------------------------------------------------------------
 

@@ -60,6 +60,15 @@ class OwnLog(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class RepairAnswer:
+    """What a REPAIR gets: sets resent, then REPAIRED(upto, missing)."""
+
+    sets: list[EncodedSet]
+    missing: int  # messages of ``(after, upto]`` the origin no longer has
+    upto: int  # the end of the part answered: the REPAIR's, or its last set's when bounded
+
+
+@dataclass(frozen=True, slots=True)
 class _Recent:
     origin_seq: int
     timestamp: int
@@ -102,12 +111,14 @@ class OriginSide:
 
     # -- repair ------------------------------------------------------------------------
 
-    def repair(self, topic: str, after: int, upto: int) -> tuple[list[EncodedSet], int]:
-        """Encoded sets on ``topic`` in ``(after, upto]`` (chained from ``after``), and messages gone."""
+    def repair(self, topic: str, after: int, upto: int, max_bytes: int) -> RepairAnswer:
+        """Sets on ``topic`` in ``(after, upto]`` (chained from ``after``), read up to ``max_bytes``
+        of records (at least one set): an answer that stops there ends at its last set, and the
+        asker asks on from it.  Counts the messages of the part answered that are gone."""
         self.repairs_served += 1
         recent = self._recent
         covered = bool(recent) and recent[0].origin_seq <= after + 1
-        found: list[tuple[int, int, int, bytes, bytes]] = []
+        found: Iterator[tuple[int, int, int, bytes, bytes]]
         missing = 0
         if covered or self.log is None:
             if not covered:
@@ -115,27 +126,34 @@ class OriginSide:
                 # the range's sequences that precede it (at most that many messages on ``topic``).
                 first = recent[0].origin_seq if recent else upto + 1
                 missing = min(upto, first - 1) - after
-            for entry in recent:
-                if entry.origin_seq > upto:
-                    break
-                if entry.origin_seq > after and topic in entry.messages.topics:
-                    m = entry.messages
-                    found.append((entry.origin_seq, entry.timestamp, m.count, m.records, m.headers))
+            found = self._remembered(topic, after, upto)
         else:
 
             def on_hole(messages: int) -> None:
                 nonlocal missing
                 missing += messages
 
-            found = list(self.log.own_batches(topic, after, upto, on_hole))
-        encoded = []
-        prev = after
+            found = self.log.own_batches(topic, after, upto, on_hole)  # lazy: read as far as sent
+        encoded: list[EncodedSet] = []
+        prev, size = after, 0
         for origin_seq, timestamp, count, records, headers in found:
             message_set = wire.MessageSet(topics=(topic,), count=count, records=records, headers=headers)
             encoded.append(encode_set(origin_seq, timestamp, message_set, (prev,)))
             prev = origin_seq + count - 1
+            size += len(records) + len(headers)
+            if size >= max_bytes and prev < upto:
+                upto = prev
+                break
         self.sets_resent += len(encoded)
-        return encoded, missing
+        return RepairAnswer(encoded, missing, upto)
+
+    def _remembered(self, topic: str, after: int, upto: int) -> Iterator[tuple[int, int, int, bytes, bytes]]:
+        for entry in self._recent:
+            if entry.origin_seq > upto:
+                return
+            if entry.origin_seq > after and topic in entry.messages.topics:
+                m = entry.messages
+                yield entry.origin_seq, entry.timestamp, m.count, m.records, m.headers
 
     # -- heads ---------------------------------------------------------------------------
 

@@ -22,64 +22,12 @@ after it is found by the origin's HEADS.  State is per active stream, never per 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import wire
 
 from .membership import keys_of_topic
-
-
-@dataclass(slots=True)
-class _Gap:
-    after: int
-    upto: int
-    opened: float
-    asked: float
-    retry: float
-    short_answers: int = 0  # answers that left it open with resent sets unseen (repaired())
-    asked_after: int = -1  # where it started when last asked
-
-
-@dataclass(slots=True)
-class _Held:
-    s: wire.RoutedSet
-    index: int  # the topic's position in the set
-    size: int
-
-
-@dataclass(slots=True)
-class _Stream:
-    chain: int | None
-    held: dict[int, _Held] = field(default_factory=dict)  # prev -> set waiting for it
-    gap: _Gap | None = None
-    #: when sets started waiting for the origin to say where the stream starts (JOINED), and
-    #: when it was last asked (SYNC)
-    asked_start: float | None = None
-    start_asked: float = 0.0
-    #: the origin's last sequence on the topic, as its latest HEADS said: a tail beyond the
-    #: chain is asked for once nothing else is (a HEADS may come while a gap is being repaired)
-    head: int = 0
-    counted_upto: int = 0  # the last range end whose REPAIRED's missing messages were counted
-
-
-@dataclass(slots=True)
-class StreamCounters:
-    delivered_sets: int = 0
-    duplicate_sets: int = 0
-    held_sets: int = 0
-    held_dropped: int = 0
-    gaps_opened: int = 0
-    gaps_repaired: int = 0
-    #: gaps given up: the origin could not resend them, or stayed away past the give-up time
-    gaps_lost: int = 0
-    messages_lost: int = 0
-    repairs_asked: int = 0
-    #: REPAIRED with its gap still open and resent sets unseen: asked again, not skipped
-    repairs_short: int = 0
-    unwanted_sets: int = 0
-    #: streams whose start the origin never said: taken from the first set held (see START_WAIT)
-    starts_assumed: int = 0
-
+from .stream_state import Gap, Held, RepairAsk, Stream, StreamCounters
 
 #: Seconds sets wait for their origin to say where their stream starts before the first of
 #: them is taken as the start; the origin is asked again every START_RETRY meanwhile (a SYNC
@@ -89,14 +37,6 @@ START_RETRY = 1.0
 #: REPAIRED answers that left the gap open with resent sets unseen before it is given up,
 #: counted (an origin whose log lost a tail to a power cut would be asked for it for good).
 SHORT_ANSWERS_MAX = 3
-
-
-@dataclass(frozen=True, slots=True)
-class RepairAsk:
-    origin: int
-    topic: str
-    after: int
-    upto: int
 
 
 class Streams:
@@ -114,7 +54,7 @@ class Streams:
         self._save_since = save_since
         #: (origin, key) -> the origin's sequence after which its sets under the key are for us
         self.since: dict[tuple[int, str], int] = dict(since or {})
-        self.streams: dict[tuple[int, str], _Stream] = {}
+        self.streams: dict[tuple[int, str], Stream] = {}
         self.hold_max_bytes = hold_max_bytes
         self.held_bytes = 0
         self.counters = StreamCounters()
@@ -157,14 +97,14 @@ class Streams:
         found = [self.since[(origin, k)] for k in keys_of_topic(topic) if (origin, k) in self.since]
         return min(found) if found else None
 
-    def _stream(self, origin: int, topic: str) -> _Stream:
+    def _stream(self, origin: int, topic: str) -> Stream:
         stream = self.streams.get((origin, topic))
         if stream is None:
             stored = self._stored_position(origin, topic)
-            stream = self.streams[(origin, topic)] = _Stream(chain=stored or None)
+            stream = self.streams[(origin, topic)] = Stream(chain=stored or None)
         return stream
 
-    def _effective(self, origin: int, topic: str, stream: _Stream) -> int | None:
+    def _effective(self, origin: int, topic: str, stream: Stream) -> int | None:
         floor, chain = self._floor(origin, topic), stream.chain
         return floor if chain is None else chain if floor is None else max(chain, floor)
 
@@ -212,7 +152,7 @@ class Streams:
         self._open_gap(origin, topic, stream, at, prev, now)
         return False
 
-    def _hold(self, stream: _Stream, s: wire.RoutedSet, index: int) -> None:
+    def _hold(self, stream: Stream, s: wire.RoutedSet, index: int) -> None:
         prev = s.prevs[index]
         if prev in stream.held:
             return
@@ -220,11 +160,11 @@ class Streams:
         if self.held_bytes + size > self.hold_max_bytes:
             self.counters.held_dropped += 1  # it comes back by repair once the gap closes
         else:
-            stream.held[prev] = _Held(s, index, size)
+            stream.held[prev] = Held(s, index, size)
             self.held_bytes += size
             self.counters.held_sets += 1
 
-    def _start(self, origin: int, topic: str, stream: _Stream, now: float) -> None:
+    def _start(self, origin: int, topic: str, stream: Stream, now: float) -> None:
         """A stream whose start is now known (or assumed): its held sets go, or wait for a repair."""
         stream.asked_start = None
         stored = self._stored_position(origin, topic)
@@ -248,7 +188,7 @@ class Streams:
         self._release(origin, topic)
         self._next_gap(origin, topic, stream, now)
 
-    def _next_gap(self, origin: int, topic: str, stream: _Stream, now: float) -> None:
+    def _next_gap(self, origin: int, topic: str, stream: Stream, now: float) -> None:
         """With no gap open: one up to the first set held back, else up to the origin's head."""
         at = self._effective(origin, topic, stream)
         if at is None or stream.gap is not None:
@@ -257,18 +197,18 @@ class Streams:
         if upto > at:
             self._open_gap(origin, topic, stream, at, upto, now)
 
-    def _open_gap(self, origin: int, topic: str, stream: _Stream, after: int, upto: int, now: float) -> None:
+    def _open_gap(self, origin: int, topic: str, stream: Stream, after: int, upto: int, now: float) -> None:
         gap = stream.gap
         if gap is not None and gap.after == after and gap.upto >= upto:
             return
         if gap is None or gap.after != after:
             self.counters.gaps_opened += 1
-            stream.gap = _Gap(after=after, upto=upto, opened=now, asked=now, retry=0.0)
+            stream.gap = Gap(after=after, upto=upto, opened=now, asked=now, retry=0.0)
         else:
             gap.upto = upto
         self._ask(origin, topic, stream.gap, now)
 
-    def _ask(self, origin: int, topic: str, gap: _Gap | None, now: float) -> None:
+    def _ask(self, origin: int, topic: str, gap: Gap | None, now: float) -> None:
         assert gap is not None
         gap.asked, gap.asked_after = now, gap.after
         self.counters.repairs_asked += 1
@@ -332,10 +272,12 @@ class Streams:
     def repaired(self, origin: int, topic: str, upto: int, missing: int, now: float) -> None:
         """The origin resent what it had up to ``upto``, ahead of this answer, but ``missing``
         messages: counted lost once per range end, even if its resent sets (chained across what
-        it lacks) closed the gap.  A gap still open when the origin had some of the range to
-        resend (``missing`` short of it) waits for sets lost or overtaken on the way, or the
-        origin lacks its end: delivering the held sets could lose sets, so it is asked again,
-        given up after SHORT_ANSWERS_MAX such answers.  Else the held sets up to ``upto`` go."""
+        it lacks) closed the gap.  An answer in parts (``upto`` short of the gap's end, bounded
+        by the origin) whose sets all came is asked on from at once.  A gap still open when the
+        origin had some of the range to resend (``missing`` short of it) waits for sets lost or
+        overtaken on the way, or the origin lacks its end: delivering the held sets could lose
+        sets, so it is asked again, given up after SHORT_ANSWERS_MAX such answers.  Else the
+        held sets up to ``upto`` go."""
         stream = self.streams.get((origin, topic))
         if stream is None:
             return
@@ -343,7 +285,12 @@ class Streams:
             stream.counted_upto = upto
             self.counters.messages_lost += missing
         gap = stream.gap
-        if gap is None or gap.after >= upto or (stream.chain or 0) >= upto:
+        if gap is None:
+            return
+        if gap.after >= upto or (stream.chain or 0) >= upto:
+            if gap.asked_after < upto < gap.upto:  # this answer's part, not an older one's
+                gap.retry = 0.0
+                self._ask(origin, topic, gap, now)
             return
         if missing < upto - gap.asked_after:  # not all of it missing: it may have resent some
             self.counters.repairs_short += 1
@@ -359,7 +306,7 @@ class Streams:
                 self._emit(origin, h.s, [topic])
         self._skip(origin, topic, stream, upto, now)
 
-    def _skip(self, origin: int, topic: str, stream: _Stream, upto: int, now: float) -> None:
+    def _skip(self, origin: int, topic: str, stream: Stream, upto: int, now: float) -> None:
         stream.chain = max(stream.chain or 0, upto)
         stream.gap = None
         self._release(origin, topic)
