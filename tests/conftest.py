@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,9 +43,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )  # fmt: skip
 
 
+#: Spark settings for every JVM the suite starts, in-process or through a command (the file says why).
+SPARK_CONF_DIR = Path(__file__).parent / "support" / "spark-conf"
+SPARK_DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--mesh-overlay"):
         os.environ[OVERLAY_ENV] = "1"
+    os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
+    os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", SPARK_DAEMON_JAVA_OPTS)
     # A suite started as a shell's background job (``... &``) has SIGINT ignored, and every command
     # a test starts inherits that and keeps it (sdk/tools/stopping.py, as a command under nohup
     # should): its Ctrl-C tests then hang, unless a SparkSession made on the same worker happened
@@ -147,12 +155,8 @@ def spark() -> Iterator[object]:
     from sdk.spark import register
     from sdk.spark.session import build_session
 
-    # Faster JVM start-up (SPARK_NOTES); not for throughput runs.
-    session = build_session(
-        "local[2,3]",
-        app_name="pub0sub-tests",
-        conf={"spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"},
-    )
+    # Its JVM options come from SPARK_CONF_DIR (pytest_configure).
+    session = build_session("local[2,3]", app_name="pub0sub-tests")
     register(session)  # data sources are registered per session
     yield session
     session.stop()
