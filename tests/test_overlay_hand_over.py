@@ -100,6 +100,22 @@ def test_a_hand_over_outlives_a_restart_of_the_hub_that_owes() -> None:
     assert saved[-1] == {(7, HANDED_OVER): 40}
 
 
+def _owed_world(config: OverlayConfig, stored: list[bytes]) -> tuple[World, int, int]:
+    """Four simulated hubs at 15 s: the publisher's hub stored ``stored`` (sequences 1..n) before
+    its overlay started, and the subscriber's hub stored its sets up to 2 (through a v2 link)."""
+    world = World(hubs=4, seed=1, config=config)
+    subscriber, publisher = world.order[1], world.order[2]
+    own = world.hubs[publisher]
+    for seq, data in enumerate(stored, 1):
+        own.store.append_own(seq, 1_000 * seq, wire.MessageSet.build((TOPIC,), [(b"", data)]))
+    own.next_seq = len(stored) + 1
+    world.hubs[subscriber].store.positions[(publisher, TOPIC)] = 2
+    for index, hub in enumerate(world.order):
+        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
+    world.loop.run_until(15.0)
+    return world, subscriber, publisher
+
+
 @pytest.mark.parametrize("how", ["at a v3 session's start", "at its first JOINED", "never"])
 def test_the_sets_a_v2_link_owed_reach_the_subscriber_through_the_overlay(how: str) -> None:
     """The publisher's hub stored sets 1-5 before its overlay started, and its v2 link delivered
@@ -109,17 +125,9 @@ def test_the_sets_a_v2_link_owed_reach_the_subscriber_through_the_overlay(how: s
     tells the subscriber's hub its start and closes the v2 link), the start told is 2 and the hub
     repairs 3-6 from the publisher's log, then gets the overlay's own sets, once each and in
     order.  Without the hand-over, 3-6 never arrive: what the hand-over is for."""
-    world = World(hubs=4, seed=1, config=OverlayConfig(degree=2, max_peers=4))
-    subscriber, publisher = world.order[1], world.order[2]
-    own = world.hubs[publisher]
-    for seq in range(1, 6):
-        own.store.append_own(seq, 1_000 * seq, wire.MessageSet.build((TOPIC,), [(b"", b"v2 %d" % seq)]))
-    own.next_seq = 6
-    world.hubs[subscriber].store.positions[(publisher, TOPIC)] = 2
-    for index, hub in enumerate(world.order):
-        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
-    world.loop.run_until(15.0)
-    overlay = own.overlay
+    stored = [b"v2 %d" % n for n in range(1, 6)]
+    world, subscriber, publisher = _owed_world(OverlayConfig(degree=2, max_peers=4), stored)
+    overlay = world.hubs[publisher].overlay
     assert overlay is not None
     assert world.publish(publisher, TOPIC, b"overlay, nobody's yet") == 6
     world.loop.run_until(18.0)
@@ -163,17 +171,8 @@ def test_a_long_owed_range_is_repaired_from_the_log_in_parts_one_after_another()
     payload = b"x" * 100
     per_set = len(wire.MessageSet.build((TOPIC,), [(b"", payload)]).records)
     config = OverlayConfig(degree=2, max_peers=4, repair_answer_max_bytes=4 * per_set)
-    world = World(hubs=4, seed=1, config=config)
-    subscriber, publisher = world.order[1], world.order[2]
-    own = world.hubs[publisher]
-    for seq in range(1, 61):
-        own.store.append_own(seq, 1_000 * seq, wire.MessageSet.build((TOPIC,), [(b"", payload)]))
-    own.next_seq = 61
-    world.hubs[subscriber].store.positions[(publisher, TOPIC)] = 2
-    for index, hub in enumerate(world.order):
-        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
-    world.loop.run_until(15.0)
-    overlay = own.overlay
+    world, subscriber, publisher = _owed_world(config, [payload] * 60)
+    overlay = world.hubs[publisher].overlay
     assert overlay is not None
     assert world.publish(publisher, TOPIC, payload) == 61
     world.loop.run_until(18.0)
