@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hub.storage.store import LOCK_FILE as HUB_LOCK_FILE
-from sdk.tools.cluster import port_free
+from sdk.tools.cluster import port_free, restartable_ports
 from sdk.tools.cluster_state import LOCK_FILE, STATE_FILE
 from tests.support.command import Command, no_traceback
 from tests.support.procstat import children, running
@@ -212,3 +212,12 @@ def test_down_from_another_terminal_ends_a_foreground_up(command: StartCommand, 
     assert code == 0, err
     assert out.rstrip().endswith(f"stopped 2 hubs by pub0sub cluster down; their data stays in {data_root}")
     assert not any(running(pid) for pid in pids)
+
+
+def test_restartable_ports_are_free_distinct_and_below_the_ephemeral_range() -> None:
+    """What a hub restarted on its port needs: no outgoing connection can have taken it meanwhile."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    ports = restartable_ports(20)
+    assert len(set(ports)) == 20 and all(1024 <= p < low for p in ports)
+    assert all(port_free(port) for port in ports)

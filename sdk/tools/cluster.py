@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -71,8 +72,33 @@ def port_free(port: int) -> bool:
     return True
 
 
+def restartable_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 now, below the kernel's ephemeral range: for a hub
+    that is restarted on its ports.  A port from the range (what binding port 0 gives) can be
+    taken, while its hub is down, as the source port of any outgoing connection on the machine,
+    and the restart then fails with "address in use" (a fault test saw it, 2026-11-29)."""
+    low = _ephemeral_low()
+    picked: list[int] = []
+    rng = random.Random()
+    for _ in range(50 * n):
+        port = rng.randrange(max(1024, low // 3), low)
+        if port not in picked and port_free(port):
+            picked.append(port)
+            if len(picked) == n:
+                return picked
+    raise RuntimeError(f"no {n} free ports below {low} on {HOST}")
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def planned_ports(base_port: int, index: int, note: Callable[[str], object], *, metrics: bool = False) -> Ports:
-    """The ports of hub ``index`` from ``base_port``; all 0 (any free ports) if one of them is taken."""
+    """The ports of hub ``index`` from ``base_port``; free ones (:meth:`Ports.free`) if one of them is taken."""
     client = base_port + PORT_STEP * index
     planned = Ports(client, client + 1, client + 2 if metrics else None)
     taken = [p for p in planned.all() if not port_free(p)]
@@ -84,7 +110,7 @@ def planned_ports(base_port: int, index: int, note: Callable[[str], object], *, 
 
 @dataclass(frozen=True)
 class Ports:
-    """Where one hub listens: clients, mesh, and its metrics (None: no ``--metrics-listen``); 0 is any free port."""
+    """Where one hub listens: clients, mesh, and its metrics (None: no ``--metrics-listen``)."""
 
     client: int
     mesh: int
@@ -92,7 +118,9 @@ class Ports:
 
     @classmethod
     def free(cls, *, metrics: bool) -> Ports:
-        return cls(0, 0, 0 if metrics else None)
+        """Free ports a restart can listen on again (see :func:`restartable_ports`)."""
+        ports = restartable_ports(3 if metrics else 2)
+        return cls(ports[0], ports[1], ports[2] if metrics else None)
 
     def all(self) -> list[int]:
         return [self.client, self.mesh] + ([] if self.metrics is None else [self.metrics])

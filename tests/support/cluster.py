@@ -37,6 +37,7 @@ import wire
 from hub.core.mesh.protocols import MeshVersion
 from hub.core.overlay.membership import RENDEZVOUS_OWNERS, hub_ring_position, key_ring_position, rendezvous_key
 from sdk.tools.bench.procs import LineReader
+from sdk.tools.cluster import restartable_ports
 from tests.support.waiting import await_until, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +73,10 @@ class Hub:
     def spawn(self) -> None:
         """Start the process; :meth:`ready` reads its start-up lines (so several can boot at once)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.mesh_port:
+            # Not port 0: a restart listens on the same port (peers' redials find the hub), and a
+            # port from the ephemeral range could be some connection's source port by then.
+            [self.mesh_port] = restartable_ports(1)
         argv = [
             sys.executable, "-m", "hub", "--listen", "127.0.0.1:0",
             "--mesh-listen", f"/ip4/127.0.0.1/tcp/{self.mesh_port}", "--data-dir", str(self.data_dir), *self.args,

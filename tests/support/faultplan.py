@@ -40,7 +40,7 @@ from libp2p.peer.id import ID
 
 import sdk
 from hub.mesh.identity import load_or_create_identity
-from sdk.tools.bench.procs import free_ports
+from sdk.tools.cluster import restartable_ports
 from tests.support.cluster import HUB_POLL, Hub, converged, sends_to
 from tests.support.history import History, check
 from tests.support.publisher import Publisher
@@ -162,7 +162,7 @@ class ProxiedMesh:
 
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir
-        ports = free_ports(HUBS)
+        ports = restartable_ports(HUBS)  # a killed hub comes back on its port
         self.mesh_ports = {h: ports[h - 1] for h in range(1, HUBS + 1)}
         peer_ids = {}
         for h in self.mesh_ports:
