@@ -105,12 +105,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     # In a worker of ``--dist loadgroup``, pytest-xdist tags each test's node id with its group
-    # (``...::test@group``); pytest 9.2 drops that tag, and the groups were spread over the
-    # workers without a word (pyproject.toml pins pytest below it).  Stop instead.
+    # (``...::test@group``).  Without the tag (the marks came too late, or pytest 9.2, which
+    # ignores it) the groups were spread over the workers without a word.  Stop instead.
     if node.config.getoption("dist") == "loadgroup" and ids and "@" not in ids[0]:
         pytest.exit(
-            f"--dist loadgroup: pytest {pytest.__version__} dropped pytest-xdist's group tags, so every "
-            "module would be split over the workers (two Spark clusters); see pyproject.toml's pytest pin",
+            f"--dist loadgroup: the workers' tests carry no group (pytest {pytest.__version__}), so every "
+            "module would be split over them (two Spark clusters); see pyproject.toml's pytest pin",
             returncode=pytest.ExitCode.USAGE_ERROR,
         )
 
