@@ -78,7 +78,8 @@ class Streams:
 
     def forget_key(self, key: str) -> None:
         """This hub no longer wants anything under ``key``: its starts go (a later join starts anew)."""
-        for k in (gone := [k for k in self.since if k[1] == key]):
+        gone = [k for k in self.since if k[1] == key]
+        for k in gone:
             del self.since[k]
         if gone:
             self._save_since(self.since)
@@ -105,8 +106,10 @@ class Streams:
         return stream
 
     def _effective(self, origin: int, topic: str, stream: Stream) -> int | None:
-        floor, chain = self._floor(origin, topic), stream.chain
-        return floor if chain is None else chain if floor is None else max(chain, floor)
+        floor = self._floor(origin, topic)
+        if stream.chain is None:
+            return floor
+        return stream.chain if floor is None else max(stream.chain, floor)
 
     # -- sets ------------------------------------------------------------------------------
 
