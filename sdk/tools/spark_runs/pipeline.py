@@ -201,11 +201,16 @@ class Streams:
 
     def await_all(self, timeout: float) -> bool:
         """For availableNow: wait until every query has ended (True) or ``timeout`` passed."""
+        from pyspark.errors import StreamingQueryException
+
         deadline = time.monotonic() + timeout
         for query in self.queries:
-            # Seconds; pyspark multiplies by 1000 and rounds, so a float is fine despite its annotation.
-            if not query.awaitTermination(max(0.1, deadline - time.monotonic())):  # type: ignore[arg-type]
-                return False
+            try:
+                # Seconds; pyspark multiplies by 1000 and rounds, so a float is fine despite its annotation.
+                if not query.awaitTermination(max(0.1, deadline - time.monotonic())):  # type: ignore[arg-type]
+                    return False
+            except StreamingQueryException:
+                pass  # it ended with an error, which awaitTermination raises: check_alive judges it
             if self.check_alive():
                 return False  # started again: this run is not over
         for query in self.queries:
