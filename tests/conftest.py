@@ -1,6 +1,6 @@
 """Shared fixtures: real hubs on 127.0.0.1, started as subprocesses or in-process.
 
-The whole suite runs on two pytest-xdist workers (``deploy/local.sh test``: ``-n 2 --dist
+The whole suite runs on three pytest-xdist workers (``deploy/local.sh test``: ``-n 3 --dist
 loadgroup``).  :func:`pytest_collection_modifyitems` puts every test in a group, one module per
 group, so a module-scoped fixture (a Spark cluster, three hubs) is made once, on one worker; and
 it hands the long groups out first, so none of them starts last and runs on alone.
