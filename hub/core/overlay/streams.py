@@ -209,13 +209,18 @@ class Streams:
             stream.gap = Gap(after=after, upto=upto, opened=now, asked=now, retry=0.0)
         else:
             gap.upto = upto
-        self._ask(origin, topic, stream.gap, now)
+        self._ask(origin, topic, stream, now)
 
-    def _ask(self, origin: int, topic: str, gap: Gap | None, now: float) -> None:
+    def _ask(self, origin: int, topic: str, stream: Stream, now: float) -> None:
+        gap = stream.gap
         assert gap is not None
         gap.asked, gap.asked_after = now, gap.after
         self.counters.repairs_asked += 1
-        self.asks.append(RepairAsk(origin, topic, gap.after, gap.upto))
+        # A range whose missing messages were counted up to counted_upto is asked again up to
+        # there first (its REPAIRED is not counted again), and the rest once that part came
+        # (repaired() asks on): one ask over both would count the first part's holes twice.
+        upto = stream.counted_upto if gap.after < stream.counted_upto < gap.upto else gap.upto
+        self.asks.append(RepairAsk(origin, topic, gap.after, upto))
 
     def _emit(self, origin: int, s: wire.RoutedSet, topics: list[str]) -> None:
         self.counters.delivered_sets += 1
@@ -274,9 +279,10 @@ class Streams:
 
     def repaired(self, origin: int, topic: str, upto: int, missing: int, now: float) -> None:
         """The origin resent what it had up to ``upto``, ahead of this answer, but ``missing``
-        messages: counted lost once per range end, even if its resent sets (chained across what
-        it lacks) closed the gap.  An answer in parts (``upto`` short of the gap's end, bounded
-        by the origin) whose sets all came is asked on from at once.  A gap still open when the
+        messages: counted lost once, for a range past the last one counted (see _ask), even if
+        its resent sets (chained across what it lacks) closed the gap.  An answer in parts
+        (``upto`` short of the gap's end, bounded by the origin, or by _ask) whose sets all came
+        is asked on from at once.  A gap still open when the
         origin had some of the range to resend (``missing`` short of it) waits for sets lost or
         overtaken on the way, or the origin lacks its end: delivering the held sets could lose
         sets, so it is asked again, given up after SHORT_ANSWERS_MAX such answers.  Else the
@@ -293,7 +299,7 @@ class Streams:
         if gap.after >= upto or (stream.chain or 0) >= upto:
             if gap.asked_after < upto < gap.upto:  # this answer's part, not an older one's
                 gap.retry = 0.0
-                self._ask(origin, topic, gap, now)
+                self._ask(origin, topic, stream, now)
             return
         if missing < upto - gap.asked_after:  # not all of it missing: it may have resent some
             self.counters.repairs_short += 1
@@ -345,7 +351,7 @@ class Streams:
                 due = gap.asked + wait
                 if now >= due:
                     gap.retry = wait
-                    self._ask(origin, topic, gap, now)
+                    self._ask(origin, topic, stream, now)
                     due = now + min(retry_max, wait * 2)
             deadline = due if deadline is None else min(deadline, due)
         return deadline
