@@ -25,7 +25,8 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..blocking import connect_blocking
@@ -34,6 +35,9 @@ from .testbed_report import Publisher, Received, Settings, Subscriber, summarize
 
 #: The v2 mesh protocol's id prefix (``/pub0sub/mesh/2...``), as the hubs' status names a link's protocol.
 V2 = "/pub0sub/mesh/2."
+
+#: Hubs asked for their status at once (each a connection from a thread of this process).
+STATUS_THREADS = 16
 
 #: Each hub's own page size (for RSS from /proc/PID/statm) and clock ticks (CPU from /proc/PID/stat).
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -137,7 +141,7 @@ class TestBed:
         deadline = time.monotonic() + timeout
         want = self.s.hubs - 1
         while time.monotonic() < deadline:
-            reach = [self._overlay(h).get("reachable", 0) for h in self.cluster.hubs]
+            reach = [overlay.get("reachable", 0) for overlay in self._overlays(self.cluster.hubs)]
             self.progress(f"forming: {sum(r >= want for r in reach)}/{len(reach)} hubs reach all others")
             if all(r >= want for r in reach):
                 return True
@@ -151,14 +155,19 @@ class TestBed:
         except Exception:  # a hub down or stalled: it has nothing to say now
             return {}
 
-    def _overlay(self, hub: HubInfo) -> dict[str, Any]:
-        return self._mesh(hub).get("overlay") or {}
+    def _meshes(self, hubs: Sequence[HubInfo]) -> list[dict[str, Any]]:
+        """:meth:`_mesh` of each hub, asked at once: one at a time, a 50-hub look took a round trip
+        per hub, and up to the timeouts for each hub down or stalled."""
+        with ThreadPoolExecutor(max_workers=max(1, min(STATUS_THREADS, len(hubs)))) as pool:
+            return list(pool.map(self._mesh, hubs))
+
+    def _overlays(self, hubs: Sequence[HubInfo]) -> list[dict[str, Any]]:
+        return [mesh.get("overlay") or {} for mesh in self._meshes(hubs)]
 
     def _overlay_totals(self) -> dict[str, dict[str, int]]:
         frames: dict[str, int] = {}
         sent: dict[str, int] = {}
-        for hub in self.cluster.hubs:
-            overlay = self._overlay(hub)
+        for overlay in self._overlays(self.cluster.hubs):
             for kind, n in overlay.get("sent_frames", {}).items():
                 frames[kind] = frames.get(kind, 0) + n
             for kind, n in overlay.get("sent_bytes", {}).items():
@@ -187,8 +196,7 @@ class TestBed:
 
     def _per_hub(self) -> list[dict[str, Any]]:
         rows = []
-        for hub in self.cluster.hubs:
-            mesh = self._mesh(hub)
+        for hub, mesh in zip(self.cluster.hubs, self._meshes(self.cluster.hubs), strict=True):
             overlay = mesh.get("overlay") or {}
             cpu, rss = proc_sample(hub.pid) if hub.proc is not None and hub.proc.poll() is None else (0.0, 0)
             rows.append(
@@ -305,8 +313,9 @@ class TestBed:
         reached the subscriber hubs over shortcuts, and no stall led to a detour).  A random relay
         when none relayed any.  A relay serves no client, so every ROUTED_SETS it sent was relayed."""
         best, most = self.rng.choice(self.relays), 0
-        for index in self.relays:
-            sent = self._overlay(self.cluster.hubs[index]).get("sent_frames", {}).get("ROUTED_SETS", 0)
+        overlays = self._overlays([self.cluster.hubs[index] for index in self.relays])
+        for index, overlay in zip(self.relays, overlays, strict=True):
+            sent = overlay.get("sent_frames", {}).get("ROUTED_SETS", 0)
             relayed = max(0, sent - self._relayed.get(index, 0))  # a restarted hub counts from 0
             self._relayed[index] = sent
             if relayed > most:
