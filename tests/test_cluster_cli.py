@@ -22,6 +22,7 @@ import pytest
 from hub.storage.store import LOCK_FILE as HUB_LOCK_FILE
 from sdk.tools.cluster import port_free, restartable_ports
 from sdk.tools.cluster_state import LOCK_FILE, STATE_FILE
+from sdk.tools.port_leases import lease
 from tests.support.command import Command, no_traceback
 from tests.support.procstat import children, running
 
@@ -221,3 +222,23 @@ def test_restartable_ports_are_free_distinct_and_below_the_ephemeral_range() -> 
     ports = restartable_ports(20)
     assert len(set(ports)) == 20 and all(1024 <= p < low for p in ports)
     assert all(port_free(port) for port in ports)
+    assert lease(ports, 20, port_free) == [], "leased: no other pick hands them out before their hubs bind"
+
+
+def test_a_leased_port_is_not_handed_out_again_by_another_process_until_its_lease_ends(tmp_path: Path) -> None:
+    """Hubs bind their ports a second or more after the pick: a port picked for one must not be
+    picked for another meanwhile, by this process or any other (another xdist worker)."""
+    registry = tmp_path / "leases.json"
+    assert lease([5001, 5002], 2, lambda port: True, registry=registry) == [5001, 5002]
+    assert lease([5001, 5003], 2, lambda port: True, registry=registry) == [5003]
+    other = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from sdk.tools.port_leases import lease; "
+         "print(lease([5001, 5002, 5003, 5004, 5005], 3, lambda p: p != 5005, registry=Path(sys.argv[1])))",
+         str(registry)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert other.stdout.strip() == "[5004]"
+    assert lease([5006], 1, lambda port: True, registry=registry, seconds=0.0) == [5006]
+    assert lease([5006], 1, lambda port: True, registry=registry) == [5006], "an ended lease frees the port"
+    registry.write_text('{"5007": ')  # cut short by a crash mid-write
+    assert lease([5007], 1, lambda port: True, registry=registry) == [5007]

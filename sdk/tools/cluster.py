@@ -31,6 +31,7 @@ from typing import Any
 from ..blocking import connect_blocking
 from .cluster_secret import cluster_secret
 from .local_tls import local_tls
+from .port_leases import lease
 from .start_lines import start_lines
 
 HUB_START_SECONDS = 30.0
@@ -76,17 +77,15 @@ def restartable_ports(n: int) -> list[int]:
     """``n`` distinct ports free on 127.0.0.1 now, below the kernel's ephemeral range: for a hub
     that is restarted on its ports.  A port from the range (what binding port 0 gives) can be
     taken, while its hub is down, as the source port of any outgoing connection on the machine,
-    and the restart then fails with "address in use" (a fault test saw it, 2026-11-29)."""
+    and the restart then fails with "address in use" (a fault test saw it, 2026-11-29).  Each is
+    leased (:mod:`sdk.tools.port_leases`) so that no other pick hands it out before its hub binds."""
     low = _ephemeral_low()
-    picked: list[int] = []
     rng = random.Random()
-    for _ in range(50 * n):
-        port = rng.randrange(max(1024, low // 3), low)
-        if port not in picked and port_free(port):
-            picked.append(port)
-            if len(picked) == n:
-                return picked
-    raise RuntimeError(f"no {n} free ports below {low} on {HOST}")
+    # Leased (port_leases.py): no other pick on this machine hands them out before the hub binds.
+    picked = lease((rng.randrange(max(1024, low // 3), low) for _ in range(50 * n)), n, port_free)
+    if len(picked) < n:
+        raise RuntimeError(f"no {n} free ports below {low} on {HOST}")
+    return picked
 
 
 def _ephemeral_low() -> int:
