@@ -282,11 +282,10 @@ class Streams:
         messages: counted lost once, for a range past the last one counted (see _ask), even if
         its resent sets (chained across what it lacks) closed the gap.  An answer in parts
         (``upto`` short of the gap's end, bounded by the origin, or by _ask) whose sets all came
-        is asked on from at once.  A gap still open when the
-        origin had some of the range to resend (``missing`` short of it) waits for sets lost or
-        overtaken on the way, or the origin lacks its end: delivering the held sets could lose
-        sets, so it is asked again, given up after SHORT_ANSWERS_MAX such answers.  Else the
-        held sets up to ``upto`` go."""
+        is asked on from at once.  A gap still open when the origin had some of the range to
+        resend (``missing`` short of it) waits for sets lost or overtaken on the way, or the
+        origin lacks its end: delivering the held sets could lose sets, so it is asked again,
+        given up after SHORT_ANSWERS_MAX such answers.  Else the held sets up to ``upto`` go."""
         stream = self.streams.get((origin, topic))
         if stream is None:
             return
