@@ -81,7 +81,6 @@ def restartable_ports(n: int) -> list[int]:
     leased (:mod:`sdk.tools.port_leases`) so that no other pick hands it out before its hub binds."""
     low = _ephemeral_low()
     rng = random.Random()
-    # Leased (port_leases.py): no other pick on this machine hands them out before the hub binds.
     picked = lease((rng.randrange(max(1024, low // 3), low) for _ in range(50 * n)), n, port_free)
     if len(picked) < n:
         raise RuntimeError(f"no {n} free ports below {low} on {HOST}")
