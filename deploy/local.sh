@@ -54,8 +54,8 @@ case "$cmd" in
     ensure_venv dev
     ensure_system_packages
     # Three workers on two cores: the suite mostly waits on hubs, JVMs and subprocesses (two
-    # workers kept the cores ~60% busy: 653 s against 509 s with three; four made Spark's Python
-    # workers miss their connect-back timeout; docs/benchmarks.md, "The test suite's time").
+    # workers kept the cores ~60% busy: 653 s against 509 s with three; four made a Spark Python
+    # worker miss its connect-back timeout; docs/benchmarks.md, "The test suite's time").
     # tests/conftest.py groups the tests by module. Later options win: -n 0 runs it in one process.
     exec "$VENV/bin/python" -m pytest -n "${PUB0SUB_TEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder "$@"
     ;;
