@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from ..stopping import run_until_stopped
 from . import scenarios as _scenarios  # noqa: F401  (fills the registry)
+from .procs import stop_spawned
 from .registry import SCENARIOS, Params
 from .results import Summary, fill_ratios
 from .runner import run
@@ -56,7 +57,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub bench") -> i
             print(line, file=sys.stderr, flush=True)
 
     summaries: list[Summary] = []
-    outcome = run_until_stopped(lambda: run(ids, params, repeat=args.repeat, progress=progress, into=summaries))
+    left: list[int] = []
+    outcome = run_until_stopped(lambda: run(ids, params, repeat=args.repeat, progress=progress, into=summaries),
+                                cleanup=lambda: left.extend(stop_spawned()))  # fmt: skip
+    if left:
+        progress(f"bench: stopped {len(left)} process(es) left running: {' '.join(map(str, left))}")
     if outcome.stopped:
         # The summary of a stopped run: the figures measured until then (the servers are stopped).
         summaries[:] = [s for s in summaries if s.samples]

@@ -64,6 +64,35 @@ def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None, *
         proc.wait(timeout=grace)
 
 
+#: Every child :func:`spawn` started that was running when last looked at (see stop_spawned).
+_spawned: list[subprocess.Popen[str]] = []
+
+
+def stop_spawned(*, grace: float = 5.0) -> list[int]:
+    """Stop every child :func:`spawn` started that still runs: SIGTERM by its PID, SIGKILL after
+    ``grace`` seconds.  Returns their PIDs.
+
+    The bench's last cleanup.  Each server and worker is stopped by the ``finally`` that started
+    it, but a stop signal lands once, wherever the bench is: inside one of those blocks (while it
+    waits for one worker to exit) it skips the rest of the block, and between a spawn and the
+    ``try`` that would stop the child it leaves one that no block knows.  A suite run at load ~8
+    saw one of its children outlive a SIGTERMed ``pub0sub bench``."""
+    running = [proc for proc in _spawned if proc.poll() is None]
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=grace)
+    _spawned.clear()
+    return [proc.pid for proc in running]
+
+
 class LineReader:
     """Read a child's stdout lines on a thread so the parent can wait with a deadline."""
 
@@ -100,7 +129,7 @@ def spawn(argv: Sequence[str], *, capture: bool = True, cwd: str | None = None) 
     its children by PID on the way out, instead of every worker printing its own traceback.
     """
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         list(argv),
         stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
@@ -109,3 +138,6 @@ def spawn(argv: Sequence[str], *, capture: bool = True, cwd: str | None = None) 
         env=env,
         start_new_session=True,
     )
+    _spawned[:] = [p for p in _spawned if p.returncode is None]  # those seen to end are done with
+    _spawned.append(proc)
+    return proc
