@@ -3,7 +3,7 @@ and a real hub: what it does when a query fails."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +15,8 @@ from sdk.tools.spark_runs.pipeline import Streams
 from tests.support.hubprocess import HubProcess
 
 
-@pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    process = HubProcess("--data-dir", str(tmp_path / "hub"))
-    yield process
-    process.stop()
-
-
 def test_available_now_queries_that_fail_in_sparks_machinery_are_restarted_then_reported(
-    spark: Any, hub: HubProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any, start_hub: Callable[..., HubProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An availableNow query that ends with an error is judged as a micro-batch one is: a failure
     of Spark's machinery (SPARK_FAILURES) starts the queries again from their checkpoints, at most
@@ -31,6 +24,7 @@ def test_available_now_queries_that_fail_in_sparks_machinery_are_restarted_then_
     (a Python data source writer that cannot start: here an invalid topic, in a suite run a
     Python worker that did not connect back in time); the test counts it as Spark's."""
     monkeypatch.setattr(pipeline, "SPARK_FAILURES", ("Failed to initialize Python data source writer",))
+    hub = start_hub("--data-dir", str(tmp_path / "hub"))
     with sdk.connect_blocking(hub.address) as client:
         client.publish_acked_many([("in.0", b"k:%d" % i, b"k") for i in range(20)])
     streams = Streams(spark, hub.address, hub.address, "out an", tmp_path / "an", {"availableNow": True},
