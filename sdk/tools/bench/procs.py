@@ -69,8 +69,8 @@ _spawned: list[subprocess.Popen[str]] = []
 
 
 def stop_spawned(*, grace: float = 5.0) -> list[int]:
-    """Stop every child :func:`spawn` started that still runs: SIGTERM by its PID, SIGKILL after
-    ``grace`` seconds.  Returns their PIDs.
+    """Stop every child :func:`spawn` started that still runs (:func:`stop_process`: SIGTERM by its
+    PID, SIGKILL after ``grace`` seconds).  Returns their PIDs.
 
     The bench's last cleanup.  Each server and worker is stopped by the ``finally`` that started
     it, but a stop signal lands once, wherever the bench is: inside one of those blocks (while it
@@ -79,16 +79,7 @@ def stop_spawned(*, grace: float = 5.0) -> list[int]:
     saw one of its children outlive a SIGTERMed ``pub0sub bench``."""
     running = [proc for proc in _spawned if proc.poll() is None]
     for proc in running:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for proc in running:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=grace)
+        stop_process(proc, grace=grace)
     _spawned.clear()
     return [proc.pid for proc in running]
 
