@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+from sdk.tools.bench.procs import stop_process
 from tests.support.procstat import running
 
 # A bench in miniature: two workers, stopped one after the other in a ``finally``; the first
@@ -43,3 +44,46 @@ def test_workers_a_stop_signal_kept_their_finally_from_stopping_are_stopped_on_t
     assert proc.returncode == 0
     assert out.strip() == str(pids), "both were left running by the interrupted finally"
     assert [pid for pid in pids if running(pid)] == []
+
+
+def test_a_child_is_stopped_and_reaped_when_an_interrupt_left_popens_wait_lock_held() -> None:
+    # A KeyboardInterrupt landing in Popen.poll() right after it took its internal lock leaves
+    # the lock held: Popen.poll() then says "running" and Popen.wait() times out for ever.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child._waitpid_lock.acquire()  # type: ignore[attr-defined]  # what that interrupt leaves
+    started = time.monotonic()
+    stop_process(child, grace=2)
+    assert child.returncode == -signal.SIGTERM
+    assert time.monotonic() - started < 2, "stopped only by SIGKILL after the grace"
+    assert not running(child.pid)
+    stop_process(child)  # once reaped, stopping again is a no-op
+
+
+# A measurement whose unwinding after the stop signal raises something else (a server that would
+# not stop, as in CI): the bench must end there, not report one failed measurement and go on.
+STOPPED_MEASUREMENT = """
+import os, signal, time
+from sdk.tools.bench.registry import Method, Params, Scenario, register_scenario
+from sdk.tools.bench.results import FigureSpec, Measurement
+from sdk.tools.bench.runner import run
+from sdk.tools.stopping import run_until_stopped
+
+def measure(server, params):
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    finally:
+        raise RuntimeError("a server would not stop")
+
+register_scenario(Scenario(id="X1", title="stopped", figures=(FigureSpec(name="n", unit="1"),), defaults=lambda p: p,
+                           methods=[Method(system="x", method="m", tooling="-", measure=measure)]))
+rounds = []
+outcome = run_until_stopped(lambda: run(["X1"], Params(), repeat=3, progress=rounds.append))
+print(outcome.signal, len(rounds), flush=True)
+"""
+
+
+def test_a_stop_whose_unwinding_raised_something_else_ends_the_bench_run() -> None:
+    done = subprocess.run([sys.executable, "-c", STOPPED_MEASUREMENT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["SIGINT", "0"], (done.stdout, done.stderr)

@@ -51,17 +51,44 @@ def wait_until(check: Callable[[], bool], *, timeout: float, what: str, interval
 
 
 def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None, *, grace: float = 5.0) -> None:
-    """SIGTERM the child by its PID, then SIGKILL after ``grace`` seconds."""
-    if proc is None or proc.poll() is not None:
+    """SIGTERM the child by its PID, then SIGKILL after ``grace`` seconds; reaped either way."""
+    if proc is None or _reaped(proc):
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=grace)
+    if _reap(proc, timeout=grace):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGKILL)
+    if not _reap(proc, timeout=grace):
+        raise subprocess.TimeoutExpired(proc.args, grace)
+
+
+def _reaped(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> bool:
+    return _reap(proc, timeout=0.0)
+
+
+def _reap(proc: subprocess.Popen[bytes] | subprocess.Popen[str], *, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for the child to exit and reap it: true once it has.
+
+    By its PID (``os.waitpid``), not with ``Popen.wait``/``poll``: a stop signal's
+    ``KeyboardInterrupt`` that lands inside ``poll()`` just after it took ``Popen``'s internal
+    wait lock leaves that lock held for good, and from then on ``poll()`` says "running" and
+    ``wait()`` times out for a child long dead.  CI saw it: a Ctrl-C while a redis-server started
+    made stopping it time out twice (10 s), and the bench's cleanup then failed on it again."""
+    deadline = time.monotonic() + timeout
+    while proc.returncode is None:
+        try:
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already, by a Popen.wait elsewhere
+            return True
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 #: Every child :func:`spawn` started that was running when last looked at (see stop_spawned).
@@ -77,7 +104,7 @@ def stop_spawned(*, grace: float = 5.0) -> list[int]:
     waits for one worker to exit) it skips the rest of the block, and between a spawn and the
     ``try`` that would stop the child it leaves one that no block knows.  A suite run at load ~8
     saw one of its children outlive a SIGTERMed ``pub0sub bench``."""
-    running = [proc for proc in _spawned if proc.poll() is None]
+    running = [proc for proc in _spawned if not _reaped(proc)]
     for proc in running:
         stop_process(proc, grace=grace)
     _spawned.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
+from ..stopping import stop_requested
 from .peers import Server
 from .registry import SCENARIOS, SERVERS, Method, Params, Scenario
 from .results import FigureSpec, Measurement, Summary, fill_ratios
@@ -97,6 +98,10 @@ def _measure_once(m: Method, p: Params, pool: ServerPool) -> Measurement:
         server = pool.get(m.server) if m.server else None
         return m.measure(server, p)
     except Exception as exc:
+        if stop_requested():
+            # The stop's KeyboardInterrupt, replaced by what the unwinding it started raised (a
+            # server that would not stop): the stop, not a failed measurement to go on after.
+            raise
         # One failed measurement is reported, not fatal: the other systems' figures still stand.
         print(f"bench: {m.system}:{m.method} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return Measurement(figures={}, details={"error": f"{type(exc).__name__}: {exc}"})
