@@ -48,7 +48,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--fault-every",
         type=float,
         default=d.fault_every,
-        help=f"seconds between faults, a crash and a stall in turn; 0: none (default {d.fault_every:g})",
+        help=(f"a fault every this many seconds of the run, a crash and a stall in turn (one due while "
+              f"another lasts starts when it ends); 0: none (default {d.fault_every:g})"),
     )
     p.add_argument("--seed", type=int, default=d.seed, help=f"which hubs do what, and which fail (default {d.seed})")
     p.add_argument(
