@@ -22,9 +22,9 @@ import pytest
 import trio
 
 import sdk
+from sdk.tools.tcpproxy import TcpProxy
 from tests.support.cluster import HUB_POLL, Cluster, Hub, collect
 from tests.support.procstat import children, running
-from tests.support.tcpproxy import TcpProxy
 from tests.support.waiting import await_until, wait_until
 
 #: Mesh heartbeats for these tests: a dead link is declared after 0.5 s x 3 = 1.5 s.

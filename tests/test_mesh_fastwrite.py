@@ -22,8 +22,8 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from hub.mesh import fastwrite
 from hub.mesh.fastwrite import FastStreamWriter
 from hub.mesh.host import make_host, quiet_libp2p_logs
+from sdk.tools.tcpproxy import TcpProxy
 from tests.support.libp2p_pair import LISTEN, PROTO, connection_quiet, read_exactly, stream_pair
-from tests.support.tcpproxy import TcpProxy
 from tests.support.ticker import Ticker
 
 

@@ -22,9 +22,9 @@ from hub.config import HubConfig
 from hub.storage.batches import SharedBatch
 from hub.storage.file_cache import FileCache
 from hub.storage.topic_log import LogSettings, TopicLog
+from sdk.tools.tcpproxy import TcpProxy
 from tests.support.cluster import HUB_POLL, Cluster, Hub, collect
 from tests.support.mesh import OwnLog, Store, interest_of, new_hub_id, start_mesh, status_of
-from tests.support.tcpproxy import TcpProxy
 from tests.support.waiting import await_until
 
 MSG = b"m" * 64

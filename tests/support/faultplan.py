@@ -41,11 +41,11 @@ from libp2p.peer.id import ID
 import sdk
 from hub.mesh.identity import load_or_create_identity
 from sdk.tools.cluster import restartable_ports
+from sdk.tools.tcpproxy import TcpProxy
 from tests.support.cluster import HUB_POLL, Hub, converged, sends_to
 from tests.support.history import History, check
 from tests.support.publisher import Publisher
 from tests.support.syncclient import read_all
-from tests.support.tcpproxy import TcpProxy
 from tests.support.waiting import wait_until
 
 HUBS = 3

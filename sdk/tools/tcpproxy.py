@@ -1,7 +1,9 @@
-"""A userspace TCP proxy the tests control: forward, cut, black-hole, heal.
+"""A userspace TCP proxy the tests and the test bed control: forward, cut, black-hole, heal.
 
 ``tc netem`` and ``iptables`` are not available on the test machines
-(RELIABILITY.md), so link faults between hubs go through this proxy.  It runs
+(RELIABILITY.md), so link faults between hubs go through this proxy (in the
+test bed, ``sdk/tools/testbed.py``, one in front of each hub's mesh port, which
+the hub announces with ``--mesh-announce``).  It runs
 its own trio loop in a background thread, so a test -- sync or trio -- drives
 it with plain method calls:
 
@@ -16,6 +18,8 @@ it with plain method calls:
 ...     proxy.delay(0.05)   # every chunk waits 50 ms each way (order kept)
 ...     proxy.drop(0.01)    # every chunk is swallowed with probability 1% (the stream is damaged)
 ...     proxy.heal()        # no delay, no drops; damaged connections are closed
+...     handle, sent = proxy.busiest()  # the connection that forwarded most since the last look
+...     proxy.blackhole_one(handle)     # one link fails, the others carry on; heal() closes it
 
 Only 127.0.0.1; the listening port is chosen by the kernel (port 0).
 """
@@ -59,6 +63,9 @@ class _Conn:
     stalled: trio.Event | None = None
     #: A chunk was dropped: the stream is damaged, so heal() closes it.
     damaged: bool = False
+    #: Bytes forwarded (both ways), and that count at the last look (see TcpProxy.busiest)
+    forwarded: int = 0
+    looked: int = 0
 
 
 @dataclass
@@ -165,6 +172,31 @@ class TcpProxy:
     @property
     def connections(self) -> int:
         return self._call(lambda: len(self._conns))
+
+    def busiest(self) -> tuple[int, int] | None:
+        """(a handle for :meth:`blackhole_one`, bytes) of the open connection that forwarded the
+        most bytes since the previous call; None without one.  Every count starts again."""
+        return self._call(self._busiest)
+
+    def blackhole_one(self, handle: int) -> bool:
+        """Swallow every byte of that one connection from now on, both ways, while the others carry
+        on: one link of many failing.  :meth:`heal` closes it.  False if it has ended meanwhile."""
+        return self._call(self._blackhole_one, handle)
+
+    def _busiest(self) -> tuple[int, int] | None:
+        best: tuple[int, int] | None = None
+        for conn in self._conns:
+            sent, conn.looked = conn.forwarded - conn.looked, conn.forwarded
+            if not conn.holed and (best is None or sent > best[1]):
+                best = (id(conn), sent)
+        return best
+
+    def _blackhole_one(self, handle: int) -> bool:
+        for conn in self._conns:
+            if id(conn) == handle:
+                conn.holed = True
+                return True
+        return False
 
     # -- inside the proxy's trio loop --------------------------------------------------
 
@@ -293,6 +325,7 @@ class TcpProxy:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 break
             self.stats.bytes_forwarded += len(data)
+            conn.forwarded += len(data)
         # One side ended: end the whole connection so the other side sees it too
         # (unless black-holed: a black hole never tells anyone anything).
         if not conn.holed:
