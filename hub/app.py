@@ -184,7 +184,7 @@ class HubServer:
                         extra=ev("overlay_unavailable", reason="legacy_hub_id"))  # fmt: skip
             overlay_from = 0
         mesh_config = MeshConfig(
-            listen=config.mesh_listen,
+            listen=config.mesh_listen, announce=tuple(config.mesh_announce),
             bootstrap=tuple(config.bootstrap),
             cluster=config.cluster,
             data_dir=config.data_dir,

@@ -138,6 +138,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
            type=float)  # fmt: skip
     option("--mesh-listen", "libp2p multiaddr for the mesh, e.g. /ip4/127.0.0.1/tcp/0; none: no mesh",
            metavar="MULTIADDR")  # fmt: skip
+    option("--mesh-announce", "multiaddr other hubs dial instead of --mesh-listen's, e.g. a proxy's or a "
+           "port forward's /ip4/HOST/tcp/PORT (repeatable)", metavar="MULTIADDR", action="append")  # fmt: skip
     option("--bootstrap", "multiaddr of a hub to join through, ending in /p2p/<peer id> (repeatable)",
            metavar="MULTIADDR", action="append")  # fmt: skip
     option("--cluster", "cluster name: hubs find each other under it in the DHT", metavar="NAME")
@@ -211,7 +213,11 @@ async def run_hub(server: HubServer) -> None:
             print(f"listening on {address}", flush=True)
             print(f"hub id {server.hub_id:016x}", flush=True)
             if server.mesh is not None:
-                for addr in server.mesh.listen_addrs:
+                # Announced addresses first: a reader takes its dial addresses once it sees a
+                # "listening" line (sdk/tools/cluster.py).
+                for addr in server.mesh.listen_addrs if server.mesh.config.announce else []:
+                    print(f"mesh announced as {addr}", flush=True)
+                for addr in server.mesh.bound_addrs:
                     print(f"mesh listening on {addr}", flush=True)
             if server.ops is not None:
                 print(f"metrics on http://{server.ops.address}/metrics", flush=True)
@@ -270,6 +276,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub hub") -> int
         "consumer_expiry_seconds": args.consumer_expiry_seconds,
         "ack_wait_seconds": args.ack_wait_seconds,
         "mesh_listen": args.mesh_listen,
+        "mesh_announce": tuple(args.mesh_announce) if args.mesh_announce else None,
         "bootstrap": tuple(args.bootstrap) if args.bootstrap else None,
         "cluster": args.cluster,
         "max_peers": args.max_peers,

@@ -113,6 +113,9 @@ class HubConfig:
     ack_wait_seconds: float = 30.0
     #: libp2p listen multiaddr for the mesh (e.g. /ip4/0.0.0.0/tcp/7421); None = no mesh.
     mesh_listen: str | None = None
+    #: Multiaddrs other hubs are told to dial instead of ``mesh_listen``'s (libp2p's announce
+    #: addresses): a hub behind a port forward, a NAT or a proxy.  Empty: the addresses it listens on.
+    mesh_announce: tuple[str, ...] = ()
     #: Multiaddrs of hubs to join through (ending in /p2p/<peer id>).
     bootstrap: tuple[str, ...] = ()
     #: Hubs of one cluster find each other under this name in the DHT.
@@ -198,6 +201,12 @@ class HubConfig:
         self.metrics_host_port  # noqa: B018 - likewise
         if self.mesh_dump is not None and self.mesh_listen is None:
             raise ValueError("mesh_dump needs a mesh: set mesh_listen too")
+        if self.mesh_announce and self.mesh_listen is None:
+            raise ValueError("mesh_announce needs a mesh: set mesh_listen too")
+        for address in self.mesh_announce:
+            if "/p2p/" in address or not address.startswith(("/ip4/", "/ip6/", "/dns")) or "/tcp/" not in address:
+                raise ValueError(f"mesh_announce takes /ip4|ip6|dns/HOST/tcp/PORT multiaddrs (the hub adds its "
+                                 f"/p2p/<peer id>), got {address!r}")
         if self.metrics_topics < 0:
             raise ValueError("metrics_topics must be >= 0")
         if self.mesh_shortcuts < 0:

@@ -207,3 +207,14 @@ def test_a_closed_terminal_stops_the_hub_unless_hangups_are_ignored(ignored: boo
             proc.terminate()
             proc.wait(10)
         proc.stdout.close()
+
+
+def test_mesh_announce_takes_host_and_port_multiaddrs_of_a_hub_with_a_mesh() -> None:
+    # A configuration error: exit status 2 and one line, as every bad setting.
+    refused = run_refused_hub("--listen", "127.0.0.1:0", "--mesh-listen", "/ip4/127.0.0.1/tcp/0",
+                              "--mesh-announce", "127.0.0.1:7000")  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stderr == ("python -m hub: mesh_announce takes /ip4|ip6|dns/HOST/tcp/PORT multiaddrs (the hub "
+                              "adds its /p2p/<peer id>), got '127.0.0.1:7000'\n")
+    alone = run_refused_hub("--listen", "127.0.0.1:0", "--mesh-announce", "/ip4/127.0.0.1/tcp/7000")
+    assert (alone.returncode, alone.stderr) == (2, "python -m hub: mesh_announce needs a mesh: set mesh_listen too\n")

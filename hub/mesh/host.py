@@ -9,6 +9,7 @@ refused here first (:func:`hub.shell.ports.check_port_free`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import multiaddr
@@ -51,8 +52,9 @@ def quiet_libp2p_logs(level: int = logging.WARNING) -> None:
         logging.getLogger(name).setLevel(max(level, logging.CRITICAL))
 
 
-def make_host(key_pair: KeyPair, listen: str = DEFAULT_LISTEN) -> IHost:
-    """A host that speaks Noise only; run it with ``host.run(listen_addrs=[...])``.
+def make_host(key_pair: KeyPair, listen: str = DEFAULT_LISTEN, *, announce: Sequence[str] = ()) -> IHost:
+    """A host that speaks Noise only; run it with ``host.run(listen_addrs=[...])``.  ``announce``:
+    the addresses it gives peers (identify, the DHT, the overlay's link state) instead of ``listen``.
 
     Raises :class:`hub.shell.ports.PortInUseError` when something already listens on ``listen``'s port.
     """
@@ -67,6 +69,7 @@ def make_host(key_pair: KeyPair, listen: str = DEFAULT_LISTEN) -> IHost:
         # No floor of connections to keep: see no_auto_dials.
         connection_config=ConnectionConfig(max_connections_per_peer=1, min_connections=0),
         listen_addrs=[multiaddr.Multiaddr(listen)],
+        announce_addrs=[multiaddr.Multiaddr(a) for a in announce] or None,
     )
     no_auto_dials(host)
     return host

@@ -65,10 +65,7 @@ class Mesh:
     the hub's logs), so resends after a restart are deduplicated too.  ``replay``
     reads this hub's own publishes back from its logs for a peer the window could
     not cover (``hub/core/mesh/replay.py``); without it such forwards are counted
-    as evicted, not resent.
-
-    >>> async with trio.open_nursery() as nursery:                # doctest: +SKIP
-    ...     await nursery.start(Mesh(MeshConfig(), hub_id=7, on_forward=store).run)
+    as evicted, not resent.  Run it with ``await nursery.start(mesh.run)``.
     """
 
     def __init__(
@@ -151,8 +148,13 @@ class Mesh:
 
     @property
     def listen_addrs(self) -> list[str]:
-        """Full multiaddrs, ``/ip4/.../tcp/PORT/p2p/<peer id>``: what ``--bootstrap`` takes."""
+        """What other hubs dial (``--bootstrap`` takes it): ``--mesh-announce``'s, else :attr:`bound_addrs`."""
         return [str(a) for a in self.host.get_addrs()]
+
+    @property
+    def bound_addrs(self) -> list[str]:
+        """The addresses this hub listens on, with its ``/p2p/<peer id>``."""
+        return [f"{a}/p2p/{self.peer_id}" for a in self.host.get_transport_addrs()]
 
     def peers_status(self) -> list[dict[str, Any]]:
         """One dict per known peer: ids, address, protocol, interest, window and counters."""
@@ -168,13 +170,11 @@ class Mesh:
     def status(self) -> dict[str, Any]:
         """The ``mesh`` part of the hub's status document."""
         try:
-            addrs = self.listen_addrs
-            peer_id = str(self.peer_id)
+            addrs, peer_id = self.listen_addrs, str(self.peer_id)
         except Exception:  # the host is not up yet
             addrs, peer_id = [], ""
         return {
-            "peer_id": peer_id,
-            "listen_addrs": addrs,
+            "peer_id": peer_id, "listen_addrs": addrs,
             "overlay": None if self.overlay is None else self.overlay.status(),
             "overlay_from": self.switch.from_hubs, "cluster": self.config.cluster,
             "discovery": None if self.discovery is None else self.discovery.status(),
@@ -202,7 +202,7 @@ class Mesh:
         """Listen, discover and link until cancelled; ``task_status.started(self)`` once listening."""
         quiet_libp2p_logs()
         key_pair = self._key_pair or load_or_create_identity(self.config.data_dir)
-        host = make_host(key_pair, self.config.listen)
+        host = make_host(key_pair, self.config.listen, announce=self.config.announce)
         self._host = host
         self.core.load_positions()
         try:
@@ -230,8 +230,8 @@ class Mesh:
                         self._link_for(info.peer_id).static_addrs = list(info.addrs)
                         self.add_peer(info)
                 nursery.start_soon(self._reap_lingering)
-                log.info("mesh %s listening on %s; admission: %s", self.peer_id, ", ".join(self.listen_addrs),
-                         self.config.admission.describe(),
+                log.info("mesh %s listening on %s, dialled at %s; admission: %s", self.peer_id,
+                         ", ".join(self.bound_addrs), ", ".join(self.listen_addrs), self.config.admission.describe(),
                          extra=ev("mesh_listening", x_peer_id=str(self.peer_id), x_addresses=self.listen_addrs,
                                   x_admission=self.config.admission.describe()))  # fmt: skip
                 task_status.started(self)

@@ -18,6 +18,8 @@ DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 class MeshConfig:
     #: ``--mesh-listen``: port 0 picks a free port (read it back from ``Mesh.listen_addrs``).
     listen: str = DEFAULT_LISTEN
+    #: ``--mesh-announce``: what other hubs are told to dial instead of ``listen``'s address.
+    announce: tuple[str, ...] = ()
     #: ``--bootstrap`` multiaddrs ending in ``/p2p/<peer id>``.
     bootstrap: tuple[str, ...] = ()
     #: Hubs provide and look up ``pub0sub-cluster:<cluster>`` in the DHT; clusters sharing a DHT stay apart.
