@@ -1,6 +1,6 @@
 """``pub0sub testbed`` end to end at a small size (sdk/tools/testbed.py): real hub processes that
 start on the v2 full mesh and switch to the overlay (``--mesh-overlay-from``), traffic, a crash
-and a stall of relay hubs, and the summary's verdict.
+and a stall of relay hubs, a black-holed link, and the summary's verdict.
 
 The 50-hub runs are a command (docs/scale.md); this keeps the command itself working.
 """
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def test_a_small_test_bed_switches_to_the_overlay_and_delivers_everything_through_faults(tmp_path: Path) -> None:
     settings = Settings(
         hubs=7, minutes=0.35, max_peers=5, degree=3, overlay_from=4, publishers=1, subscriber_hubs=3,
-        few_topics=2, pair_topics=2, rate=40.0, fault_every=6.0, fault_length=2.0, idle_seconds=1.0,
+        few_topics=2, pair_topics=2, rate=40.0, fault_every=5.5, fault_length=2.0, idle_seconds=1.0,
         idle_settle=0.0, data_root=tmp_path / "bed",
     )  # fmt: skip
     lines: list[str] = []
@@ -28,10 +28,13 @@ def test_a_small_test_bed_switches_to_the_overlay_and_delivers_everything_throug
     d = report["delivery"]
     assert d["acknowledged_publishes"] > 100, lines
     assert (d["delivered"], d["duplicates"], d["fifo_violations"]) == (d["expected"], 0, 0), render(report)
-    assert [f["kind"] for f in report["faults"]][:2] == ["crash", "stall"]
+    assert [f["kind"] for f in report["faults"]][:3] == ["crash", "stall", "link"], lines
     # A stall goes to the relay that relayed the most sets since the last (detours): how many, said.
     assert all(f["relayed_frames_before"] >= 0 for f in report["faults"] if f["kind"] == "stall")
     assert "stalls hit a relay carrying sets" in render(report)
+    # The link failed was one that carried traffic, through the proxy its hub announced.
+    link = next(f for f in report["faults"] if f["kind"] == "link")
+    assert link["bytes_before"] > 0, lines
     # Every hub switched (the overlay formed over all seven), and no full-mesh link was left.
     assert report["formed_seconds"] is not None and report["v2_links"] == 0, render(report)
     assert report["connections_max"] <= 5

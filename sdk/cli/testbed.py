@@ -3,6 +3,7 @@
     pub0sub testbed --hubs 50 --minutes 10 --json bed.json --plot bed.png
     pub0sub testbed --hubs 50 --mesh-overlay-from 10     # start on the full mesh, as hubs do by default
     pub0sub testbed --hubs 10 --minutes 1 --fault-every 0      # no faults
+    pub0sub testbed --hubs 20 --faults crash,stall             # no link failures: no proxies either
 
 See sdk/tools/testbed.py for what runs and what is measured.  Exit status: 0 when every
 acknowledged publish reached every subscriber of its topic once and in order, 1 otherwise
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from ..tools.stopping import run_until_stopped
 from ..tools.testbed import Settings, TestBed
-from ..tools.testbed_report import render, write
+from ..tools.testbed_report import FAULT_KINDS, render, write
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -48,8 +49,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--fault-every",
         type=float,
         default=d.fault_every,
-        help=(f"a fault every this many seconds of the run, a crash and a stall in turn (one due while "
+        help=(f"a fault every this many seconds of the run, of the --faults kinds in turn (one due while "
               f"another lasts starts when it ends); 0: none (default {d.fault_every:g})"),
+    )
+    p.add_argument(
+        "--faults",
+        type=fault_kinds,
+        default=d.faults,
+        metavar="KINDS",
+        help="comma-separated, taken in turn: crash (SIGKILL and restart a relay hub), stall (SIGSTOP it "
+        "for a while), link (black-hole the busiest link for a while; every hub then runs behind a "
+        f"proxy of this command's) (default {','.join(d.faults)})",
     )
     p.add_argument("--seed", type=int, default=d.seed, help=f"which hubs do what, and which fail (default {d.seed})")
     p.add_argument(
@@ -58,6 +68,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, help="write the summary here")
     p.add_argument("--plot", type=Path, help="write a plot (PNG) here")
     return p
+
+
+def fault_kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(f"fault kinds are {', '.join(FAULT_KINDS)}, got {text!r}")
+    return kinds
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub testbed") -> int:
@@ -78,6 +96,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub testbed") ->
         publishers=a.publishers,
         subscriber_hubs=a.subscriber_hubs,
         fault_every=a.fault_every,
+        faults=a.faults,
         seed=a.seed,
         data_root=a.data_root,
     )

@@ -52,8 +52,15 @@ class HubInfo:
     address: str = ""
     hub_id: str = ""
     multiaddrs: list[str] = field(default_factory=list)
+    #: What other hubs dial instead, when it was started with ``--mesh-announce`` (see ``hub_args``)
+    announced: list[str] = field(default_factory=list)
     #: ``http://HOST:PORT`` of its metrics, probes and status page ("" when started without them)
     metrics_url: str = ""
+
+    @property
+    def dial_addrs(self) -> list[str]:
+        """The multiaddrs another hub bootstraps from: the announced ones, else those it listens on."""
+        return self.announced or self.multiaddrs
 
     @property
     def pid(self) -> int:
@@ -129,7 +136,8 @@ class LocalCluster:
 
     ``base_port`` None: every hub on free ports (the demo).  ``metrics``: each hub serves
     ``--metrics-listen`` too.  ``note`` receives the lines a person should see while it starts
-    (ports taken).
+    (ports taken).  ``hub_args(name, ports)``: more arguments for one hub, at each start of it
+    (the test bed's ``--mesh-announce`` of the proxy in front of its mesh port).
     """
 
     def __init__(
@@ -142,6 +150,7 @@ class LocalCluster:
         metrics: bool = False,
         note: Callable[[str], object] = print,
         tls: bool = False,
+        hub_args: Callable[[str, Ports], Sequence[str]] | None = None,
     ) -> None:
         if hubs < 1:
             raise ValueError("a cluster needs at least one hub")
@@ -149,6 +158,7 @@ class LocalCluster:
         self.data_root = data_root
         self.base_port = base_port
         self.extra_args = list(extra_args)
+        self.hub_args = hub_args
         self.metrics = metrics
         self.note = note
         #: With ``tls``: the hubs speak TLS with a throwaway local CA's certificate (sdk/tools/local_tls.py).
@@ -163,7 +173,7 @@ class LocalCluster:
     def start(self) -> None:
         try:
             for i in range(self.count):
-                bootstrap = ["--bootstrap", self.hubs[0].multiaddrs[0]] if self.hubs else []
+                bootstrap = ["--bootstrap", self.hubs[0].dial_addrs[0]] if self.hubs else []
                 ports = (Ports.free(metrics=self.metrics) if self.base_port is None
                          else planned_ports(self.base_port, i, self.note, metrics=self.metrics))  # fmt: skip
                 self.hubs.append(self._start_hub(f"hub-{i + 1}", ports, bootstrap))
@@ -179,7 +189,7 @@ class LocalCluster:
         argv = [
             sys.executable, "-m", "hub", "--name", name, "--listen", f"{HOST}:{ports.client}",
             "--mesh-listen", f"/ip4/{HOST}/tcp/{ports.mesh}", "--data-dir", str(data_dir), *metrics, *bootstrap,
-            *self.extra_args,
+            *self.extra_args, *(self.hub_args(name, ports) if self.hub_args is not None else ()),
         ]  # fmt: skip
         with open(info.log_path, "ab") as log:
             start = log.tell()
@@ -202,6 +212,8 @@ class LocalCluster:
                 info.address = line.split()[-1]
             elif line.startswith("hub id "):
                 info.hub_id = line.split()[-1]
+            elif line.startswith("mesh announced as "):  # before the "listening" lines
+                info.announced.append(line.split()[-1])
             elif line.startswith("mesh listening on "):
                 info.multiaddrs.append(line.split()[-1])
             elif line.startswith("metrics on "):  # http://HOST:PORT/metrics; the page is at its root
@@ -218,7 +230,7 @@ class LocalCluster:
         client_port = int(old.address.rsplit(":", 1)[1])
         mesh_port = int(old.multiaddrs[0].split("/tcp/")[1].split("/")[0])
         others = [h for i, h in enumerate(self.hubs) if i != index and h.multiaddrs]
-        bootstrap = ["--bootstrap", others[0].multiaddrs[0]] if others else []
+        bootstrap = ["--bootstrap", others[0].dial_addrs[0]] if others else []
         metrics_port = int(old.metrics_url.rsplit(":", 1)[1]) if old.metrics_url else None
         self.hubs[index] = self._start_hub(old.name, Ports(client_port, mesh_port, metrics_port), bootstrap)
         return self.hubs[index]

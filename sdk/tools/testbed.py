@@ -1,4 +1,4 @@
-"""The overlay test bed: N real hub processes on the overlay, traffic, crashes and stalls.
+"""The overlay test bed: N real hub processes on the overlay, traffic, crashes, stalls, link failures.
 
 ``pub0sub testbed --hubs 50 --minutes 10`` starts the hubs on loopback (each bootstrapped from
 the first; the overlay finds the rest) with ``--mesh-overlay``, or with ``--mesh-overlay-from N``
@@ -6,7 +6,10 @@ on the v2 full mesh that each leaves for the overlay at N hubs (``overlay_from``
 them idle, then runs publishers and subscribers across hubs while it kills and restarts
 (SIGKILL, same data dir) and stalls (SIGSTOP/SIGCONT) the hubs that relay but serve no
 client -- a stall hits the relay that relayed the most sets since the last one, so that its
-neighbours route around it (detours) -- and prints what issue 16 asks:
+neighbours route around it (detours) -- and fails links: each hub announces a proxy in front
+of its mesh port (``--mesh-announce``, ``proxy_farm.py``), so every link runs through one, and
+a link failure black-holes the link that carried the most bytes since the last one (both ends
+must notice it by their heartbeats) until it is closed -- and prints what issue 16 asks:
 delivery of acknowledged publishes, duplicates, FIFO violations per publisher, publish-to-
 deliver latency, payload copies per delivered set, control against payload bytes, interest
 frames per hub-level join, time to first delivery after a subscribe, links, RSS and CPU per
@@ -20,6 +23,7 @@ a topic must reach every subscriber of it, once and in order per publisher.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -30,7 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..blocking import connect_blocking
-from .cluster import HubInfo, LocalCluster
+from .cluster import HubInfo, LocalCluster, Ports
+from .proxy_farm import ProxyFarm
 from .testbed_report import Publisher, Received, Settings, Subscriber, summarize
 
 #: The v2 mesh protocol's id prefix (``/pub0sub/mesh/2...``), as the hubs' status names a link's protocol.
@@ -77,7 +82,11 @@ class TestBed:
             "--log-level",
             "WARNING",
         ]
-        self.cluster = LocalCluster(settings.hubs, settings.data_root, extra_args=args, note=progress)
+        #: With link faults: a proxy in front of each hub's mesh port (see _proxied)
+        self.proxies = ProxyFarm() if "link" in settings.faults else None
+        self.proxy_ports: dict[str, int] = {}
+        self.cluster = LocalCluster(settings.hubs, settings.data_root, extra_args=args, note=progress,
+                                    hub_args=None if self.proxies is None else self._proxied)  # fmt: skip
         self.stop = threading.Event()
         self.faults: list[dict[str, Any]] = []
         self.figures: dict[str, Any] = {}
@@ -91,8 +100,12 @@ class TestBed:
     def run(self) -> dict[str, Any]:
         s = self.s
         t0 = time.monotonic()
-        self.progress(f"starting {s.hubs} hubs with {self._mode()} --max-peers {s.max_peers} in {s.data_root}")
-        with self.cluster:
+        self.progress(f"starting {s.hubs} hubs with {self._mode()} --max-peers {s.max_peers} in {s.data_root}"
+                      + ("" if self.proxies is None else ", each behind a proxy"))
+        with contextlib.ExitStack() as stack:
+            if self.proxies is not None:
+                stack.enter_context(self.proxies)  # stopped after the hubs
+            stack.enter_context(self.cluster)
             self.figures["start_seconds"] = round(time.monotonic() - t0, 1)
             formed = self._wait_formed(timeout=max(60.0, s.hubs * 2.0))
             self.figures["formed_seconds"] = round(time.monotonic() - t0, 1) if formed else None
@@ -132,6 +145,13 @@ class TestBed:
             }
             self.figures["hubs_at_end"] = self._per_hub()
         return summarize(self.s, self.figures, pubs, subs, self.faults)
+
+    def _proxied(self, name: str, ports: Ports) -> list[str]:
+        """The arguments that put hub ``name`` behind its proxy (the same one across restarts)."""
+        assert self.proxies is not None
+        if name not in self.proxy_ports:
+            self.proxy_ports[name] = self.proxies.add(name, upstream=ports.mesh)
+        return ["--mesh-announce", f"/ip4/127.0.0.1/tcp/{self.proxy_ports[name]}"]
 
     def _mode(self) -> str:
         n = self.s.overlay_from
@@ -294,11 +314,12 @@ class TestBed:
         start = time.monotonic()
         next_fault = start + s.fault_every if s.fault_every > 0 else float("inf")
         next_line = start
-        crash = True
+        kinds = [k for k in s.faults if k == "link" or self.relays]  # crashes and stalls hit relays only
+        turn = 0
         while (now := time.monotonic()) - start < seconds:
-            if now >= next_fault and self.relays:
-                self._fault(crash)
-                crash = not crash
+            if now >= next_fault and kinds:
+                self._fault(kinds[turn % len(kinds)])
+                turn += 1
                 # On the run's clock, not after the fault ended: a restart slowed by load must not
                 # push the next fault out of a short run (CI's 21-second run had only its crash).
                 # One that came due meanwhile starts at once.
@@ -325,30 +346,47 @@ class TestBed:
                 best, most = index, relayed
         return best, most
 
-    def _fault(self, crash: bool) -> None:
+    def _fault(self, kind: str) -> None:
+        at = time.time()
+        fault = self._link_fault() if kind == "link" else self._hub_fault(crash=kind == "crash")
+        if fault is not None:
+            self.faults.append({"kind": kind, "at": at, **fault})
+
+    def _hub_fault(self, *, crash: bool) -> dict[str, Any]:
         if crash:
             index, relayed = self.rng.choice(self.relays), 0
         else:
             index, relayed = self._stall_target()
         hub = self.cluster.hubs[index]
-        at = time.time()
+        assert hub.proc is not None
         if crash:
-            assert hub.proc is not None
             hub.proc.send_signal(signal.SIGKILL)
             hub.proc.wait(10)
             time.sleep(self.s.fault_length)
             self.cluster.restart(index)
         else:
-            assert hub.proc is not None
             hub.proc.send_signal(signal.SIGSTOP)
             time.sleep(self.s.fault_length)
             hub.proc.send_signal(signal.SIGCONT)
-        fault = {"kind": "crash" if crash else "stall", "hub": hub.name, "at": at}
-        if not crash:
-            fault["relayed_frames_before"] = relayed
-        self.faults.append(fault)
         self.progress(f"fault: {'killed and restarted' if crash else 'stalled'} {hub.name}"
                       + ("" if crash else f" (it relayed {relayed} frames of sets since the last stall)"))
+        return {"hub": hub.name} if crash else {"hub": hub.name, "relayed_frames_before": relayed}
+
+    def _link_fault(self) -> dict[str, Any] | None:
+        """Black-hole the link that carried the most bytes since the last look, for ``fault_length``
+        seconds, then close it: both hubs are up and must notice it by their heartbeats, route
+        around it, and repair what it swallowed.  The proxy knows which hub a link goes into,
+        not which one dialled it."""
+        assert self.proxies is not None
+        busiest = self.proxies.busiest()
+        if busiest is None or not self.proxies.blackhole(busiest[0], busiest[1]):
+            self.progress("fault: no link to fail")
+            return None
+        name, _, sent = busiest
+        time.sleep(self.s.fault_length)
+        self.proxies.heal(name)
+        self.progress(f"fault: black-holed a link into {name} (it carried {sent:,} bytes since the last look)")
+        return {"hub": name, "bytes_before": sent}
 
     def _drain(self, pubs: list[Publisher], subs: list[Subscriber], timeout: float) -> None:
         """Wait until every subscriber holds what it should, or the timeout."""

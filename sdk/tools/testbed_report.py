@@ -11,6 +11,9 @@ from typing import Any
 
 from wire.frames.mesh_v3 import ROUTED_SETS_KINDS
 
+#: What the test bed can do to the hubs and links while traffic runs (see Settings.faults).
+FAULT_KINDS = ("crash", "stall", "link")
+
 
 @dataclass
 class Settings:
@@ -30,8 +33,11 @@ class Settings:
     few_topics: int = 4
     pair_topics: int = 10
     subscriber_hubs: int = 12
-    #: Seconds between faults (a crash and a stall alternate); 0: no faults.
+    #: Seconds of the run between faults, which take these kinds in turn: ``crash`` (SIGKILL and
+    #: restart a relay), ``stall`` (SIGSTOP and SIGCONT one), ``link`` (black-hole a link; every
+    #: hub then runs behind a proxy, see testbed.py); 0: no faults.
     fault_every: float = 20.0
+    faults: tuple[str, ...] = ("crash", "stall", "link")
     fault_length: float = 5.0
     idle_seconds: float = 10.0
     #: Idle is measured this long after the overlay formed: the last link changes of the
@@ -181,6 +187,8 @@ def render(report: dict[str, Any]) -> str:
     conns = report.get("libp2p_connections") or {}
     stalls = [f for f in report["faults"] if f["kind"] == "stall"]
     relaying = sum(1 for f in stalls if f.get("relayed_frames_before", 0) > 0)
+    kinds = [f["kind"] for f in report["faults"]]
+    counted = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
 
     def num(value: Any, fmt: str = "{:.1f}") -> str:
         return "n/a" if value is None else fmt.format(value)
@@ -188,7 +196,7 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"hubs {report['settings']['hubs']} (started in {num(report['start_seconds'])} s, overlay formed at "
-            f"{num(report['formed_seconds'])} s), {len(report['faults'])} faults",
+            f"{num(report['formed_seconds'])} s), {len(report['faults'])} faults" + (f" ({counted})" if kinds else ""),
             f"delivery {num(d['ratio'], '{:.5f}')} ({d['delivered']:,}/{d['expected']:,} of "
             f"{d['acknowledged_publishes']:,} acknowledged publishes)  duplicates {d['duplicates']}  "
             f"FIFO violations {d['fifo_violations']}",
@@ -221,10 +229,11 @@ def write(report: dict[str, Any], json_path: Path | None, plot_path: Path | None
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7))
         points = [(p["t"], p["p99_ms"]) for p in report["timeline"] if p["p99_ms"] is not None]
         top.plot([t for t, _ in points], [v for _, v in points], lw=1)
+        colours = {"crash": "red", "stall": "orange", "link": "purple"}
         for fault in report["faults"]:
-            top.axvline(fault["t"], color="red" if fault["kind"] == "crash" else "orange", lw=0.5)
+            top.axvline(fault["t"], color=colours[fault["kind"]], lw=0.5)
         top.set_ylabel("p99 publish to deliver (ms), per second")
-        top.set_xlabel("seconds of traffic (red: crash, orange: stall)")
+        top.set_xlabel("seconds of traffic (red: crash, orange: stall, purple: link)")
         bottom.bar(range(len(report["hubs"])), [h["links"] for h in report["hubs"]])
         bottom.set_ylabel("overlay links at the end")
         bottom.set_xlabel("hub")
