@@ -5,8 +5,8 @@ announces (``--mesh-announce``), so every link to the hub runs through it and a 
 black-hole one of them.  The proxies relay every byte of every link: in the test bed's own
 process they would share its GIL with the publishers' and subscribers' threads, and each of
 those threads' turns would delay the links (a thread waits up to ``sys.getswitchinterval()``,
-5 ms, for the GIL).  So they run here, in a child driven by one JSON line per request on its
-stdin, answered by one JSON line on its stdout:
+5 ms, for the GIL).  So they run here, all in one trio loop (:class:`ProxyLoop`), in a child
+driven by one JSON line per request on its stdin, answered by one JSON line on its stdout:
 
 >>> with ProxyFarm() as farm:                                   # doctest: +SKIP
 ...     port = farm.add("hub-3", upstream=24013)      # a proxy on 127.0.0.1:port -> :24013
@@ -23,7 +23,7 @@ import sys
 from typing import Any
 
 from .bench.procs import python_module, stop_process
-from .tcpproxy import TcpProxy
+from .tcpproxy import ProxyLoop, TcpProxy
 
 HOST = "127.0.0.1"
 #: Seconds an answer may take (a proxy's own calls wait up to 10 s).
@@ -85,26 +85,27 @@ class ProxyFarm:
 
 
 def serve(requests: Any, answers: Any) -> None:
-    """The child's side: one proxy per ``add``, until ``requests`` ends; then stop them all."""
+    """The child's side: one proxy per ``add``, all in one trio loop, until ``requests`` ends;
+    then stop them all."""
     proxies: dict[str, TcpProxy] = {}
+    loop = ProxyLoop().start()
     try:
         for line in requests:
             request = json.loads(line)
             try:
-                answer = _answer(proxies, request)
+                answer = _answer(proxies, request, loop)
             except Exception as exc:  # told to the parent, which raises it there
                 answer = {"error": f"{type(exc).__name__}: {exc}"}
             answers.write(json.dumps(answer) + "\n")
             answers.flush()
     finally:
-        for proxy in proxies.values():
-            proxy.stop()
+        loop.stop()
 
 
-def _answer(proxies: dict[str, TcpProxy], request: dict[str, Any]) -> dict[str, Any]:
+def _answer(proxies: dict[str, TcpProxy], request: dict[str, Any], loop: ProxyLoop) -> dict[str, Any]:
     op = request["op"]
     if op == "add":
-        proxy = proxies[request["name"]] = TcpProxy((HOST, int(request["upstream"]))).start()
+        proxy = proxies[request["name"]] = TcpProxy((HOST, int(request["upstream"])), loop=loop).start()
         return {"port": proxy.port}
     if op == "busiest":
         best: tuple[str, int, int] | None = None

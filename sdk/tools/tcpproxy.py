@@ -78,10 +78,52 @@ class ProxyStats:
     closed_by_cut: int = 0
 
 
-class TcpProxy:
-    """Listens on 127.0.0.1:<free port> and relays to ``upstream`` while in FORWARD mode."""
+class ProxyLoop:
+    """One trio loop, in a thread of its own, that many proxies share (``TcpProxy(..., loop=)``):
+    a proxy per thread, fifty of them, would pass the GIL back and forth for every chunk."""
 
-    def __init__(self, upstream: tuple[str, int], *, host: str = "127.0.0.1", rcvbuf: int | None = None) -> None:
+    def __init__(self) -> None:
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    def start(self) -> ProxyLoop:
+        self._thread = threading.Thread(target=trio.run, args=(self._main,), name="tcpproxy-loop", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT):
+            raise TimeoutError("the proxies' loop did not start")
+        return self
+
+    def stop(self) -> None:
+        """Stop the loop and every proxy still in it."""
+        if self._thread is None:
+            return
+        if self._token is not None and self._nursery is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._nursery.cancel_scope.cancel)
+        self._thread.join(START_TIMEOUT)
+        self._thread = None
+
+    def spawn(self, fn: Callable[[], Any]) -> None:
+        """Run the async ``fn`` as a task of the loop (from any thread)."""
+        if self._token is None or self._nursery is None:
+            raise RuntimeError("the proxies' loop is not running")
+        self._token.run_sync_soon(self._nursery.start_soon, fn)
+
+    async def _main(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self._token, self._nursery = trio.lowlevel.current_trio_token(), nursery
+            self._ready.set()
+            await trio.sleep_forever()
+
+
+class TcpProxy:
+    """Listens on 127.0.0.1:<free port> and relays to ``upstream`` while in FORWARD mode; in a
+    thread of its own, or as a task of a shared :class:`ProxyLoop` (``loop``)."""
+
+    def __init__(self, upstream: tuple[str, int], *, host: str = "127.0.0.1", rcvbuf: int | None = None,
+                 loop: ProxyLoop | None = None) -> None:  # fmt: skip
         self.upstream = upstream
         self.host = host
         #: SO_RCVBUF of accepted sockets (None: the kernel's); small makes a stall block senders soon.
@@ -96,15 +138,21 @@ class TcpProxy:
         self._conns: set[_Conn] = set()
         self._token: trio.lowlevel.TrioToken | None = None
         self._main_scope: trio.CancelScope | None = None
+        self._loop = loop
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._stopped = threading.Event()
         self._error: BaseException | None = None
 
     # -- lifecycle (called from the test's thread) ------------------------------------
 
     def start(self) -> TcpProxy:
-        self._thread = threading.Thread(target=self._thread_main, name=f"tcpproxy->{self.upstream[1]}", daemon=True)
-        self._thread.start()
+        if self._loop is not None:
+            self._loop.spawn(self._guarded_main)
+        else:
+            self._thread = threading.Thread(target=trio.run, args=(self._guarded_main,),
+                                            name=f"tcpproxy->{self.upstream[1]}", daemon=True)  # fmt: skip
+            self._thread.start()
         if not self._ready.wait(START_TIMEOUT):
             raise TimeoutError("tcp proxy did not start")
         if self._error is not None:
@@ -112,14 +160,14 @@ class TcpProxy:
         return self
 
     def stop(self) -> None:
-        if self._thread is None:
-            return
-        if self._token is not None and self._main_scope is not None:
+        if self._token is not None and self._main_scope is not None and not self._stopped.is_set():
             scope = self._main_scope
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(scope.cancel)
-        self._thread.join(START_TIMEOUT)
-        self._thread = None
+            self._stopped.wait(START_TIMEOUT)
+        if self._thread is not None:
+            self._thread.join(START_TIMEOUT)
+            self._thread = None
 
     def __enter__(self) -> TcpProxy:
         return self.start()
@@ -251,12 +299,14 @@ class TcpProxy:
                 conn.stalled.set()
                 conn.stalled = None
 
-    def _thread_main(self) -> None:
+    async def _guarded_main(self) -> None:
         try:
-            trio.run(self._main)
-        except BaseException as exc:  # reported to start() rather than lost in a thread
+            await self._main()
+        except Exception as exc:  # reported to start() rather than lost in a thread or a shared loop
             self._error = exc
             self._ready.set()
+        finally:
+            self._stopped.set()
 
     async def _main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
