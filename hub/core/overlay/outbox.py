@@ -36,19 +36,16 @@ class Outbox:
         self.sent_frames[kind] += 1
         self.sent_bytes[kind] += len(frame)
 
-    def by_next_hop(self, dests: Iterable[int], kind: str, *, relayed: bool = False) -> dict[int, list[int]]:
-        """``dests`` grouped by the neighbour each is reached through; the unreachable counted.
-        ``relayed``: frames passed on (see Membership.split_by_next_hop)."""
+    def by_next_hop(self, dests: Iterable[int], kind: str) -> dict[int, list[int]]:
+        """``dests`` grouped by the neighbour each is reached through; the unreachable counted."""
         dests = list(dests)
         shortcuts = self.shortcuts
         direct: list[int] = []
         if shortcuts and len(dests) <= self.fanout:
-            # Not to a suspect (routes.py): what its shortcut swallows would wait for the heartbeat
-            # bound.  Its sets go by the map, relayed ones too (without a detour: no loop).
-            direct = [d for d in dests if d in shortcuts and d not in self.membership.suspected]
+            direct = [d for d in dests if d in shortcuts]
             if direct:
-                dests = [d for d in dests if d not in direct]
-        groups = self.membership.split_by_next_hop(dests, relayed=relayed)
+                dests = [d for d in dests if d not in shortcuts]
+        groups = self.membership.split_by_next_hop(dests)
         unroutable = len(dests) - sum(len(g) for g in groups.values())
         if unroutable:
             self.dropped["unroutable_" + kind] += unroutable
@@ -66,7 +63,7 @@ class Outbox:
         if ttl == 0:
             self.dropped["ttl"] += 1
             return
-        for hop, group in self.by_next_hop(others, kind, relayed=True).items():
+        for hop, group in self.by_next_hop(others, kind).items():
             self.send(hop, kind, make(ttl - 1, group))
 
     def forget(self, hub: int) -> None:
