@@ -35,6 +35,10 @@ def test_a_small_test_bed_switches_to_the_overlay_and_delivers_everything_throug
     # The link failed was one that carried traffic, through the proxy its hub announced.
     link = next(f for f in report["faults"] if f["kind"] == "link")
     assert link["bytes_before"] > 0, lines
+    assert report["proxy_cpu_seconds"] > 0 and "the links' proxies used" in render(report)
+    # Slow seconds are each put down to the fault before them, if any.
+    slow = report["slow_seconds"]
+    assert slow["of"] >= 20 and sum(slow["after"].values()) == slow["slow"]
     # Every hub switched (the overlay formed over all seven), and no full-mesh link was left.
     assert report["formed_seconds"] is not None and report["v2_links"] == 0, render(report)
     assert report["connections_max"] <= 5

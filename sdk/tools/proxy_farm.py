@@ -44,6 +44,10 @@ class ProxyFarm:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
     def close(self) -> None:
         if self._proc is not None:
             if self._proc.stdin is not None:

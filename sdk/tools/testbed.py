@@ -144,6 +144,8 @@ class TestBed:
                 for k in self.figures["end"]["frames"]
             }
             self.figures["hubs_at_end"] = self._per_hub()
+            if self.proxies is not None and self.proxies.pid is not None:
+                self.figures["proxy_cpu_seconds"] = round(proc_sample(self.proxies.pid)[0], 1)
         return summarize(self.s, self.figures, pubs, subs, self.faults)
 
     def _proxied(self, name: str, ports: Ports) -> list[str]:

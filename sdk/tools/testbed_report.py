@@ -173,10 +173,31 @@ def summarize(
         },
         "rss_mib_max": max((h["rss_mib"] for h in hubs), default=None),
         "faults": faults,
+        "slow_seconds": slow_seconds(timeline, faults),
+        # what the proxies every link ran through used (the link faults' cost to the machine)
+        "proxy_cpu_seconds": figures.get("proxy_cpu_seconds"),
         "subscriber_errors": [e for s in subs for e in s.errors],
         "timeline": [{"t": t, "p99_ms": percentile(v, 99), "count": len(v)} for t, v in sorted(timeline.items())],
         "hubs": hubs,
     }
+
+
+#: A second of traffic whose p99 is past this is slow (issue 16's target for the whole run).
+SLOW_MS = 100.0
+#: A slow second this soon after a fault began is put down to it.
+AFTER_FAULT_SECONDS = 10.0
+
+
+def slow_seconds(timeline: dict[int, list[float]], faults: list[dict[str, Any]]) -> dict[str, Any]:
+    """Seconds of traffic whose p99 was past SLOW_MS, each put down to the fault that began last
+    within AFTER_FAULT_SECONDS before it (``none``: no fault then)."""
+    after: dict[str, int] = {}
+    slow = [t for t, v in timeline.items() if v and (percentile(v, 99) or 0.0) > SLOW_MS]
+    for t in slow:
+        began = [f for f in faults if t - AFTER_FAULT_SECONDS < f["t"] <= t + 1]
+        kind = max(began, key=lambda f: f["t"])["kind"] if began else "none"
+        after[kind] = after.get(kind, 0) + 1
+    return {"slow": len(slow), "of": len(timeline), "after": after}
 
 
 def render(report: dict[str, Any]) -> str:
@@ -187,6 +208,9 @@ def render(report: dict[str, Any]) -> str:
     conns = report.get("libp2p_connections") or {}
     stalls = [f for f in report["faults"] if f["kind"] == "stall"]
     relaying = sum(1 for f in stalls if f.get("relayed_frames_before", 0) > 0)
+    slow = report["slow_seconds"]
+    after = ", ".join(f"{n} after a {k}" if k != "none" else f"{n} with no fault before"
+                      for k, n in slow["after"].items()) or "none"  # fmt: skip
     kinds = [f["kind"] for f in report["faults"]]
     counted = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
 
@@ -201,6 +225,9 @@ def render(report: dict[str, Any]) -> str:
             f"{d['acknowledged_publishes']:,} acknowledged publishes)  duplicates {d['duplicates']}  "
             f"FIFO violations {d['fifo_violations']}",
             f"publish to deliver: p50 {num(lat['p50'])} ms  p99 {num(lat['p99'])} ms  max {num(lat['max'])} ms",
+            f"seconds with p99 > {SLOW_MS:g} ms: {slow['slow']} of {slow['of']} ({after})"
+            + ("" if report.get("proxy_cpu_seconds") is None else
+               f"  the links' proxies used {report['proxy_cpu_seconds']:.1f} s of CPU"),
             f"redundancy {num(report['redundancy'], '{:.3f}')}  "
             f"control/payload {num(report['control_over_payload_bytes'], '{:.3f}')}  "
             f"interest frames per join {num(report['interest_frames_per_join'])}",
