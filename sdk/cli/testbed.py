@@ -43,7 +43,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--subscriber-hubs",
         type=int,
         default=d.subscriber_hubs,
-        help=f"hubs with subscribers (default {d.subscriber_hubs}); the others are faulted",
+        help=f"hubs with subscribers (default {d.subscriber_hubs}); the others are crashed and stalled",
     )
     p.add_argument(
         "--fault-every",

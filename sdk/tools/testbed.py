@@ -17,8 +17,9 @@ hub.  A line of progress every few seconds; a JSON summary (``--json``) and a pl
 at the end (``testbed_report.py``).
 
 Every publish is acknowledged by its hub (``publish_acked``) and carries (publisher, sequence,
-send time); subscribers live at hubs that are never faulted, so every acknowledged publish of
-a topic must reach every subscriber of it, once and in order per publisher.
+send time); subscribers live at hubs that are never crashed or stalled (their links may fail),
+so every acknowledged publish of a topic must reach every subscriber of it, once and in order
+per publisher.
 """
 
 from __future__ import annotations
