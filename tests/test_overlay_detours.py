@@ -1,6 +1,7 @@
 """Detours around a neighbour that stopped answering (hub/core/overlay/routes.py): routes move to a
 node-protecting loop-free alternate where one exists, never to a neighbour whose own route comes
-back through this hub or crosses the suspect, and the suspect stays reachable."""
+back through this hub or crosses the suspect; sets for the suspect itself go round the link to it
+where a neighbour's own route to it does not come back; and the suspect stays reachable."""
 
 from __future__ import annotations
 
@@ -22,10 +23,30 @@ def test_a_suspected_relay_is_routed_around_and_back_once_it_answers(by_hops: bo
     assert m.next_hop(4) == 2
     m.suspect(2, True)
     assert m.next_hop(4) == 3
-    assert m.next_hop(2) == 2  # sets for the suspect itself have no other way in
+    # Sets for the suspect itself: 3's way to 2 is no shorter round (3-4-2) than back through 1.
+    assert m.next_hop(2) == 2
     assert m.reachable() == reachable  # nobody lost: no hub's view of the overlay changed
     m.suspect(2, False)
     assert m.next_hop(4) == 2
+
+
+@pytest.mark.parametrize("by_hops", [False, True], ids=["by latency", "by hops (a 3.0 hub in the map)"])
+def test_sets_for_a_suspect_go_round_the_link_to_it_through_a_neighbour_that_does_not_come_back(by_hops: bool) -> None:
+    # The link 1-2 black-holed, 2 itself fine: 3 reaches 2 directly, so 1 hands 2's sets to 3.
+    triangle = {(1, 2): 20, (1, 3): 20, (2, 3): 20, (3, 4): 20}
+    m = map_of(symmetric(triangle), 1, costless=frozenset({4}) if by_hops else frozenset())
+    assert m.next_hop(2) == 2
+    m.suspect(2, True)
+    assert m.next_hop(2) == 3 and m.next_hop(4) == 3
+    # Sets passed on go to the suspect as they would have (were 2 paused, 3 would suspect it too
+    # and hand 2's sets back to 1: a loop); control frames passed on go round, but never back to
+    # the neighbour they came from.
+    assert m.split_by_next_hop([2, 4]) == {3: [2, 4]}
+    assert m.split_by_next_hop([2, 4], relayed_from=4) == {2: [2], 3: [4]}
+    assert m.split_by_next_hop([2], relayed_from=4, relay_detours=True) == {3: [2]}
+    assert m.split_by_next_hop([2], relayed_from=3, relay_detours=True) == {2: [2]}
+    m.suspect(2, False)
+    assert m.next_hop(2) == 2
 
 
 def test_no_detour_through_a_neighbour_whose_route_crosses_the_suspect() -> None:

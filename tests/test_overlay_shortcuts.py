@@ -85,6 +85,26 @@ def test_a_hub_sending_to_a_far_hub_opens_a_shortcut_and_later_sets_cross_no_rel
         assert state is None or y not in state.neighbors
 
 
+def test_sets_for_a_suspected_hub_leave_its_shortcut_for_the_map_until_it_answers() -> None:
+    # A black-holed shortcut swallows what is sent into it until the heartbeat bound ends it:
+    # while its far end answers no probe, its sets go by the overlay's routes instead.
+    world, x, y, first = shortcut_in_use()
+    overlay = world.hubs[x].overlay
+    assert overlay is not None
+    overlay.suspect(y, True)
+    copies = world.payload_copies
+    around = publish(world, x, "pair.t", 10)
+    world.loop.run_until(world.clock.now + 3.0)
+    assert world.payload_copies - copies >= 20  # two hops or more each: relays carried them
+    assert y in shortcuts_of(world, x)  # the shortcut stays up, unused
+    overlay.suspect(y, False)
+    copies = world.payload_copies
+    back = publish(world, x, "pair.t", 10)
+    world.loop.run_until(world.clock.now + 3.0)
+    assert world.payload_copies - copies == 10
+    assert stored(world, y, x, "pair.t") == first + around + back  # every set once, in order
+
+
 def test_an_idle_shortcut_closes_and_the_overlay_carries_sets_again() -> None:
     world, x, y, first = shortcut_in_use()
     world.loop.run_until(world.clock.now + CONFIG.shortcut_idle + 5.0)

@@ -299,7 +299,7 @@ class Overlay:
         if isinstance(frame, wire.LinkState):
             self._link_state(peer, frame)
         elif isinstance(frame, wire.Routed):
-            self._routed(frame)
+            self._routed(peer, frame)
         elif isinstance(frame, ROUTED_SETS_TYPES):
             self.receive_routed_sets(peer, frame.encode_body(), frame)
 
@@ -349,9 +349,9 @@ class Overlay:
         if self._refused(frame.origin):
             return
         _, _, at = read_route_head(body, minimum_rest=10)
-        op = frame.OPCODE
-        rest = body[at:]
-        self.outbox.relay(self.hub_id, frame.ttl, frame.dests, op.name, lambda t, d: routed_sets_frame(t, d, rest, op))
+        op, rest = frame.OPCODE, body[at:]
+        self.outbox.relay(self.hub_id, frame.ttl, frame.dests, op.name, lambda t, d: routed_sets_frame(t, d, rest, op),
+                          came_from=peer)  # fmt: skip
         if self.hub_id in frame.dests:
             self._v2_hand_over(frame.origin)  # its sets come here through the overlay from now on
             self.streams.receive(frame.origin, frame.sets, self._wants, self.clock.monotonic())
@@ -365,7 +365,7 @@ class Overlay:
         self.outbox.dropped["not_admitted"] += 1
         return True
 
-    def _routed(self, frame: wire.Routed) -> None:
+    def _routed(self, peer: int, frame: wire.Routed) -> None:
         inner = frame.inner
         kind = inner.OPCODE.name
 
@@ -374,7 +374,7 @@ class Overlay:
 
         if self._refused(frame.src):
             return
-        self.outbox.relay(self.hub_id, frame.ttl, frame.dests, kind, envelope)
+        self.outbox.relay(self.hub_id, frame.ttl, frame.dests, kind, envelope, came_from=peer, detours=True)
         if self.hub_id in frame.dests:
             self._control(frame.src, inner)
 

@@ -86,6 +86,8 @@ class Membership:
     deferred: bool = False
     _routes_at: int = -1
     _next_hop: dict[int, int] = field(default_factory=dict)
+    #: the next hops to suspects before any detour: what frames relayed to a suspect take
+    _suspect_hop: dict[int, int] = field(default_factory=dict)
     _ring_at: int = -1
     _ring: list[tuple[int, int]] = field(default_factory=list)
     #: times the ring's members changed (a hub joined or left the reachable set)
@@ -215,6 +217,7 @@ class Membership:
         by_cost = all(e.state.costs or not e.state.neighbors for e in self.entries.values())
         entries, me = self.entries, self.self_id
         next_hop = shortest(entries, me, edge_cost)[1] if by_cost else hop_routes(entries, me)
+        self._suspect_hop = {s: next_hop[s] for s in self.suspected if s in next_hop}
         if self.suspected:  # around neighbours that stopped answering, where that cannot loop
             next_hop = detour(entries, me, next_hop, self.suspected, edge_cost if by_cost else one_hop)
         self._next_hop = next_hop
@@ -260,8 +263,15 @@ class Membership:
         self._routes()
         return not self._missing(hub_id)
 
-    def split_by_next_hop(self, destinations: Iterable[int]) -> dict[int, list[int]]:
-        """``destinations`` grouped by the neighbour each is reached through; unreachable ones left out."""
+    def split_by_next_hop(self, destinations: Iterable[int], *, relayed_from: int | None = None,
+                          relay_detours: bool = False) -> dict[int, list[int]]:  # fmt: skip
+        """``destinations`` grouped by the neighbour each is reached through; unreachable ones left out.
+
+        ``relayed_from``: a frame this hub passes on, from that neighbour.  To a suspect it goes by
+        the route without the detour (routes.py) -- two neighbours of a paused hub, each the
+        other's way round the link to it, would hand its sets back and forth -- unless
+        ``relay_detours`` (control frames: small, and a REPAIR relayed into a black-holed link
+        would wait for the link's end) and the detour does not lead back where it came from."""
         self._routes()
         hops = self._next_hop
         groups: dict[int, list[int]] = {}
@@ -272,6 +282,8 @@ class Membership:
                     continue
                 hops = self._next_hop  # settled anew by _missing
                 hop = hops[dest]
+            if relayed_from is not None and dest in self._suspect_hop and (not relay_detours or hop == relayed_from):
+                hop = self._suspect_hop[dest]
             groups.setdefault(hop, []).append(dest)
         return groups
 

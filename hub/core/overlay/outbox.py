@@ -36,16 +36,20 @@ class Outbox:
         self.sent_frames[kind] += 1
         self.sent_bytes[kind] += len(frame)
 
-    def by_next_hop(self, dests: Iterable[int], kind: str) -> dict[int, list[int]]:
-        """``dests`` grouped by the neighbour each is reached through; the unreachable counted."""
+    def by_next_hop(self, dests: Iterable[int], kind: str, *, relayed_from: int | None = None,
+                    relay_detours: bool = False) -> dict[int, list[int]]:  # fmt: skip
+        """``dests`` grouped by the neighbour each is reached through; the unreachable counted.
+        ``relayed_from``, ``relay_detours``: a frame passed on (see Membership.split_by_next_hop)."""
         dests = list(dests)
         shortcuts = self.shortcuts
         direct: list[int] = []
         if shortcuts and len(dests) <= self.fanout:
-            direct = [d for d in dests if d in shortcuts]
+            # Not to a suspect (routes.py): what its shortcut swallows would wait for the heartbeat
+            # bound.  Its sets go by the map, relayed ones too (without a detour: no loop).
+            direct = [d for d in dests if d in shortcuts and d not in self.membership.suspected]
             if direct:
-                dests = [d for d in dests if d not in shortcuts]
-        groups = self.membership.split_by_next_hop(dests)
+                dests = [d for d in dests if d not in direct]
+        groups = self.membership.split_by_next_hop(dests, relayed_from=relayed_from, relay_detours=relay_detours)
         unroutable = len(dests) - sum(len(g) for g in groups.values())
         if unroutable:
             self.dropped["unroutable_" + kind] += unroutable
@@ -54,16 +58,18 @@ class Outbox:
         return groups
 
     def relay(
-        self, me: int, ttl: int, dests: tuple[int, ...], kind: str, make: Callable[[int, list[int]], bytes]
-    ) -> None:
-        """A routed frame passing through hub ``me``: ``make(ttl, dests)`` for each next hop of the others."""
+        self, me: int, ttl: int, dests: tuple[int, ...], kind: str, make: Callable[[int, list[int]], bytes], *,
+        came_from: int, detours: bool = False,
+    ) -> None:  # fmt: skip
+        """A routed frame from neighbour ``came_from`` passing through hub ``me``: ``make(ttl, dests)``
+        for each next hop of the others (``detours``: round a suspect too, see Membership.split_by_next_hop)."""
         others = [d for d in dests if d != me]
         if not others:
             return
         if ttl == 0:
             self.dropped["ttl"] += 1
             return
-        for hop, group in self.by_next_hop(others, kind).items():
+        for hop, group in self.by_next_hop(others, kind, relayed_from=came_from, relay_detours=detours).items():
             self.send(hop, kind, make(ttl - 1, group))
 
     def forget(self, hub: int) -> None:

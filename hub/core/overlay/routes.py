@@ -14,7 +14,7 @@ meanwhile waits for that, then for the repair: 1-3.5 s in the 50-hub test bed (d
 the whole of its p99 above 100 ms.  So a hub that sends over a link and hears nothing back for
 ``suspect_after`` (a probe left unanswered: hub/core/mesh/overlay_peer.py) *suspects* that
 neighbour and routes around it on its own, with nothing flooded: no other hub's routes change,
-no link ends, and the suspected hub is still routed to (a set for it has no other way in).
+and no link ends.
 
 Local route changes can loop: a neighbour whose own route goes back through this hub would hand
 the set back.  So a destination is moved off the suspect only to a *node-protecting loop-free
@@ -24,11 +24,22 @@ alternate* (RFC 5286 section 4.2): a neighbour ``N`` with
     dist(N, D) < dist(N, me) + dist(me, D)    (nor come back through this hub)
 
 in the metric the routes use.  Where no neighbour qualifies the route stays on the suspect: it
-waits there as before, and a set never circles.  The sets already sent into the suspect are
-repaired as after any change of route: the first set of a stream that comes round opens a gap
-at its destination, which asks the origin at once (streams.py); a destination whose REPAIR would
-go through the suspect suspects it in turn (routed control frames are probed too), and its
-REPAIR goes round.  The search runs only while
+waits there as before, and a set never circles.  Sets for the suspect itself cannot be kept off
+it, only off the link to it, which is what fails when the link is black-holed and the hub is
+fine (the test bed's link failures): they take a *link-protecting* loop-free alternate, the
+second condition alone, where one exists.  If it was the hub that stopped, they wait at that
+neighbour instead of here, and whatever of them also comes out of this hub's link later is a
+duplicate its destination drops.  Only the hub a set starts at takes it round the link: two
+neighbours of a paused hub, each the other's way round, would hand its sets back and forth
+(membership.py, ``split_by_next_hop``).  Control frames passed on go round too, never back to
+the neighbour they came from (a REPAIR a relay passes into a black-holed link to the origin
+would wait for the link's end; a loop costs a small frame until its TTL).  A shortcut to a
+suspect is not used while it is suspected (outbox.py): the suspect's sets go by the map.
+
+The sets already sent into the suspect are repaired as after any change of route: the first
+set of a stream that comes round opens a gap at its destination, which asks the origin at once
+(streams.py); a destination whose REPAIR would go through the suspect suspects it in turn
+(routed control frames are probed too), and its REPAIR goes round.  The search runs only while
 some neighbour is suspected: one shortest-path search from this hub, from each suspect and from
 each neighbour, per change of the map.
 """
@@ -146,7 +157,8 @@ def detour(
     entries: Mapping[int, Advert], me: int, next_hop: dict[int, int], suspected: set[int], edge: EdgeCost
 ) -> dict[int, int]:
     """``next_hop`` with every destination routed through a suspected neighbour moved to a
-    node-protecting loop-free alternate where one exists (the others left as they were)."""
+    node-protecting loop-free alternate where one exists, and the suspects themselves to a
+    link-protecting one (the others left as they were)."""
     own = entries.get(me)
     if own is None:  # no advertisement of its own yet: no links to choose among
         return next_hop
@@ -158,7 +170,7 @@ def detour(
         return None if theirs is None else edge(mine[n], theirs)
 
     suspects = {s for s in suspected if s in mine and linked(s) is not None}
-    through = {d: s for d, s in next_hop.items() if s in suspects and d != s}
+    through = {d: s for d, s in next_hop.items() if s in suspects}
     if not through:
         return next_hop
     neighbours = {n: cost for n in mine if n not in suspects and (cost := linked(n)) is not None}
@@ -176,7 +188,8 @@ def detour(
             if there is None:
                 continue
             never = there + 1  # a hub a search does not reach is no shorter way round
-            protects = there < from_n.get(suspect, never) + from_suspect.get(dest, never)
+            # The suspect itself: only the link to it can be kept off (the loop-free test alone).
+            protects = dest == suspect or there < from_n.get(suspect, never) + from_suspect.get(dest, never)
             loop_free = there < from_n.get(me, never) + from_me.get(dest, never)
             if protects and loop_free and (best is None or (cost + there, n) < best):
                 best = (cost + there, n)
