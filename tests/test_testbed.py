@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_small_test_bed_switches_to_the_overlay_and_delivers_everything_through_faults(tmp_path: Path) -> None:
     settings = Settings(
-        hubs=7, minutes=0.35, max_peers=5, degree=3, overlay_from=4, publishers=1, subscriber_hubs=3,
+        hubs=7, minutes=0.4, max_peers=5, degree=3, overlay_from=4, publishers=1, subscriber_hubs=3,
         few_topics=2, pair_topics=2, rate=40.0, fault_every=5.5, fault_length=2.0, idle_seconds=1.0,
         idle_settle=0.0, data_root=tmp_path / "bed",
     )  # fmt: skip
