@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from hub.storage.store import LOCK_FILE as HUB_LOCK_FILE
-from sdk.tools.cluster import port_free, restartable_ports
+from sdk.tools.cluster import LocalCluster, port_free, restartable_ports
 from sdk.tools.cluster_state import LOCK_FILE, STATE_FILE
-from sdk.tools.port_leases import lease
+from sdk.tools.port_leases import lease, renew
 from tests.support.command import Command, no_traceback
 from tests.support.procstat import children, running
 
@@ -223,6 +223,19 @@ def test_restartable_ports_are_free_distinct_and_below_the_ephemeral_range() -> 
     assert len(set(ports)) == 20 and all(1024 <= p < low for p in ports)
     assert all(port_free(port) for port in ports)
     assert lease(ports, 20, port_free) == [], "leased: no other pick hands them out before their hubs bind"
+
+
+def test_a_killed_hub_keeps_its_ports_leased_and_is_restarted_on_them(tmp_path: Path) -> None:
+    """A hub down between a crash and its restart (the test bed's) is not bound to its ports, and
+    the lease taken when they were picked ends after two minutes: killing it leases them again."""
+    with LocalCluster(1, tmp_path / "cluster", metrics=True, note=lambda _line: None) as cluster:
+        ports = cluster.ports_of(0).all()
+        renew(ports, seconds=0.0)  # as if the hub had run past its ports' first lease
+        cluster.kill(0)
+        assert not any(running(pid) for pid in [cluster.hubs[0].pid])
+        assert lease(ports, len(ports), lambda port: True) == [], "free for any pick while the hub is down"
+        cluster.restart(0)
+        assert cluster.ports_of(0).all() == ports
 
 
 def test_a_leased_port_is_not_handed_out_again_by_another_process_until_its_lease_ends(tmp_path: Path) -> None:

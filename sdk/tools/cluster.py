@@ -31,7 +31,7 @@ from typing import Any
 from ..blocking import connect_blocking
 from .cluster_secret import cluster_secret
 from .local_tls import local_tls
-from .port_leases import lease
+from .port_leases import lease, renew
 from .start_lines import start_lines
 
 HUB_START_SECONDS = 30.0
@@ -225,15 +225,31 @@ class LocalCluster:
         """Stop hub ``index`` (SIGTERM by PID) and start it again on the same data dir and ports,
         bootstrapping from another hub: the same hub to its clients and peers."""
         old = self.hubs[index]
+        ports = self.ports_of(index)
+        renew(ports.all())  # ours while it is down (see kill)
         if old.proc is not None:
             stop_processes([old.proc])
-        client_port = int(old.address.rsplit(":", 1)[1])
-        mesh_port = int(old.multiaddrs[0].split("/tcp/")[1].split("/")[0])
         others = [h for i, h in enumerate(self.hubs) if i != index and h.multiaddrs]
         bootstrap = ["--bootstrap", others[0].dial_addrs[0]] if others else []
-        metrics_port = int(old.metrics_url.rsplit(":", 1)[1]) if old.metrics_url else None
-        self.hubs[index] = self._start_hub(old.name, Ports(client_port, mesh_port, metrics_port), bootstrap)
+        self.hubs[index] = self._start_hub(old.name, ports, bootstrap)
         return self.hubs[index]
+
+    def kill(self, index: int) -> None:
+        """SIGKILL hub ``index`` by its PID (a crash; :meth:`restart` starts it again).  Its ports
+        are leased again first: the lease taken when they were picked may have ended long ago, and
+        while the hub is down another pick (a test in another worker) could take them."""
+        hub = self.hubs[index]
+        renew(self.ports_of(index).all())
+        if hub.proc is not None and hub.proc.poll() is None:
+            hub.proc.send_signal(signal.SIGKILL)
+            hub.proc.wait(STOP_SECONDS)
+
+    def ports_of(self, index: int) -> Ports:
+        """Where hub ``index`` listens (its clients', mesh and metrics ports), from its start lines."""
+        hub = self.hubs[index]
+        metrics_port = int(hub.metrics_url.rsplit(":", 1)[1]) if hub.metrics_url else None
+        mesh_port = int(hub.multiaddrs[0].split("/tcp/")[1].split("/")[0])
+        return Ports(int(hub.address.rsplit(":", 1)[1]), mesh_port, metrics_port)
 
     def wait_converged(self, timeout: float = CONVERGE_SECONDS) -> bool:
         """True once every hub is linked to every other one."""

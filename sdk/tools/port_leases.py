@@ -11,12 +11,13 @@ one small JSON file, read and written under an exclusive ``flock``.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 #: Long enough for a hub to start and bind on a loaded machine; after that the bound port is
@@ -29,6 +30,31 @@ def lease(candidates: Iterable[int], n: int, usable: Callable[[int], bool], *, r
           seconds: float = LEASE_SECONDS) -> list[int]:  # fmt: skip
     """Up to ``n`` distinct ports of ``candidates``, in their order, that no live lease holds and
     ``usable`` accepts; each is leased for ``seconds`` before it is returned."""
+    with _leases(registry) as held:
+        picked: list[int] = []
+        for port in candidates:
+            if port in held or port in picked or not usable(port):
+                continue
+            picked.append(port)
+            if len(picked) == n:
+                break
+        until = time.time() + seconds
+        held.update((port, until) for port in picked)
+    return picked
+
+
+def renew(ports: Iterable[int], *, registry: Path = REGISTRY, seconds: float = LEASE_SECONDS) -> None:
+    """Lease ``ports`` again for ``seconds`` from now, whatever held them: the ports of a hub that
+    goes down to be started on them again (LocalCluster.kill, restart), which no pick may take
+    meanwhile."""
+    with _leases(registry) as held:
+        until = time.time() + seconds
+        held.update((port, until) for port in ports)
+
+
+@contextlib.contextmanager
+def _leases(registry: Path) -> Iterator[dict[int, float]]:
+    """The live leases (port -> end, epoch seconds), under the registry's lock; written back after."""
     with open(registry, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
         f.seek(0)
@@ -38,15 +64,7 @@ def lease(candidates: Iterable[int], n: int, usable: Callable[[int], bool], *, r
         except (ValueError, AttributeError, TypeError):
             held = {}  # a file cut short by a crash mid-write: its leases are lost, not the picks
         held = {port: until for port, until in held.items() if until > now}
-        picked: list[int] = []
-        for port in candidates:
-            if port in held or port in picked or not usable(port):
-                continue
-            picked.append(port)
-            if len(picked) == n:
-                break
-        held.update((port, now + seconds) for port in picked)
+        yield held
         f.seek(0)
         f.truncate()
         f.write(json.dumps(held))
-    return picked

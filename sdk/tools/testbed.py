@@ -363,8 +363,7 @@ class TestBed:
         hub = self.cluster.hubs[index]
         assert hub.proc is not None
         if crash:
-            hub.proc.send_signal(signal.SIGKILL)
-            hub.proc.wait(10)
+            self.cluster.kill(index)
             time.sleep(self.s.fault_length)
             self.cluster.restart(index)
         else:
