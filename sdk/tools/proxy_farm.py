@@ -22,11 +22,11 @@ import subprocess
 import sys
 from typing import Any
 
-from .bench.procs import python_module, stop_process
+from .bench.procs import LineReader, python_module, stop_process
 from .tcpproxy import ProxyLoop, TcpProxy
 
 HOST = "127.0.0.1"
-#: Seconds an answer may take (a proxy's own calls wait up to 10 s).
+#: Seconds an answer may take (a proxy's own calls wait up to 10 s); past it the request fails.
 ANSWER_SECONDS = 30.0
 
 
@@ -35,10 +35,12 @@ class ProxyFarm:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[str] | None = None
+        self._answers: LineReader | None = None
 
     def __enter__(self) -> ProxyFarm:
         self._proc = subprocess.Popen(python_module(__name__), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       text=True, start_new_session=True)  # fmt: skip
+        self._answers = LineReader(self._proc)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -49,11 +51,10 @@ class ProxyFarm:
         return None if self._proc is None else self._proc.pid
 
     def close(self) -> None:
+        """Stop the child by its PID; its proxies' sockets close with it (the hubs are stopped first)."""
         if self._proc is not None:
-            if self._proc.stdin is not None:
-                self._proc.stdin.close()  # the child stops its proxies and exits
-            stop_process(self._proc, grace=ANSWER_SECONDS)
-            self._proc = None
+            stop_process(self._proc)
+            self._proc = self._answers = None
 
     def add(self, name: str, *, upstream: int) -> int:
         """Start a proxy named ``name`` in front of ``127.0.0.1:upstream``; its port."""
@@ -74,14 +75,12 @@ class ProxyFarm:
         self._ask({"op": "heal", "name": name})
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        proc = self._proc
-        if proc is None or proc.stdin is None or proc.stdout is None:
+        proc, answers = self._proc, self._answers
+        if proc is None or proc.stdin is None or answers is None:
             raise RuntimeError("the proxy farm is not running")
         proc.stdin.write(json.dumps(request) + "\n")
         proc.stdin.flush()
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the proxy farm exited (status {proc.poll()}) on {request['op']}")
+        line = answers.next_line(timeout=ANSWER_SECONDS, what=f"proxy farm: {request['op']}")
         answer: dict[str, Any] = json.loads(line)
         if "error" in answer:
             raise RuntimeError(f"proxy farm: {request['op']}: {answer['error']}")
@@ -89,8 +88,8 @@ class ProxyFarm:
 
 
 def serve(requests: Any, answers: Any) -> None:
-    """The child's side: one proxy per ``add``, all in one trio loop, until ``requests`` ends;
-    then stop them all."""
+    """The child's side: one proxy per ``add``, all in one trio loop, until ``requests`` ends
+    (a parent gone for good: no farm outlives it); then stop them all."""
     proxies: dict[str, TcpProxy] = {}
     loop = ProxyLoop().start()
     try:
