@@ -3,9 +3,9 @@
 ``tc netem`` and ``iptables`` are not available on the test machines
 (RELIABILITY.md), so link faults between hubs go through this proxy (in the
 test bed, ``sdk/tools/testbed.py``, one in front of each hub's mesh port, which
-the hub announces with ``--mesh-announce``).  It runs
-its own trio loop in a background thread, so a test -- sync or trio -- drives
-it with plain method calls:
+the hub announces with ``--mesh-announce``).  It runs in a trio loop on a
+background thread (its own, or a :class:`ProxyLoop` many proxies share), so a
+test -- sync or trio -- drives it with plain method calls:
 
 >>> with TcpProxy(("127.0.0.1", 4001)) as proxy:        # doctest: +SKIP
 ...     dial(proxy.port)
@@ -119,8 +119,8 @@ class ProxyLoop:
 
 
 class TcpProxy:
-    """Listens on 127.0.0.1:<free port> and relays to ``upstream`` while in FORWARD mode; in a
-    thread of its own, or as a task of a shared :class:`ProxyLoop` (``loop``)."""
+    """Listens on 127.0.0.1:<free port> and relays to ``upstream`` while in FORWARD mode; a task
+    of a shared :class:`ProxyLoop` (``loop``), or of one of its own."""
 
     def __init__(self, upstream: tuple[str, int], *, host: str = "127.0.0.1", rcvbuf: int | None = None,
                  loop: ProxyLoop | None = None) -> None:  # fmt: skip
@@ -139,7 +139,7 @@ class TcpProxy:
         self._token: trio.lowlevel.TrioToken | None = None
         self._main_scope: trio.CancelScope | None = None
         self._loop = loop
-        self._thread: threading.Thread | None = None
+        self._own_loop: ProxyLoop | None = None
         self._ready = threading.Event()
         self._stopped = threading.Event()
         self._error: BaseException | None = None
@@ -147,15 +147,14 @@ class TcpProxy:
     # -- lifecycle (called from the test's thread) ------------------------------------
 
     def start(self) -> TcpProxy:
-        if self._loop is not None:
-            self._loop.spawn(self._guarded_main)
-        else:
-            self._thread = threading.Thread(target=trio.run, args=(self._guarded_main,),
-                                            name=f"tcpproxy->{self.upstream[1]}", daemon=True)  # fmt: skip
-            self._thread.start()
-        if not self._ready.wait(START_TIMEOUT):
-            raise TimeoutError("tcp proxy did not start")
-        if self._error is not None:
+        loop = self._loop
+        if loop is None:
+            loop = self._own_loop = ProxyLoop().start()
+        loop.spawn(self._guarded_main)
+        if not self._ready.wait(START_TIMEOUT) or self._error is not None:
+            self.stop()  # its own loop too
+            if self._error is None:
+                raise TimeoutError("tcp proxy did not start")
             raise RuntimeError("tcp proxy failed to start") from self._error
         return self
 
@@ -165,9 +164,9 @@ class TcpProxy:
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(scope.cancel)
             self._stopped.wait(START_TIMEOUT)
-        if self._thread is not None:
-            self._thread.join(START_TIMEOUT)
-            self._thread = None
+        if self._own_loop is not None:
+            self._own_loop.stop()
+            self._own_loop = None
 
     def __enter__(self) -> TcpProxy:
         return self.start()
