@@ -125,6 +125,7 @@ def summarize(
     data_frames = sum(frames.get(k, 0) for k in data)
     delivered_sets = sum(row["counters"].get("delivered_sets", 0) for row in figures.get("hubs_at_end", []))
     hubs = figures.get("hubs_at_end", [])
+    seconds = [{"t": t, "p99_ms": percentile(v, 99), "count": len(v)} for t, v in sorted(timeline.items())]
     held = [h["libp2p_connections"] for h in hubs if h.get("libp2p_connections") is not None]
     return {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(settings).items()},
@@ -173,11 +174,11 @@ def summarize(
         },
         "rss_mib_max": max((h["rss_mib"] for h in hubs), default=None),
         "faults": faults,
-        "slow_seconds": slow_seconds(timeline, faults),
+        "slow_seconds": slow_seconds(seconds, faults),
         # what the proxies every link ran through used (the link faults' cost to the machine)
         "proxy_cpu_seconds": figures.get("proxy_cpu_seconds"),
         "subscriber_errors": [e for s in subs for e in s.errors],
-        "timeline": [{"t": t, "p99_ms": percentile(v, 99), "count": len(v)} for t, v in sorted(timeline.items())],
+        "timeline": seconds,
         "hubs": hubs,
     }
 
@@ -188,16 +189,16 @@ SLOW_MS = 100.0
 AFTER_FAULT_SECONDS = 10.0
 
 
-def slow_seconds(timeline: dict[int, list[float]], faults: list[dict[str, Any]]) -> dict[str, Any]:
-    """Seconds of traffic whose p99 was past SLOW_MS, each put down to the fault that began last
-    within AFTER_FAULT_SECONDS before it (``none``: no fault then)."""
+def slow_seconds(seconds: list[dict[str, Any]], faults: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``seconds`` of traffic (the report's timeline) whose p99 was past SLOW_MS, each put down
+    to the fault that began last within AFTER_FAULT_SECONDS before it (``none``: no fault then)."""
     after: dict[str, int] = {}
-    slow = [t for t, v in timeline.items() if v and (percentile(v, 99) or 0.0) > SLOW_MS]
+    slow = [p["t"] for p in seconds if (p["p99_ms"] or 0.0) > SLOW_MS]
     for t in slow:
         began = [f for f in faults if t - AFTER_FAULT_SECONDS < f["t"] <= t + 1]
         kind = max(began, key=lambda f: f["t"])["kind"] if began else "none"
         after[kind] = after.get(kind, 0) + 1
-    return {"slow": len(slow), "of": len(timeline), "after": after}
+    return {"slow": len(slow), "of": len(seconds), "after": after}
 
 
 def render(report: dict[str, Any]) -> str:
