@@ -24,7 +24,8 @@ ensure_venv() {
 }
 
 # Benchmarks and their smoke tests run real redis-server and nats-server; the status page is
-# tested in headless Chromium (chromium, chromium-driver), the Wireshark dissector with tshark.
+# tested in headless Chromium (chromium, chromium-driver), the Wireshark dissector with tshark;
+# the test bed cuts links in the kernel with nft (nftables) where it runs as root.
 ensure_system_packages() {
   local missing=()
   command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
@@ -32,6 +33,7 @@ ensure_system_packages() {
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
   command -v tshark >/dev/null 2>&1 || missing+=(tshark)
+  command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
   if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
       echo "local.sh: apt-get install ${missing[*]}" >&2

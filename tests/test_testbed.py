@@ -1,6 +1,7 @@
 """``pub0sub testbed`` end to end at a small size (sdk/tools/testbed.py): real hub processes that
 start on the v2 full mesh and switch to the overlay (``--mesh-overlay-from``), traffic, a crash
-and a stall of relay hubs, a black-holed link, and the summary's verdict.
+and a stall of relay hubs, a cut link (in the kernel where it can be, else through proxies: the
+test bed's ``auto``), and the summary's verdict.
 
 The 50-hub runs are a command (docs/scale.md); this keeps the command itself working.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sdk.tools import testbed  # not TestBed itself: pytest would try to collect it
+from sdk.tools.link_cuts import unavailable
 from sdk.tools.testbed_report import Settings, render
 
 pytestmark = pytest.mark.slow
@@ -32,10 +34,17 @@ def test_a_small_test_bed_switches_to_the_overlay_and_delivers_everything_throug
     # A stall goes to the relay that relayed the most sets since the last (detours): how many, said.
     assert all(f["relayed_frames_before"] >= 0 for f in report["faults"] if f["kind"] == "stall")
     assert "stalls hit a relay carrying sets" in render(report)
-    # The link failed was one that carried traffic, through the proxy its hub announced.
+    # The link failed was one that carried traffic: cut in the kernel, which names both hubs,
+    # else through the proxy its hub announced.
     link = next(f for f in report["faults"] if f["kind"] == "link")
     assert link["bytes_before"] > 0, lines
-    assert report["proxy_cpu_seconds"] > 0 and "the links' proxies used" in render(report)
+    if unavailable() is None:
+        assert report["link_cuts"] == "kernel" and report["proxy_cpu_seconds"] is None
+        assert link["from"].startswith("hub-") and link["from"] != link["hub"], lines
+        assert "links cut by the kernel" in render(report)
+    else:
+        assert report["link_cuts"] == "proxy" and report["proxy_cpu_seconds"] > 0
+        assert "links cut by the proxy (the proxies used" in render(report)
     # Slow seconds are each put down to the fault before them, if any.
     slow = report["slow_seconds"]
     assert slow["of"] >= 20 and sum(slow["after"].values()) == slow["slow"]

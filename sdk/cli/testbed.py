@@ -3,7 +3,8 @@
     pub0sub testbed --hubs 50 --minutes 10 --json bed.json --plot bed.png
     pub0sub testbed --hubs 50 --mesh-overlay-from 10     # start on the full mesh, as hubs do by default
     pub0sub testbed --hubs 10 --minutes 1 --fault-every 0      # no faults
-    pub0sub testbed --hubs 20 --faults crash,stall             # no link failures: no proxies either
+    pub0sub testbed --hubs 20 --faults crash,stall             # no link failures
+    pub0sub testbed --hubs 20 --link-cuts proxy                # links through proxies, not cut in the kernel
 
 See sdk/tools/testbed.py for what runs and what is measured.  Exit status: 0 when every
 acknowledged publish reached every subscriber of its topic once and in order, 1 otherwise
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from ..tools.stopping import run_until_stopped
 from ..tools.testbed import Settings, TestBed
-from ..tools.testbed_report import FAULT_KINDS, render, write
+from ..tools.testbed_report import FAULT_KINDS, LINK_CUTS, render, write
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -58,8 +59,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=d.faults,
         metavar="KINDS",
         help="comma-separated, taken in turn: crash (SIGKILL and restart a relay hub), stall (SIGSTOP it "
-        "for a while), link (black-hole the busiest link for a while; every hub then runs behind a "
-        f"proxy of this command's) (default {','.join(d.faults)})",
+        "for a while), link (cut the busiest link for a while, see --link-cuts) "
+        f"(default {','.join(d.faults)})",
+    )
+    p.add_argument(
+        "--link-cuts",
+        choices=LINK_CUTS,
+        default=d.link_cuts,
+        help="how a link is cut: kernel (nftables drops its packets both ways; needs the nft command "
+        "and root or CAP_NET_ADMIN), proxy (every hub runs behind a proxy of this command's, which "
+        f"black-holes the link), auto: kernel where it can (default {d.link_cuts})",
     )
     p.add_argument("--seed", type=int, default=d.seed, help=f"which hubs do what, and which fail (default {d.seed})")
     p.add_argument(
@@ -97,6 +106,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "pub0sub testbed") ->
         subscriber_hubs=a.subscriber_hubs,
         fault_every=a.fault_every,
         faults=a.faults,
+        link_cuts=a.link_cuts,
         seed=a.seed,
         data_root=a.data_root,
     )

@@ -6,10 +6,13 @@ on the v2 full mesh that each leaves for the overlay at N hubs (``overlay_from``
 them idle, then runs publishers and subscribers across hubs while it kills and restarts
 (SIGKILL, same data dir) and stalls (SIGSTOP/SIGCONT) the hubs that relay but serve no
 client -- a stall hits the relay that relayed the most sets since the last one, so that its
-neighbours route around it (detours) -- and fails links: each hub announces a proxy in front
-of its mesh port (``--mesh-announce``, ``proxy_farm.py``), so every link runs through one, and
-a link failure black-holes the link that carried the most bytes since the last one (both ends
-must notice it by their heartbeats) until it is closed -- and prints what issue 16 asks:
+neighbours route around it (detours) -- and fails links: a link failure cuts the link that
+carried the most bytes since the last one, both ways, while both hubs stay up (both ends must
+notice it by their heartbeats).  The kernel cuts it (``link_cuts.py``: nftables drops its
+packets, then lets them through again), with nothing in the path of the other links; where
+that cannot be done (no ``nft``, no root), each hub announces a proxy in front of its mesh port
+(``--mesh-announce``, ``proxy_farm.py``), so every link runs through one, which black-holes the
+link and then closes it.  It prints what issue 16 asks:
 delivery of acknowledged publishes, duplicates, FIFO violations per publisher, publish-to-
 deliver latency, payload copies per delivered set, control against payload bytes, interest
 frames per hub-level join, time to first delivery after a subscribe, links, RSS and CPU per
@@ -36,6 +39,7 @@ from typing import Any
 
 from ..blocking import connect_blocking
 from .cluster import HubInfo, LocalCluster, Ports
+from .link_cuts import KernelCuts, unavailable
 from .proxy_farm import ProxyFarm
 from .testbed_report import Publisher, Received, Settings, Subscriber, summarize
 
@@ -83,8 +87,10 @@ class TestBed:
             "--log-level",
             "WARNING",
         ]
-        #: With link faults: a proxy in front of each hub's mesh port (see _proxied)
-        self.proxies = ProxyFarm() if "link" in settings.faults else None
+        #: With link faults: the kernel cuts them, else a proxy in front of each hub's mesh port (_proxied)
+        self.link_cuts = self._link_cuts() if "link" in settings.faults else None
+        self.cuts = KernelCuts() if self.link_cuts == "kernel" else None
+        self.proxies = ProxyFarm() if self.link_cuts == "proxy" else None
         self.proxy_ports: dict[str, int] = {}
         self.cluster = LocalCluster(settings.hubs, settings.data_root, extra_args=args, note=progress,
                                     hub_args=None if self.proxies is None else self._proxied)  # fmt: skip
@@ -102,10 +108,14 @@ class TestBed:
         s = self.s
         t0 = time.monotonic()
         self.progress(f"starting {s.hubs} hubs with {self._mode()} --max-peers {s.max_peers} in {s.data_root}"
-                      + ("" if self.proxies is None else ", each behind a proxy"))
+                      + ("" if self.proxies is None else ", each behind a proxy")
+                      + ("" if self.cuts is None else ", links cut in the kernel (nftables)"))
+        self.figures["link_cuts"] = self.link_cuts
         with contextlib.ExitStack() as stack:
             if self.proxies is not None:
                 stack.enter_context(self.proxies)  # stopped after the hubs
+            if self.cuts is not None:
+                stack.enter_context(self.cuts)  # removed after the hubs stopped
             stack.enter_context(self.cluster)
             self.figures["start_seconds"] = round(time.monotonic() - t0, 1)
             formed = self._wait_formed(timeout=max(60.0, s.hubs * 2.0))
@@ -148,6 +158,16 @@ class TestBed:
             if self.proxies is not None and self.proxies.pid is not None:
                 self.figures["proxy_cpu_seconds"] = round(proc_sample(self.proxies.pid)[0], 1)
         return summarize(self.s, self.figures, pubs, subs, self.faults)
+
+    def _link_cuts(self) -> str:
+        """How this run cuts links (Settings.link_cuts), ``auto`` settled; kernel cuts asked for
+        where they cannot be made are an error that says why."""
+        why = None if self.s.link_cuts == "proxy" else unavailable()
+        if self.s.link_cuts == "kernel" and why is not None:
+            raise RuntimeError(f"links cannot be cut in the kernel here: {why}")
+        if self.s.link_cuts == "auto" and why is not None:
+            self.progress(f"links go through proxies: they cannot be cut in the kernel here ({why})")
+        return "proxy" if why is not None or self.s.link_cuts == "proxy" else "kernel"
 
     def _proxied(self, name: str, ports: Ports) -> list[str]:
         """The arguments that put hub ``name`` behind its proxy (the same one across restarts)."""
@@ -375,10 +395,13 @@ class TestBed:
         return {"hub": hub.name} if crash else {"hub": hub.name, "relayed_frames_before": relayed}
 
     def _link_fault(self) -> dict[str, Any] | None:
-        """Black-hole the link that carried the most bytes since the last look, for ``fault_length``
-        seconds, then close it: both hubs are up and must notice it by their heartbeats, route
-        around it, and repair what it swallowed.  The proxy knows which hub a link goes into,
-        not which one dialled it."""
+        """Cut the link that carried the most bytes since the last look for ``fault_length``
+        seconds: both hubs are up and must notice it by their heartbeats, route around it, and
+        repair what it lost.  In the kernel its packets are dropped and then let through again
+        (what TCP still holds then arrives, if the hubs kept the link); a proxy black-holes it
+        (what it swallowed is lost), then closes it, and knows only which hub the link goes into."""
+        if self.cuts is not None:
+            return self._kernel_link_fault(self.cuts)
         assert self.proxies is not None
         busiest = self.proxies.busiest()
         if busiest is None or not self.proxies.blackhole(busiest[0], busiest[1]):
@@ -389,6 +412,21 @@ class TestBed:
         self.proxies.heal(name)
         self.progress(f"fault: black-holed a link into {name} (it carried {sent:,} bytes since the last look)")
         return {"hub": name, "bytes_before": sent}
+
+    def _kernel_link_fault(self, cuts: KernelCuts) -> dict[str, Any] | None:
+        hubs = self.cluster.hubs
+        listeners = {self.cluster.ports_of(i).mesh: hub.name for i, hub in enumerate(hubs)}
+        pids = {hub.proc.pid: hub.name for hub in hubs if hub.proc is not None and hub.proc.poll() is None}
+        link = cuts.busiest(listeners, pids)
+        if link is None:
+            self.progress("fault: no link to fail")
+            return None
+        cuts.cut(link)
+        time.sleep(self.s.fault_length)
+        cuts.heal()
+        self.progress(f"fault: cut the link from {link.dialled_by or '?'} into {link.into} "
+                      f"(it carried {link.carried:,} bytes since the last look)")  # fmt: skip
+        return {"hub": link.into, "from": link.dialled_by, "bytes_before": link.carried}
 
     def _drain(self, pubs: list[Publisher], subs: list[Subscriber], timeout: float) -> None:
         """Wait until every subscriber holds what it should, or the timeout."""

@@ -13,6 +13,8 @@ from wire.frames.mesh_v3 import ROUTED_SETS_KINDS
 
 #: What the test bed can do to the hubs and links while traffic runs (see Settings.faults).
 FAULT_KINDS = ("crash", "stall", "link")
+#: How the test bed cuts links (Settings.link_cuts).
+LINK_CUTS = ("auto", "kernel", "proxy")
 
 
 @dataclass
@@ -34,10 +36,12 @@ class Settings:
     pair_topics: int = 10
     subscriber_hubs: int = 12
     #: Seconds of the run between faults, which take these kinds in turn: ``crash`` (SIGKILL and
-    #: restart a relay), ``stall`` (SIGSTOP and SIGCONT one), ``link`` (black-hole a link; every
-    #: hub then runs behind a proxy, see testbed.py); 0: no faults.
+    #: restart a relay), ``stall`` (SIGSTOP and SIGCONT one), ``link`` (cut a link, see testbed.py); 0: no faults.
     fault_every: float = 20.0
     faults: tuple[str, ...] = ("crash", "stall", "link")
+    #: How links are cut: ``kernel`` (nftables drops the link's packets: link_cuts.py), ``proxy``
+    #: (every hub behind a proxy that black-holes one: proxy_farm.py), ``auto``: kernel where it can.
+    link_cuts: str = "auto"
     fault_length: float = 5.0
     idle_seconds: float = 10.0
     #: Idle is measured this long after the overlay formed: the last link changes of the
@@ -176,6 +180,7 @@ def summarize(
         "faults": faults,
         "slow_seconds": slow_seconds(seconds, faults),
         # what the proxies every link ran through used (the link faults' cost to the machine)
+        "link_cuts": figures.get("link_cuts"),
         "proxy_cpu_seconds": figures.get("proxy_cpu_seconds"),
         "subscriber_errors": [e for s in subs for e in s.errors],
         "timeline": seconds,
@@ -227,8 +232,9 @@ def render(report: dict[str, Any]) -> str:
             f"FIFO violations {d['fifo_violations']}",
             f"publish to deliver: p50 {num(lat['p50'])} ms  p99 {num(lat['p99'])} ms  max {num(lat['max'])} ms",
             f"seconds with p99 > {SLOW_MS:g} ms: {slow['slow']} of {slow['of']} ({after})"
+            + ("" if report.get("link_cuts") is None else f"  links cut by the {report['link_cuts']}")
             + ("" if report.get("proxy_cpu_seconds") is None else
-               f"  the links' proxies used {report['proxy_cpu_seconds']:.1f} s of CPU"),
+               f" (the proxies used {report['proxy_cpu_seconds']:.1f} s of CPU)"),
             f"redundancy {num(report['redundancy'], '{:.3f}')}  "
             f"control/payload {num(report['control_over_payload_bytes'], '{:.3f}')}  "
             f"interest frames per join {num(report['interest_frames_per_join'])}",
