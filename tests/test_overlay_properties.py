@@ -1,6 +1,7 @@
 """The overlay core's promise, over any interleaving of faults (hypothesis drives the simulator).
 
-Whatever order hubs join, leave, crash, restart, and links are cut in, once everything has
+Whatever order hubs join, leave, crash, restart, and links are cut or black-holed in (their ends
+suspecting each other and routing round: hub/core/overlay/routes.py), once everything has
 healed every set an up hub published reaches every hub that wanted its topic the whole time:
 exactly once, and in order per origin and topic.  Hubs that subscribed or unsubscribed during
 the run are held to "at most once, in order" only (their start is whatever JOINED said).
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 from hub.core.mesh.interest import InterestTable
 from hub.core.overlay.config import OverlayConfig
+from hub.tools.sim.holes import BlackHoles
 from hub.tools.sim.world import World
 
 HUBS = 6
@@ -51,6 +53,9 @@ event = st.one_of(
     st.tuples(st.just("burst"), hub_index, st.sampled_from(TOPICS)),
     st.tuples(st.just("crash"), hub_index, st.floats(0.2, 6.0)),
     st.tuples(st.just("cut"), hub_index, hub_index, st.floats(0.5, 8.0)),
+    # a link that drops everything while both hubs run; each end suspects the other after the
+    # second float, and it heals, or ends at the heartbeat bound (hub/tools/sim/holes.py)
+    st.tuples(st.just("hole"), hub_index, hub_index, st.floats(0.3, 5.0), st.floats(0.2, 1.0)),
     st.tuples(st.just("subscribe"), hub_index, st.sampled_from(PATTERNS)),
     st.tuples(st.just("unsubscribe"), hub_index, st.sampled_from(PATTERNS)),
 )
@@ -62,6 +67,7 @@ def run_world(
     seed: int, subscriptions: list[tuple[int, str]], events: list[tuple[float, tuple]], config: OverlayConfig = CONFIG
 ) -> tuple:
     world = World(hubs=HUBS, seed=seed, config=config)
+    holes = BlackHoles(world)
     ids = world.order
     for index, hub in enumerate(ids):
         world.loop.at(0.3 * index, lambda hub=hub, index=index: world.start(hub, ids[max(0, index - 2) : index]))
@@ -94,6 +100,8 @@ def run_world(
                 world.loop.at(t + downtime, lambda hub=hub: world.start(hub, [h for h in ids if h != hub][:2]))
         elif kind == "cut" and ev[1] != ev[2]:
             world.loop.at(t, world.cut, ids[ev[1]], ids[ev[2]], ev[3])
+        elif kind == "hole" and ev[1] != ev[2]:
+            world.loop.at(t, holes.open, ids[ev[1]], ids[ev[2]], ev[3], ev[4])
         elif kind == "subscribe":
             changed.add((ids[ev[1]], ev[2]))
             world.loop.at(t, world.subscribe, ids[ev[1]], ev[2])

@@ -141,6 +141,8 @@ class World:
         self._latency: dict[tuple[int, int], float] = {}
         #: functions shown every frame that arrives (a measurement looking at some frames)
         self.taps: list[Callable[[bytes], None]] = []
+        #: functions that drop the frames of a link while they say so (src, dst, epoch): holes.py
+        self.drops: list[Callable[[int, int, int], bool]] = []
         #: (closer, other) -> epoch of a link being closed: frames the closer sent still arrive
         self._closing: dict[tuple[int, int], int] = {}
         self.payload_copies = 0
@@ -354,6 +356,8 @@ class World:
     def _arrive(self, src: int, dst: int, epoch: int, frames: list[bytes]) -> None:
         if self.links.get(self.pair(src, dst)) != epoch and self._closing.get((src, dst)) != epoch:
             return  # the link broke while these were in flight
+        if any(drop(src, dst, epoch) for drop in self.drops):
+            return
         hub = self.hubs[dst]
         overlay = hub.overlay
         if overlay is None:
