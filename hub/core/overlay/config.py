@@ -19,6 +19,12 @@ class OverlayConfig:
     #: A gap not filled after this many seconds is asked for again (doubling up to the max).
     repair_retry: float = 1.0
     repair_retry_max: float = 8.0
+    #: Routed frames sent to a neighbour in the last this many seconds, up to ``resend_max_bytes``,
+    #: go again round it when it is suspected (outbox.py): a black-holed link is suspected 0.5-1 s
+    #: after it failed (``--mesh-suspect-after``, twice over), and what it swallowed meanwhile is
+    #: then sent round at once instead of waiting for its destinations' repairs.  0: never.
+    resend_window: float = 2.0
+    resend_max_bytes: int = 1 << 20
     #: A gap still open this long after its origin stopped being reachable is given up (counted).
     give_up_after: float = 60.0
     #: Bytes of sets held back behind gaps before the newest are dropped (they come back by

@@ -89,19 +89,15 @@ class Overlay:
         self.registrations = Registrations(self.membership, clock.monotonic)
         self.owned = OwnedKeys(self.membership, version_base=self.boot & 0xFFFFFFFF)
         self.watching = Watching(self.membership, lambda: self.sender.join_since(), lambda *w: self.joins.watching(*w))
-        self.streams = Streams(
-            stored_position=store.stored_position,
-            save_since=store.save_since,
-            since=since,
-            hold_max_bytes=config.hold_max_bytes,
-        )
+        self.streams = Streams(stored_position=store.stored_position, save_since=store.save_since, since=since,
+                               hold_max_bytes=config.hold_max_bytes)  # fmt: skip
         self.origin = OriginSide(store, recent_max_bytes=config.recent_max_bytes)
         #: where this hub's sets for each destination start (told again when the hub returns)
         self.joins = Joins(store.save_joins, joins, now=clock.monotonic())
         self.watching.resume(self.joins.unsettled(), clock.monotonic())  # watches a crash cut short
         self.shortcuts = Shortcuts(config, self.membership, self.policy.links)
         self.policy.shortcuts = self.shortcuts.live
-        self.outbox = Outbox(self.membership, self.policy.links, self.shortcuts)
+        self.outbox = Outbox(self.membership, self.policy.links, self.shortcuts, clock, config)
         self.flooding = Flooding(self.outbox, self.policy.links)
         self.sender = SetSender(config, hub_id, self.watching, self.origin, self.outbox, self._route_control,
                                 self.shortcuts.count)  # fmt: skip
@@ -176,10 +172,14 @@ class Overlay:
             self._moved()  # this hub's routes move too (see _link_state)
 
     def suspect(self, hub: int, suspected: bool) -> None:
-        """A neighbour answers nothing (routes go round it: routes.py; HEADS follow), or again."""
-        self.membership.suspect(hub, suspected)
-        if suspected:
-            self._moved()
+        """A neighbour answers nothing (routes go round it: routes.py; HEADS follow, what was sent
+        to it lately goes again round it, what was asked through it is asked again), or again."""
+        if not suspected or hub in self.membership.suspected:
+            return self.membership.suspect(hub, suspected)
+        self.streams.ask_again(lambda origin: self.membership.next_hop(origin) == hub, self.clock.monotonic())
+        self.membership.suspect(hub, True)
+        self.outbox.send_round(hub, self.hub_id)  # by the routes as they are now: round it
+        self._moved()
 
     def referral(self, states: Iterable[wire.LinkState]) -> None:
         """Advertisements from a hub that refused our link (it was full): hubs to dial instead."""
@@ -275,10 +275,8 @@ class Overlay:
 
     def _returned(self, hubs: Iterable[int]) -> None:
         """Hubs back in reach, or restarted: sets may have been lost on the way to or from them.
-
         Each is greeted once it is reachable: told again where this hub's sets for it start
-        (JOINED), and, if it is an origin this hub delivers, asked where its topics stand (SYNC).
-        """
+        (JOINED), and, if it is an origin this hub delivers, asked where its topics stand (SYNC)."""
         origins = self.streams.origins()
         joined = self.joins.hubs()
         for hub in hubs:
@@ -374,7 +372,7 @@ class Overlay:
 
         if self._refused(frame.src):
             return
-        self.outbox.relay(self.hub_id, frame.ttl, frame.dests, kind, envelope, came_from=peer, detours=True)
+        self.outbox.relay(self.hub_id, frame.ttl, frame.dests, kind, envelope, came_from=peer)
         if self.hub_id in frame.dests:
             self._control(frame.src, inner)
 
@@ -581,13 +579,12 @@ class Overlay:
         """Once the graph is quiet after a change, and every ``recheck_interval`` anyway, control
         frames lost on the way are sent again (WATCH version checks, SYNC not answered yet).
 
-        INTEREST is not: each one is acknowledged and sent again until it is, and a new or
-        restarted owner is told (Registrations.refresh); an owner forgets a hub's patterns only
-        once it has not reached it for FORGET_AFTER, and that hub, not reaching the owner either,
-        has stopped counting it as an owner meanwhile (it tells it again once it is one).
-        Re-telling every owner every interval was most of the cluster's interest traffic once
-        the overlay had formed (30 hubs: 156 interest frames of every key in a join's 2 s, 12
-        of them the join's own)."""
+        INTEREST is not: each one is acknowledged and sent again until it is, and a new or restarted
+        owner is told (Registrations.refresh); an owner forgets a hub's patterns only once it has not
+        reached it for FORGET_AFTER, and that hub, not reaching the owner either, has stopped counting
+        it as an owner meanwhile (it tells it again once it is one).  Re-telling every owner every
+        interval was most of a formed overlay's interest traffic (30 hubs: 156 interest frames of
+        every key in a join's 2 s, 12 of them the join's own)."""
         periodic = self._periodic_at <= now
         if periodic:
             self._periodic_at = now + self.config.recheck_interval

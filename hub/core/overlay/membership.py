@@ -263,15 +263,14 @@ class Membership:
         self._routes()
         return not self._missing(hub_id)
 
-    def split_by_next_hop(self, destinations: Iterable[int], *, relayed_from: int | None = None,
-                          relay_detours: bool = False) -> dict[int, list[int]]:  # fmt: skip
+    def split_by_next_hop(self, destinations: Iterable[int], *,
+                          relayed_from: int | None = None) -> dict[int, list[int]]:  # fmt: skip
         """``destinations`` grouped by the neighbour each is reached through; unreachable ones left out.
 
-        ``relayed_from``: a frame this hub passes on, from that neighbour.  To a suspect it goes by
-        the route without the detour (routes.py) -- two neighbours of a paused hub, each the
-        other's way round the link to it, would hand its sets back and forth -- unless
-        ``relay_detours`` (control frames: small, and a REPAIR relayed into a black-holed link
-        would wait for the link's end) and the detour does not lead back where it came from."""
+        ``relayed_from``: a frame this hub passes on, from that neighbour.  To a suspect it takes
+        the detour round the link (routes.py) unless that leads back where it came from: two
+        neighbours of a paused hub, each the other's way round, would hand it back and forth
+        (what a detour still meets is bounded by DETOUR_TTL, see :meth:`detoured`)."""
         self._routes()
         hops = self._next_hop
         groups: dict[int, list[int]] = {}
@@ -282,10 +281,14 @@ class Membership:
                     continue
                 hops = self._next_hop  # settled anew by _missing
                 hop = hops[dest]
-            if relayed_from is not None and dest in self._suspect_hop and (not relay_detours or hop == relayed_from):
+            if relayed_from is not None and dest in self._suspect_hop and hop == relayed_from:
                 hop = self._suspect_hop[dest]
             groups.setdefault(hop, []).append(dest)
         return groups
+
+    def detoured(self, dest: int, hop: int) -> bool:
+        """Does a frame for ``dest`` sent to ``hop`` go round the link to a suspect (``dest`` itself)?"""
+        return dest in self._suspect_hop and hop != self._suspect_hop[dest]
 
     # -- rendezvous -------------------------------------------------------------------
 

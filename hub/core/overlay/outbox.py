@@ -1,17 +1,47 @@
-"""Frames waiting for each neighbour, and what was sent, by kind (the overlay's only way out)."""
+"""Frames waiting for each neighbour, and what was sent, by kind (the overlay's only way out).
+
+It also keeps, per neighbour, the routed frames (sets and routed control frames) sent to it in
+the last ``resend_window`` seconds, up to ``resend_max_bytes``: when the neighbour is suspected
+(it left a probe unanswered, routes.py), they go again, each split by the routes as they are
+now, round it.  A link black-holed while both ends run swallows what is sent into it from the
+moment it fails until the suspicion, 0.5-1 s later; without this, a destination found out by the
+first set that came round (a gap), asked the origin (REPAIR), and when that REPAIR crossed the
+same hole, waited for its own end to suspect it too (docs/scale.md).  A frame that did arrive
+arrives twice; its destinations drop the copy (streams.py).
+"""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
+from functools import partial
+from typing import TYPE_CHECKING
 
+import wire
+from wire.frames.mesh_v3 import read_route_head, routed_sets_frame
+
+from .config import OverlayConfig
 from .membership import Membership
+from .routes import DETOUR_TTL
 from .shortcuts import Shortcuts
+
+if TYPE_CHECKING:
+    from ..clock import Clock
+
+#: First bytes of the frames kept for a resend: every routed frame, sets and control alike.
+ROUTED_OPCODES = frozenset({wire.Opcode.ROUTED_SETS, wire.Opcode.ROUTED_SETS_HEADERS, wire.Opcode.ROUTED})
 
 
 class Outbox:
-    def __init__(self, membership: Membership, links: set[int], shortcuts: Shortcuts) -> None:
+    def __init__(self, membership: Membership, links: set[int], shortcuts: Shortcuts, clock: Clock,
+                 config: OverlayConfig) -> None:  # fmt: skip
         self.membership = membership
+        self.clock = clock
+        self.resend_window = config.resend_window
+        self.resend_max_bytes = config.resend_max_bytes
+        #: neighbour -> (sent at, the neighbour the frame came from or None, frame), oldest first
+        self._sent: dict[int, deque[tuple[float, int | None, bytes]]] = {}
+        self._sent_bytes: Counter[int] = Counter()
         #: the live links (the link policy's set, shared): nothing queues for a hub not linked
         self.links = links
         #: live shortcuts (shortcuts.py, shared): frames for those hubs go straight to them
@@ -22,11 +52,13 @@ class Outbox:
         #: a relay to others in the same frame, and would get a second copy on the tree's path
         self.fanout = shortcuts.config.shortcut_fanout
         self._frames: dict[int, list[bytes]] = {}
+        #: routed frames sent again round a suspect (send_round)
+        self.resent = 0
         self.sent_frames: Counter[str] = Counter()
         self.sent_bytes: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
 
-    def send(self, hub: int, kind: str, frame: bytes) -> None:
+    def send(self, hub: int, kind: str, frame: bytes, came_from: int | None = None) -> None:
         if hub not in self.links:
             if hub not in self.shortcuts:
                 self.dropped["no_link"] += 1
@@ -35,11 +67,44 @@ class Outbox:
         self._frames.setdefault(hub, []).append(frame)
         self.sent_frames[kind] += 1
         self.sent_bytes[kind] += len(frame)
+        if frame[0] in ROUTED_OPCODES and self.resend_window:
+            self._keep(hub, came_from, frame)
 
-    def by_next_hop(self, dests: Iterable[int], kind: str, *, relayed_from: int | None = None,
-                    relay_detours: bool = False) -> dict[int, list[int]]:  # fmt: skip
+    def _keep(self, hub: int, came_from: int | None, frame: bytes) -> None:
+        now = self.clock.monotonic()
+        kept = self._sent.get(hub)
+        if kept is None:
+            kept = self._sent[hub] = deque()
+        kept.append((now, came_from, frame))
+        size = self._sent_bytes[hub] = self._sent_bytes[hub] + len(frame)
+        oldest = now - self.resend_window
+        while kept and (kept[0][0] < oldest or size > self.resend_max_bytes):
+            size -= len(kept.popleft()[2])
+        self._sent_bytes[hub] = size
+
+    def send_round(self, hub: int, me: int) -> int:
+        """``hub`` was just suspected: the routed frames sent to it in the last ``resend_window``
+        go again, split by the routes as they are now, to the hubs they now reach round it (a
+        relayed one never back where it came from: Membership.split_by_next_hop).  Returns how
+        many were looked at."""
+        kept = self._sent.pop(hub, None)
+        self._sent_bytes.pop(hub, None)
+        if not kept:
+            return 0
+        oldest = self.clock.monotonic() - self.resend_window
+        again = [(came_from, frame) for at, came_from, frame in kept if at >= oldest]
+        for came_from, frame in again:
+            op = wire.Opcode(frame[0])
+            ttl, dests, at = read_route_head(frame[wire.HEADER_SIZE:], minimum_rest=0)
+            rest = frame[wire.HEADER_SIZE + at :]
+            kind = wire.Opcode(rest[8]).name if op is wire.Opcode.ROUTED else op.name  # the inner frame's, after src
+            self.resent += 1
+            self.relay(me, ttl + 1, dests, kind, partial(_framed, op, rest), came_from=came_from, not_to=hub)
+        return len(again)
+
+    def by_next_hop(self, dests: Iterable[int], kind: str, *, relayed_from: int | None = None) -> dict[int, list[int]]:
         """``dests`` grouped by the neighbour each is reached through; the unreachable counted.
-        ``relayed_from``, ``relay_detours``: a frame passed on (see Membership.split_by_next_hop)."""
+        ``relayed_from``: a frame passed on (see Membership.split_by_next_hop)."""
         dests = list(dests)
         shortcuts = self.shortcuts
         direct: list[int] = []
@@ -49,7 +114,7 @@ class Outbox:
             direct = [d for d in dests if d in shortcuts and d not in self.membership.suspected]
             if direct:
                 dests = [d for d in dests if d not in direct]
-        groups = self.membership.split_by_next_hop(dests, relayed_from=relayed_from, relay_detours=relay_detours)
+        groups = self.membership.split_by_next_hop(dests, relayed_from=relayed_from)
         unroutable = len(dests) - sum(len(g) for g in groups.values())
         if unroutable:
             self.dropped["unroutable_" + kind] += unroutable
@@ -59,23 +124,43 @@ class Outbox:
 
     def relay(
         self, me: int, ttl: int, dests: tuple[int, ...], kind: str, make: Callable[[int, list[int]], bytes], *,
-        came_from: int, detours: bool = False,
+        came_from: int | None, not_to: int | None = None,
     ) -> None:  # fmt: skip
-        """A routed frame from neighbour ``came_from`` passing through hub ``me``: ``make(ttl, dests)``
-        for each next hop of the others (``detours``: round a suspect too, see Membership.split_by_next_hop)."""
+        """A routed frame from neighbour ``came_from`` (None: one of this hub's own, sent again)
+        passing through hub ``me``: ``make(ttl, dests)`` for each next hop of the others.  The
+        part for a suspect that goes round the link to it has at most DETOUR_TTL hops left:
+        neighbours of a paused hub all suspect it, and three of them could hand its part round
+        in a circle (Membership.split_by_next_hop).  Nothing goes to ``not_to`` (a resend's
+        suspect: what has no way round it is in its link already)."""
         others = [d for d in dests if d != me]
         if not others:
             return
         if ttl == 0:
             self.dropped["ttl"] += 1
             return
-        for hop, group in self.by_next_hop(others, kind, relayed_from=came_from, relay_detours=detours).items():
-            self.send(hop, kind, make(ttl - 1, group))
+        detoured = self.membership.detoured
+        for hop, group in self.by_next_hop(others, kind, relayed_from=came_from).items():
+            if hop == not_to:
+                continue
+            round_ = [d for d in group if detoured(d, hop)] if ttl - 1 > DETOUR_TTL else []
+            if round_:
+                self.send(hop, kind, make(DETOUR_TTL, round_), came_from)
+                group = [d for d in group if d not in round_]
+            if group:
+                self.send(hop, kind, make(ttl - 1, group), came_from)
 
     def forget(self, hub: int) -> None:
-        """The link to ``hub`` went: what was queued for it goes too."""
+        """The link to ``hub`` went: what was queued for it goes too (and what was kept for a resend:
+        routes moved, and what was lost is repaired from the origins)."""
         self._frames.pop(hub, None)
+        self._sent.pop(hub, None)
+        self._sent_bytes.pop(hub, None)
 
     def take(self) -> dict[int, list[bytes]]:
         out, self._frames = self._frames, {}
         return out
+
+
+def _framed(op: wire.Opcode, rest: bytes, ttl: int, dests: list[int]) -> bytes:
+    """A routed frame of ``op`` again, with a new route head before the same bytes."""
+    return routed_sets_frame(ttl, dests, rest, op)

@@ -27,18 +27,22 @@ in the metric the routes use.  Where no neighbour qualifies the route stays on t
 waits there as before, and a set never circles.  Sets for the suspect itself cannot be kept off
 it, only off the link to it, which is what fails when the link is black-holed and the hub is
 fine (the test bed's link failures): they take a *link-protecting* loop-free alternate, the
-second condition alone, where one exists.  If it was the hub that stopped, they wait at that
-neighbour instead of here, and whatever of them also comes out of this hub's link later is a
-duplicate its destination drops.  Only the hub a set starts at takes it round the link: two
-neighbours of a paused hub, each the other's way round, would hand its sets back and forth
-(membership.py, ``split_by_next_hop``).  Control frames passed on go round too, never back to
-the neighbour they came from (a REPAIR a relay passes into a black-holed link to the origin
-would wait for the link's end; a loop costs a small frame until its TTL).  A shortcut to a
-suspect is not used while it is suspected (outbox.py): the suspect's sets go by the map.
+second condition alone, where one exists, or on a tie (a way round as long as the link, common
+where links cost alike) a neighbour whose own first hop toward the suspect is not this hub.  If
+it was the hub that stopped, they wait at that neighbour instead of here, and whatever of them
+also comes out of this hub's link later is a duplicate its destination drops.  Frames a relay
+passes on go round too, sets and control frames alike, but never back to the neighbour they came
+from, and with at most DETOUR_TTL hops left (outbox.py): two neighbours of a paused hub, each
+the other's way round the link to it, would hand its frames back and forth, and three in a
+circle until the hop limit.  (Until 2026-11-29 only the hub a set starts at took it round: a
+relay whose link to a destination was cut held every set for it until the link ended, 3 s in the
+test bed.) A shortcut to a suspect is not used while it is suspected (outbox.py): the suspect's
+sets go by the map.
 
-The sets already sent into the suspect are repaired as after any change of route: the first
-set of a stream that comes round opens a gap at its destination, which asks the origin at once
-(streams.py); a destination whose REPAIR would go through the suspect suspects it in turn
+The frames sent into the suspect's link in the last ``resend_window`` go again round it
+(outbox.py).  Older ones, and any a resend missed, are repaired as after any change of route: the
+first set of a stream that comes round opens a gap at its destination, which asks the origin at
+once (streams.py); a destination whose REPAIR would go through the suspect suspects it in turn
 (routed control frames are probed too), and its REPAIR goes round.  The search runs only while
 some neighbour is suspected: one shortest-path search from this hub, from each suspect and from
 each neighbour, per change of the map.
@@ -57,6 +61,10 @@ from typing import Protocol
 #: 1 ms: p99 1.94x a direct send, redundancy 0.227; 10 ms: 1.93x, 0.213; 20 ms: 2.10x, 0.194;
 #: routes by hops (3.0): 3.15x, 0.168.
 HOP_COST = 100
+#: Hops a frame for a suspect has left once a relay sends it round the link to the suspect: its
+#: way round is another neighbour of both, or one more hop, in all but sparse overlays; a frame
+#: that runs out is repaired like any lost one, and one handed round in a circle stops here.
+DETOUR_TTL = 4
 #: The cost of a link neither end has measured yet (a link just up): 100 ms.
 UNMEASURED_COST = 1000
 
@@ -176,14 +184,14 @@ def detour(
     neighbours = {n: cost for n in mine if n not in suspects and (cost := linked(n)) is not None}
     if not neighbours:
         return next_hop
-    far = {hub: shortest(entries, hub, edge)[0] for hub in (me, *suspects, *neighbours)}
-    from_me = far[me]
+    trees = {hub: shortest(entries, hub, edge) for hub in (me, *suspects, *neighbours)}
+    from_me = trees[me][0]
     detoured = dict(next_hop)
     for dest, suspect in through.items():
-        from_suspect = far[suspect]
+        from_suspect = trees[suspect][0]
         best: tuple[int, int] | None = None
         for n, cost in neighbours.items():
-            from_n = far[n]
+            from_n, hops_n = trees[n]
             there = from_n.get(dest)
             if there is None:
                 continue
@@ -191,6 +199,12 @@ def detour(
             # The suspect itself: only the link to it can be kept off (the loop-free test alone).
             protects = dest == suspect or there < from_n.get(suspect, never) + from_suspect.get(dest, never)
             loop_free = there < from_n.get(me, never) + from_me.get(dest, never)
+            if dest == suspect and not loop_free:
+                # A tie (a way round as long as through here: two hops on a loopback cluster,
+                # where links cost alike): N's own route, with the ties broken as N breaks
+                # them, may still not come back here.  If its first hop is not this hub, take it
+                # (a relay that meets it again sends it on with DETOUR_TTL hops left: outbox.py).
+                loop_free = hops_n.get(dest) not in (me, None)
             if protects and loop_free and (best is None or (cost + there, n) < best):
                 best = (cost + there, n)
         if best is not None:

@@ -355,6 +355,20 @@ class Streams:
             deadline = due if deadline is None else min(deadline, due)
         return deadline
 
+    def ask_again(self, through: Callable[[int], bool], now: float) -> None:
+        """Ask again at once what is asked of origins ``through`` says the last asks went by (a
+        neighbour on their way was just suspected): a REPAIR or SYNC it swallowed would otherwise
+        wait for its retry (``repair_retry``, START_RETRY), and the new asks take the detour."""
+        for (origin, topic), stream in self.streams.items():
+            if (stream.gap is None and stream.asked_start is None) or not through(origin):
+                continue
+            if stream.gap is not None:
+                stream.gap.retry = 0.0
+                self._ask(origin, topic, stream, now)
+            if stream.asked_start is not None:
+                stream.start_asked = now
+                self.starts.append((origin, topic))
+
     def take_ready(self) -> list[tuple[int, wire.ForwardSet]]:
         ready, self.ready = self.ready, []
         return ready
