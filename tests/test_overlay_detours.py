@@ -202,7 +202,7 @@ def test_frames_sent_to_a_neighbour_go_again_round_it_once_it_is_suspected_withi
     outbox.take()
     clock.advance(1.0)  # the first is now 2.5 s old
     m.suspect(2, True)
-    assert outbox.send_round(2, 1) == 2
+    assert outbox.send_round(2, 1) == 2 and outbox.resent == 1  # two looked at, one frame sent
     # 2 itself round through 3, DETOUR_TTL left; nothing into the suspect's link again: not 6's
     # part (6 hangs off 2 alone: no way round), nor the relayed frame (not back to 3 it came from).
     assert outbox.take() == {3: [routed_sets_frame(DETOUR_TTL, [2], payload)]}

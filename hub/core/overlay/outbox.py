@@ -52,7 +52,7 @@ class Outbox:
         #: a relay to others in the same frame, and would get a second copy on the tree's path
         self.fanout = shortcuts.config.shortcut_fanout
         self._frames: dict[int, list[bytes]] = {}
-        #: routed frames sent again round a suspect (send_round)
+        #: routed frames queued again round a suspect (send_round)
         self.resent = 0
         self.sent_frames: Counter[str] = Counter()
         self.sent_bytes: Counter[str] = Counter()
@@ -98,8 +98,8 @@ class Outbox:
             ttl, dests, at = read_route_head(frame[wire.HEADER_SIZE:], minimum_rest=0)
             rest = frame[wire.HEADER_SIZE + at :]
             kind = wire.Opcode(rest[8]).name if op is wire.Opcode.ROUTED else op.name  # the inner frame's, after src
-            self.resent += 1
-            self.relay(me, ttl + 1, dests, kind, partial(_framed, op, rest), came_from=came_from, not_to=hub)
+            self.resent += self.relay(me, ttl + 1, dests, kind, partial(_framed, op, rest), came_from=came_from,
+                                      not_to=hub)  # fmt: skip
         return len(again)
 
     def by_next_hop(self, dests: Iterable[int], kind: str, *, relayed_from: int | None = None) -> dict[int, list[int]]:
@@ -125,20 +125,21 @@ class Outbox:
     def relay(
         self, me: int, ttl: int, dests: tuple[int, ...], kind: str, make: Callable[[int, list[int]], bytes], *,
         came_from: int | None, not_to: int | None = None,
-    ) -> None:  # fmt: skip
+    ) -> int:  # fmt: skip
         """A routed frame from neighbour ``came_from`` (None: one of this hub's own, sent again)
         passing through hub ``me``: ``make(ttl, dests)`` for each next hop of the others.  The
         part for a suspect that goes round the link to it has at most DETOUR_TTL hops left:
         neighbours of a paused hub all suspect it, and three of them could hand its part round
         in a circle (Membership.split_by_next_hop).  Nothing goes to ``not_to`` (a resend's
-        suspect: what has no way round it is in its link already)."""
+        suspect: what has no way round it is in its link already).  Returns the frames queued."""
         others = [d for d in dests if d != me]
         if not others:
-            return
+            return 0
         if ttl == 0:
             self.dropped["ttl"] += 1
-            return
+            return 0
         detoured = self.membership.detoured
+        queued = 0
         for hop, group in self.by_next_hop(others, kind, relayed_from=came_from).items():
             if hop == not_to:
                 continue
@@ -146,8 +147,11 @@ class Outbox:
             if round_:
                 self.send(hop, kind, make(DETOUR_TTL, round_), came_from)
                 group = [d for d in group if d not in round_]
+                queued += 1
             if group:
                 self.send(hop, kind, make(ttl - 1, group), came_from)
+                queued += 1
+        return queued
 
     def forget(self, hub: int) -> None:
         """The link to ``hub`` went: what was queued for it goes too (and what was kept for a resend:
