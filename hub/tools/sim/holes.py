@@ -34,11 +34,16 @@ class BlackHoles:
             self._open[pair] = epoch
             w.loop.at(now + duration, self._heal, pair, epoch)
         for hub, other in ((a, b), (b, a)):
-            w.loop.at(now + suspect_after, self._suspect, hub, other, True)
+            w.loop.at(now + suspect_after, self._suspect_if_open, hub, other, epoch)
         return True
 
     def _drops(self, src: int, dst: int, epoch: int) -> bool:
         return self._open.get(self.world.pair(src, dst)) == epoch
+
+    def _suspect_if_open(self, hub: int, other: int, epoch: int) -> None:
+        """A probe unanswered: only while the hole lasts (one that healed first was answered)."""
+        if self._open.get(self.world.pair(hub, other)) == epoch or self.world.cut_between(hub, other):
+            self._suspect(hub, other, True)
 
     def _suspect(self, hub: int, other: int, suspected: bool) -> None:
         h = self.world.hubs[hub]
