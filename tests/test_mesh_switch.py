@@ -77,7 +77,10 @@ def test_a_growing_cluster_switches_to_the_overlay_and_loses_nothing(tmp_path: P
             cl.wait_interest(hubs[0], topic, hubs[1])
             cl.wait_interest(hubs[0], topic, hubs[2])
         history = History()
-        pub = Publisher(history, lambda: hubs[0].address, topics, producer=0x51, per_batch=10, window=8)
+        # It lives as long as the waits below may take (a suite under load once spent its default
+        # 60 s before the last of them); it is stopped at the end either way.
+        pub = Publisher(history, lambda: hubs[0].address, topics, producer=0x51, per_batch=10, window=8,
+                        max_seconds=240.0)  # fmt: skip
         pub.start()
         try:
             wait_progress(pub, 20)

@@ -138,7 +138,8 @@ def wait_progress(pub: Publisher, more_than: int, within: float = 10.0) -> None:
     def progressed() -> bool:
         if pub.acked_batches > more_than:
             return True
-        assert pub.is_alive(), f"publisher died: {pub.errors}"
+        why = pub.errors or f"no error: its max_seconds ({pub.max_seconds:g}) ran out"
+        assert pub.is_alive(), f"publisher ended: {why}"
         return False
 
     wait_until(progressed, timeout=within, what=lambda: f"more than {more_than} acknowledged batches ({pub.errors})")
