@@ -1,9 +1,11 @@
 """A userspace TCP proxy the tests and the test bed control: forward, cut, black-hole, heal.
 
-``tc netem`` and ``iptables`` are not available on the test machines
-(RELIABILITY.md), so link faults between hubs go through this proxy (in the
-test bed, ``sdk/tools/testbed.py``, one in front of each hub's mesh port, which
-the hub announces with ``--mesh-announce``).  It runs in a trio loop on a
+``tc netem`` is not in the test machines' kernel (RELIABILITY.md), so the tests'
+link faults between hubs go through this proxy, which can also delay a link and
+close it.  The test bed only cuts links, which the kernel does without a relay
+in every link's path (nftables, ``link_cuts.py``); where it cannot, the test bed
+falls back to these proxies, one in front of each hub's mesh port, which the hub
+announces with ``--mesh-announce`` (``testbed.py``).  It runs in a trio loop on a
 background thread (its own, or a :class:`ProxyLoop` many proxies share), so a
 test -- sync or trio -- drives it with plain method calls:
 

@@ -181,7 +181,8 @@ def summarize(
         "rss_mib_max": max((h["rss_mib"] for h in hubs), default=None),
         "faults": faults,
         "slow_seconds": slow_seconds(seconds, faults),
-        # what the proxies every link ran through used (the link faults' cost to the machine)
+        # how links were cut (kernel or proxy), and what the proxies every link then ran through
+        # used (the link faults' cost to the machine)
         "link_cuts": figures.get("link_cuts"),
         "proxy_cpu_seconds": figures.get("proxy_cpu_seconds"),
         "subscriber_errors": [e for s in subs for e in s.errors],
