@@ -48,6 +48,9 @@ def test_a_small_test_bed_switches_to_the_overlay_and_delivers_everything_throug
     # Slow seconds are each put down to the fault before them, if any.
     slow = report["slow_seconds"]
     assert slow["of"] >= 20 and sum(slow["after"].values()) == slow["slow"]
+    late = report["slow_deliveries"]  # and so is every delivery past 100 ms
+    assert late["of"] == sum(p["count"] for p in report["timeline"]) and 0 <= late["slow"] <= late["of"]
+    assert sum(v["count"] for v in late["after"].values()) == late["slow"]
     # Every hub switched (the overlay formed over all seven), and no full-mesh link was left.
     assert report["formed_seconds"] is not None and report["v2_links"] == 0, render(report)
     assert report["connections_max"] <= 5

@@ -30,3 +30,19 @@ def test_a_lost_a_repeated_and_a_reordered_message_are_each_counted() -> None:
     assert _run([("t.a", 3)])["delivery"]["delivered"] == 1  # 1 lost
     assert _run([("t.a", 1), ("t.a", 1), ("t.a", 3)])["delivery"]["duplicates"] == 1
     assert _run([("t.a", 3), ("t.a", 1)])["delivery"]["fifo_violations"] == 1
+
+
+def test_slow_deliveries_are_put_down_to_the_fault_their_publish_followed() -> None:
+    pub = Publisher(index=0, hub=0, topics=["t"], acked=[("t", seq, 100.0 + seq) for seq in range(1, 5)])
+    sub = Subscriber(hub=1, topics=["t"], subscribed_at=99.0)
+    # sent at 101 (no fault yet), 102 and 103 (after the crash at 101.5), 104 (after the stall at 103.5);
+    # taken: 20 ms, 300 ms, 50 ms, 900 ms
+    sub.got = [("t", Received(at=100.0 + seq + took, publisher=0, seq=seq, sent=100.0 + seq))
+               for seq, took in ((1, 0.02), (2, 0.3), (3, 0.05), (4, 0.9))]  # fmt: skip
+    faults = [{"kind": "crash", "at": 101.5, "hub": "hub-3"}, {"kind": "stall", "at": 103.5, "hub": "hub-4"}]
+    report = summarize(Settings(hubs=5), {"traffic_started_at": 100.0}, [pub], [sub], faults)
+    late = report["slow_deliveries"]
+    assert (late["slow"], late["of"], late["share"]) == (2, 4, 0.5)
+    assert late["after"] == {"crash": {"count": 1, "p50_ms": 300.0}, "stall": {"count": 1, "p50_ms": 900.0}}
+    assert "deliveries > 100 ms: 2 of 4 (50.00%; " in render(report)
+    assert "1 after a crash (median 300 ms), 1 after a stall (median 900 ms)" in render(report)
