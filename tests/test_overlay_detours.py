@@ -161,7 +161,7 @@ def test_what_a_suspect_was_sent_lately_goes_again_round_it_with_no_repair() -> 
     world.publish(origin, "orders", b"round")
     world.loop.run_until(14.0)
     assert [d.origin_seq for d in world.deliveries if d.hub == subscriber] == [1, 2, 3, 4]
-    assert origin_overlay.outbox.resent >= 2
+    assert origin_overlay.outbox.resent["suspect"] >= 2
     counters = sub_overlay.streams.counters
     assert (counters.gaps_opened, counters.repairs_asked) == (0, 0)
 
@@ -202,14 +202,78 @@ def test_frames_sent_to_a_neighbour_go_again_round_it_once_it_is_suspected_withi
     outbox.take()
     clock.advance(1.0)  # the first is now 2.5 s old
     m.suspect(2, True)
-    assert outbox.send_round(2, 1) == 2 and outbox.resent == 1  # two looked at, one frame sent
+    assert outbox.send_round(2, 1, "suspect") == 2 and outbox.resent == {"suspect": 1}  # two looked at, one frame sent
     # 2 itself round through 3, DETOUR_TTL left; nothing into the suspect's link again: not 6's
     # part (6 hangs off 2 alone: no way round), nor the relayed frame (not back to 3 it came from).
     assert outbox.take() == {3: [routed_sets_frame(DETOUR_TTL, [2], payload)]}
-    assert outbox.send_round(2, 1) == 0  # sent round once
+    assert outbox.send_round(2, 1, "suspect") == 0  # sent round once
     outbox.send(2, "ROUTED_SETS", routed_sets_frame(30, [2], b"again"))
     outbox.forget(2)
-    assert outbox.send_round(2, 1) == 0
+    assert outbox.send_round(2, 1, "suspect") == 0
+
+
+def test_a_link_pruned_here_sends_round_only_what_was_still_queued_for_it() -> None:
+    """What went into a link before this hub closed it arrives before the close; what was queued
+    and not taken by the shell never goes, so that alone goes round (link state is not routed)."""
+    triangle = {(1, 2): 20, (1, 3): 20, (2, 3): 20, (3, 4): 20}
+    m = map_of(symmetric(triangle), 1)
+    links = {2, 3}
+    config = OverlayConfig(shortcuts=0)
+    outbox = Outbox(m, links, Shortcuts(config, m, links), ManualClock(), config)
+    outbox.send(2, "ROUTED_SETS", routed_sets_frame(30, [2, 4], b"\x00" * 8 + b"taken"))
+    outbox.take()
+    outbox.send(2, "LINK_STATE", b"\x11not routed")
+    outbox.send(2, "ROUTED_SETS", routed_sets_frame(30, [2, 4], b"\x00" * 8 + b"queued"))
+    links.discard(2)
+    outbox.link_ended(2, 1, pruned=True)  # the map still has the link: round it as round a suspect
+    assert outbox.take() == {3: [routed_sets_frame(DETOUR_TTL, [2], b"\x00" * 8 + b"queued"),
+                                 routed_sets_frame(30, [4], b"\x00" * 8 + b"queued")]}  # fmt: skip
+    assert m.suspected == set() and m.suspicions == 0
+    assert outbox.resent == {"link_down": 2}
+
+
+def _relay_between(world: World) -> tuple[int, int, int]:
+    """An origin, a subscriber's hub that is not its neighbour, and the relay between them."""
+    for origin in world.order:
+        overlay = world.hubs[origin].overlay
+        assert overlay is not None
+        for subscriber in world.order:
+            relay = overlay.membership.next_hop(subscriber)
+            if subscriber != origin and relay is not None and relay != subscriber:
+                return origin, subscriber, relay
+    raise AssertionError("every hub is a neighbour of every other")
+
+
+@pytest.mark.parametrize("resend_window", [2.0, 0.0], ids=["sent round at the link's end", "window off: HEADS"])
+def test_a_set_lost_in_a_crashed_relay_goes_round_it_when_its_link_ends(resend_window: float) -> None:
+    """The relay crashes while a set is on its way to it: the origin sends it again round the
+    relay as soon as the link ends, with no gap seen and no REPAIR at the subscriber's hub.
+    With no window (as the core was before 2026-11-29, for links) it waits for the origin's
+    HEADS, a second after the graph is quiet again, and the REPAIR that follows: here 4 s."""
+    config = OverlayConfig(degree=3, max_peers=5, resend_window=resend_window)
+    world = World(hubs=8, seed=3, config=config, detect_crash=0.05)
+    for index, hub in enumerate(world.order):
+        world.loop.at(0.2 * index, world.start, hub, world.order[:1] if index else [])
+    world.loop.run_until(20.0)
+    origin, subscriber, relay = _relay_between(world)
+    world.subscribe(subscriber, "orders")
+    world.loop.run_until(22.0)
+    world.publish(origin, "orders", b"first")
+    world.loop.run_until(23.0)
+    world.publish(origin, "orders", b"lost with the relay")
+    world.crash(relay)  # before the set arrives: it goes with the link
+    world.loop.run_until(23.3)
+    got = [d.origin_seq for d in world.deliveries if d.hub == subscriber]
+    counters = world.hubs[subscriber].overlay.streams.counters  # type: ignore[union-attr]
+    if resend_window:
+        assert got == [1, 2]
+        assert (counters.gaps_opened, counters.repairs_asked) == (0, 0)
+        assert world.hubs[origin].overlay.outbox.resent["link_down"] >= 1  # type: ignore[union-attr]
+    else:
+        assert got == [1]
+        world.loop.run_until(27.5)
+        assert [d.origin_seq for d in world.deliveries if d.hub == subscriber] == [1, 2]
+        assert (counters.gaps_opened, counters.repairs_asked) == (1, 1)
 
 
 def test_sets_for_a_suspect_go_round_a_way_as_long_as_through_here_if_that_way_does_not_come_back() -> None:

@@ -255,6 +255,7 @@ class TestBed:
                     # it started (the links' own counts go with links that ended, as a stall's often do)
                     "suspicions": overlay.get("suspicions", 0),
                     "resent_round_suspects": overlay.get("resent_round_suspects", 0),
+                    "resent_round_lost_links": overlay.get("resent_round_lost_links", 0),
                     # libp2p connections held, and those closed for carrying no stream (hub/mesh/idle.py)
                     "libp2p_connections": overlay.get("connections"),
                     "idle_closed": overlay.get("idle_closed"),

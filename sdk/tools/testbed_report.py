@@ -174,8 +174,10 @@ def summarize(
         "v2_links": sum(h.get("v2_links", 0) for h in hubs),
         # times a hub routed around a neighbour that answered nothing (a restarted hub's count starts over)
         "suspicions": sum(h.get("suspicions", 0) for h in hubs),
-        # routed frames sent again round a neighbour once it was suspected (hub/core/overlay/outbox.py)
+        # routed frames sent again round a neighbour once it was suspected, and once its link
+        # went (a crashed relay, a cut link's end): hub/core/overlay/outbox.py
         "resent_round_suspects": sum(h.get("resent_round_suspects", 0) for h in hubs),
+        "resent_round_lost_links": sum(h.get("resent_round_lost_links", 0) for h in hubs),
         # libp2p connections per hub at the end (sessions' and idle ones), and idle ones closed
         "libp2p_connections": {
             "max": max(held, default=None),
@@ -273,7 +275,8 @@ def render(report: dict[str, Any]) -> str:
             f"links per hub: max {links['max']}, mean {num(links['mean'])}, with shortcuts max "
             f"{report.get('connections_max')}  v2 links {report.get('v2_links')}  "
             f"suspicions {report.get('suspicions')} ({relaying} of {len(stalls)} stalls hit a relay carrying sets; "
-            f"{report.get('resent_round_suspects')} frames sent again round them)  "
+            f"{report.get('resent_round_suspects')} frames sent again round them, "
+            f"{report.get('resent_round_lost_links')} round links that went)  "
             f"RSS max {num(report['rss_mib_max'])} MiB",
             f"libp2p connections per hub: max {conns.get('max')}, mean {num(conns.get('mean'))}, "
             f"{conns.get('idle_closed')} idle ones closed",

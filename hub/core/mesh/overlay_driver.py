@@ -118,7 +118,7 @@ class OverlayDriver:
         surplus = overlay.surplus_link()
         if surplus is not None:
             peer = self.peers.pop(surplus, None)
-            overlay.link_down(surplus)
+            overlay.link_down(surplus, pruned=True)
             self.pruned += 1
             if peer is not None:
                 log.info(

@@ -143,7 +143,9 @@ class Overlay:
         if advertised or not new:
             self._moved()  # routes change; and frames in flight on a replaced session are lost
 
-    def link_down(self, hub: int) -> None:
+    def link_down(self, hub: int, *, pruned: bool = False) -> None:
+        """The link (or shortcut) to ``hub`` ended: what was sent into a link lately goes again round
+        it (outbox.py), or if this hub ``pruned`` it, only what was still queued for it."""
         self.membership.suspect(hub, False)
         if hub in self.shortcuts.live:
             self.outbox.forget(hub)
@@ -151,11 +153,11 @@ class Overlay:
                 self._moved()  # it broke, or the other end closed it: what was in flight is lost
             return
         if self.policy.link_down(hub, self.clock.monotonic()):
-            self.outbox.forget(hub)
             self.costs.forget(hub)
+            self.outbox.link_ended(hub, self.hub_id, pruned=pruned)
             if self.policy.advertises(hub):  # a link never advertised (a trial) was in no route
                 self._advertise_urgent = True
-                self._changed(advertise=True)
+                self._changed(advertise=True)  # restated: routes leave the link at once
                 self._moved()
 
     def readmit(self) -> None:
@@ -178,7 +180,7 @@ class Overlay:
             return self.membership.suspect(hub, suspected)
         self.streams.ask_again(lambda origin: self.membership.next_hop(origin) == hub, self.clock.monotonic())
         self.membership.suspect(hub, True)
-        self.outbox.send_round(hub, self.hub_id)  # by the routes as they are now: round it
+        self.outbox.send_round(hub, self.hub_id, "suspect")  # by the routes as they are now: round it
         self._moved()
 
     def referral(self, states: Iterable[wire.LinkState]) -> None:

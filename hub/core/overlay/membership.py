@@ -222,12 +222,13 @@ class Membership:
             next_hop = detour(entries, me, next_hop, self.suspected, edge_cost if by_cost else one_hop)
         self._next_hop = next_hop
 
-    def suspect(self, hub: int, suspected: bool) -> None:
+    def suspect(self, hub: int, suspected: bool, *, count: bool = True) -> None:
         """A neighbour stopped answering (or answered again): routes go around it while they can
-        (detours.py); nothing is advertised."""
+        (detours.py); nothing is advertised.  ``count``: a suspicion, not a link's end routed
+        round the same way (core.py)."""
         if suspected != (hub in self.suspected):
             self.suspected.symmetric_difference_update((hub,))
-            self.suspicions += suspected
+            self.suspicions += suspected and count
             self.generation += 1
             self.deferred = False  # this hub's own view: used at once
 

@@ -7,7 +7,9 @@ now, round it.  A link black-holed while both ends run swallows what is sent int
 moment it fails until the suspicion, 0.5-1 s later; without this, a destination found out by the
 first set that came round (a gap), asked the origin (REPAIR), and when that REPAIR crossed the
 same hole, waited for its own end to suspect it too (docs/scale.md).  A frame that did arrive
-arrives twice; its destinations drop the copy (streams.py).
+arrives twice; its destinations drop the copy (streams.py).  A relay that crashed takes with it
+what it had not passed on yet, which, before, waited for the origins' HEADS (a second after the
+graph is quiet again, after_changes.py) and the REPAIRs that followed.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ class Outbox:
         #: a relay to others in the same frame, and would get a second copy on the tree's path
         self.fanout = shortcuts.config.shortcut_fanout
         self._frames: dict[int, list[bytes]] = {}
-        #: routed frames queued again round a suspect (send_round)
-        self.resent = 0
+        #: routed frames queued again round a neighbour (send_round), by why: "suspect", "link_down"
+        self.resent: Counter[str] = Counter()
         self.sent_frames: Counter[str] = Counter()
         self.sent_bytes: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
@@ -82,25 +84,42 @@ class Outbox:
             size -= len(kept.popleft()[2])
         self._sent_bytes[hub] = size
 
-    def send_round(self, hub: int, me: int) -> int:
-        """``hub`` was just suspected: the routed frames sent to it in the last ``resend_window``
-        go again, split by the routes as they are now, to the hubs they now reach round it (a
-        relayed one never back where it came from: Membership.split_by_next_hop).  Returns how
-        many were looked at."""
+    def send_round(self, hub: int, me: int, why: str, *, queued_only: bool = False) -> int:
+        """``hub`` was just suspected, or its link went (``why``): the routed frames sent to it in
+        the last ``resend_window`` go again, split by the routes as they are now, to the hubs they
+        now reach round it (a relayed one never back where it came from:
+        Membership.split_by_next_hop).  ``queued_only``: only those still queued for it (a link
+        this hub closed: what it sent before went first).  Returns how many were looked at."""
         kept = self._sent.pop(hub, None)
         self._sent_bytes.pop(hub, None)
         if not kept:
             return 0
-        oldest = self.clock.monotonic() - self.resend_window
-        again = [(came_from, frame) for at, came_from, frame in kept if at >= oldest]
+        if queued_only:
+            queued = sum(1 for frame in self._frames.get(hub, ()) if frame[0] in ROUTED_OPCODES)
+            again = [(came_from, frame) for _, came_from, frame in list(kept)[len(kept) - queued :]] if queued else []
+        else:
+            oldest = self.clock.monotonic() - self.resend_window
+            again = [(came_from, frame) for at, came_from, frame in kept if at >= oldest]
         for came_from, frame in again:
             op = wire.Opcode(frame[0])
             ttl, dests, at = read_route_head(frame[wire.HEADER_SIZE:], minimum_rest=0)
             rest = frame[wire.HEADER_SIZE + at :]
             kind = wire.Opcode(rest[8]).name if op is wire.Opcode.ROUTED else op.name  # the inner frame's, after src
-            self.resent += self.relay(me, ttl + 1, dests, kind, partial(_framed, op, rest), came_from=came_from,
-                                      not_to=hub)  # fmt: skip
+            self.resent[why] += self.relay(me, ttl + 1, dests, kind, partial(_framed, op, rest),
+                                           came_from=came_from, not_to=hub)  # fmt: skip
         return len(again)
+
+    def link_ended(self, hub: int, me: int, *, pruned: bool) -> None:
+        """The link to ``hub`` ended (before this hub restates its links): what was sent into it
+        goes round it as round a suspect, by loop-free alternates, since the other hubs' routes
+        cross the link until this hub's advertisement reaches them (a route that left it at once
+        would send frames to neighbours that hand them back until the hop limit); then what was
+        queued or kept for it goes.  The parts for ``hub`` itself go round with DETOUR_TTL hops:
+        after a cut they reach it; after a crash they end at the limit (``dropped.ttl``)."""
+        self.membership.suspect(hub, True, count=False)
+        self.send_round(hub, me, "link_down", queued_only=pruned)
+        self.membership.suspect(hub, False)
+        self.forget(hub)
 
     def by_next_hop(self, dests: Iterable[int], kind: str, *, relayed_from: int | None = None) -> dict[int, list[int]]:
         """``dests`` grouped by the neighbour each is reached through; the unreachable counted.
@@ -154,8 +173,7 @@ class Outbox:
         return queued
 
     def forget(self, hub: int) -> None:
-        """The link to ``hub`` went: what was queued for it goes too (and what was kept for a resend:
-        routes moved, and what was lost is repaired from the origins)."""
+        """The link to ``hub`` went: what was queued or kept for it goes too (send_round first)."""
         self._frames.pop(hub, None)
         self._sent.pop(hub, None)
         self._sent_bytes.pop(hub, None)

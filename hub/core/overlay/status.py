@@ -44,7 +44,9 @@ def overlay_status(overlay: _Parts) -> dict[str, object]:
         # neighbours routed around while they answer nothing (routes.py, detours)
         "suspected": sorted(f"{h:016x}" for h in overlay.membership.suspected),
         "suspicions": overlay.membership.suspicions,  # times a neighbour was, since this hub started
-        "resent_round_suspects": overlay.outbox.resent,  # routed frames sent again round one (outbox.py)
+        # routed frames sent again round a suspect, and round a link that went (outbox.py)
+        "resent_round_suspects": overlay.outbox.resent["suspect"],
+        "resent_round_lost_links": overlay.outbox.resent["link_down"],
         "shortcut_counts": overlay.shortcuts.status(),
         "members": len(overlay.membership.entries),
         # advertisements of hubs --mesh-allow does not name, left out of the map

@@ -344,7 +344,7 @@ class World:
         self._closing[(src, dst)] = epoch
         overlay = self.hubs[src].overlay
         assert overlay is not None
-        overlay.link_down(dst)
+        overlay.link_down(dst, pruned=True)
         end = max(self.clock.now + self.latency(src, dst), self._arrival.get((src, dst), 0.0))
         self.loop.at(end, self._closed, src, dst, epoch)
 
