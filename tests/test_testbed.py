@@ -48,6 +48,10 @@ def test_a_small_test_bed_switches_to_the_overlay_and_delivers_everything_throug
     # Slow seconds are each put down to the fault before them, if any.
     slow = report["slow_seconds"]
     assert slow["of"] >= 20 and sum(slow["after"].values()) == slow["slow"]
+    # The machine's busy share is sampled each second of traffic (a fault's own second may miss it).
+    busy = [p["machine_busy"] for p in report["timeline"] if p["machine_busy"] is not None]
+    assert len(busy) >= len(report["timeline"]) - 3 and all(0.0 <= b <= 1.0 for b in busy), busy
+    assert "machine busy (its cores, median): " in render(report)
     late = report["slow_deliveries"]  # and so is every delivery past 100 ms
     assert late["of"] == sum(p["count"] for p in report["timeline"]) and 0 <= late["slow"] <= late["of"]
     assert sum(v["count"] for v in late["after"].values()) == late["slow"]

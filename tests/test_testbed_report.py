@@ -46,3 +46,15 @@ def test_slow_deliveries_are_put_down_to_the_fault_their_publish_followed() -> N
     assert late["after"] == {"crash": {"count": 1, "p50_ms": 300.0}, "stall": {"count": 1, "p50_ms": 900.0}}
     assert "deliveries > 100 ms: 2 of 4 (50.00%; " in render(report)
     assert "1 after a crash (median 300 ms), 1 after a stall (median 900 ms)" in render(report)
+
+
+def test_slow_seconds_say_how_busy_the_machine_was_then_and_otherwise() -> None:
+    pub = Publisher(index=0, hub=0, topics=["t"], acked=[("t", seq, 100.0 + seq) for seq in range(1, 4)])
+    sub = Subscriber(hub=1, topics=["t"], subscribed_at=99.0)
+    sub.got = [("t", Received(at=100.0 + seq + took, publisher=0, seq=seq, sent=100.0 + seq))
+               for seq, took in ((1, 0.5), (2, 0.01), (3, 0.01))]  # fmt: skip
+    figures = {"traffic_started_at": 100.0, "machine_busy": [(1, 0.97), (2, 0.4), (3, 0.5)]}
+    report = summarize(Settings(hubs=5), figures, [pub], [sub], [])
+    assert [p["machine_busy"] for p in report["timeline"]] == [0.97, 0.4, 0.5]
+    assert report["slow_seconds"]["machine_busy_median"] == {"slow": 0.97, "others": 0.5}
+    assert "machine busy (its cores, median): 97% in slow seconds, 50% in the others" in render(report)

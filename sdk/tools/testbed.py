@@ -71,6 +71,14 @@ def wakeups(pid: int) -> int:
         return sum(int(line.split()[1]) for line in f if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")))
 
 
+def machine_cpu() -> tuple[int, int]:
+    """(busy, all) clock ticks of every core of the machine so far, from /proc/stat (idle and
+    iowait are not busy)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+
 class TestBed:
     def __init__(self, settings: Settings, progress: Callable[[str], object] = print) -> None:
         self.s = settings
@@ -138,6 +146,7 @@ class TestBed:
             self.figures["traffic_started_at"] = time.time()
             for thread in pub_threads:
                 thread.start()
+            threading.Thread(target=self._sample_machine, daemon=True).start()
             self._traffic(pubs, subs, s.minutes * 60)
             self.stop.set()
             for thread in pub_threads:
@@ -355,6 +364,19 @@ class TestBed:
                 self.progress(f"{now - start:6.0f}s  acked {acked:,}  delivered {got:,}  faults {len(self.faults)}")
                 next_line = now + 10.0
             time.sleep(0.2)
+
+    def _sample_machine(self) -> None:
+        """The machine's busy share of its cores over each second of traffic (the hubs, this
+        process and whatever else runs), as (second, share): a second slow for every hub at once
+        may be one the cores were full."""
+        start = self.figures["traffic_started_at"]
+        series = self.figures["machine_busy"] = []
+        busy, total = machine_cpu()
+        while not self.stop.wait(1.0 - (time.time() - start) % 1.0):
+            now_busy, now_total = machine_cpu()
+            if now_total > total:
+                series.append((int(time.time() - start) - 1, round((now_busy - busy) / (now_total - total), 3)))
+            busy, total = now_busy, now_total
 
     def _stall_target(self) -> tuple[int, int]:
         """The relay that relayed the most sets since the last look, and how many frames of them:

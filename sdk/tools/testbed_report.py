@@ -133,7 +133,9 @@ def summarize(
     data_frames = sum(frames.get(k, 0) for k in data)
     delivered_sets = sum(row["counters"].get("delivered_sets", 0) for row in figures.get("hubs_at_end", []))
     hubs = figures.get("hubs_at_end", [])
-    seconds = [{"t": t, "p99_ms": percentile(v, 99), "count": len(v)} for t, v in sorted(timeline.items())]
+    busy = dict(figures.get("machine_busy") or [])
+    seconds = [{"t": t, "p99_ms": percentile(v, 99), "count": len(v), "machine_busy": busy.get(t)}
+               for t, v in sorted(timeline.items())]  # fmt: skip
     held = [h["libp2p_connections"] for h in hubs if h.get("libp2p_connections") is not None]
     return {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(settings).items()},
@@ -219,7 +221,14 @@ def slow_seconds(seconds: list[dict[str, Any]], faults: list[dict[str, Any]]) ->
     for t in slow:
         kind = _cause(t, faults, "t")
         after[kind] = after.get(kind, 0) + 1
-    return {"slow": len(slow), "of": len(seconds), "after": after}
+    # How busy the machine's cores were in slow seconds and in the others (test bed: every hub
+    # shares them): slow seconds at full cores are the machine's as much as the hubs'.
+    busy: dict[bool, list[float]] = {True: [], False: []}
+    for p in seconds:
+        if p.get("machine_busy") is not None:
+            busy[(p["p99_ms"] or 0.0) > SLOW_MS].append(p["machine_busy"])
+    return {"slow": len(slow), "of": len(seconds), "after": after,
+            "machine_busy_median": {"slow": percentile(busy[True], 50), "others": percentile(busy[False], 50)}}
 
 
 def slow_deliveries(slow: list[tuple[float, float]], of: int, faults: list[dict[str, Any]]) -> dict[str, Any]:
@@ -246,6 +255,7 @@ def render(report: dict[str, Any]) -> str:
     after = ", ".join(f"{n} after a {k}" if k != "none" else f"{n} with no fault before"
                       for k, n in slow["after"].items()) or "none"  # fmt: skip
     late = report["slow_deliveries"]
+    busy_share = slow.get("machine_busy_median") or {}
     late_after = ", ".join(f"{v['count']:,} after a {k} (median {v['p50_ms']:.0f} ms)" if k != "none" else
                            f"{v['count']:,} with no fault before (median {v['p50_ms']:.0f} ms)"
                            for k, v in late["after"].items()) or "none"  # fmt: skip
@@ -267,6 +277,8 @@ def render(report: dict[str, Any]) -> str:
             + ("" if report.get("link_cuts") is None else f"  links cut by the {report['link_cuts']}")
             + ("" if report.get("proxy_cpu_seconds") is None else
                f" (the proxies used {report['proxy_cpu_seconds']:.1f} s of CPU)"),
+            f"machine busy (its cores, median): {num(busy_share.get('slow'), '{:.0%}')} in slow seconds, "
+            f"{num(busy_share.get('others'), '{:.0%}')} in the others",
             f"deliveries > {SLOW_MS:g} ms: {late['slow']:,} of {late['of']:,} ({num(late['share'], '{:.2%}')}; "
             f"the p99 is within {SLOW_MS:g} ms below 1%): {late_after}",
             f"redundancy {num(report['redundancy'], '{:.3f}')}  "
