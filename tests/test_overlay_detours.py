@@ -232,6 +232,20 @@ def test_a_link_pruned_here_sends_round_only_what_was_still_queued_for_it() -> N
     assert outbox.resent == {"link_down": 2}
 
 
+def test_a_pruned_link_whose_queue_outgrew_what_was_kept_sends_round_what_was_kept() -> None:
+    triangle = {(1, 2): 20, (1, 3): 20, (2, 3): 20, (3, 4): 20}
+    m = map_of(symmetric(triangle), 1)
+    links = {2, 3}
+    frame = routed_sets_frame(30, [4], b"\x00" * 8 + b"queued")
+    config = OverlayConfig(shortcuts=0, resend_max_bytes=len(frame) * 2)  # keeps two frames
+    outbox = Outbox(m, links, Shortcuts(config, m, links), ManualClock(), config)
+    for _ in range(3):
+        outbox.send(2, "ROUTED_SETS", frame)
+    links.discard(2)
+    outbox.link_ended(2, 1, pruned=True)
+    assert outbox.take() == {3: [frame, frame]}
+
+
 def _relay_between(world: World) -> tuple[int, int, int]:
     """An origin, a subscriber's hub that is not its neighbour, and the relay between them."""
     for origin in world.order:

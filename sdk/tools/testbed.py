@@ -375,7 +375,7 @@ class TestBed:
         while not self.stop.wait(1.0 - (time.time() - start) % 1.0):
             now_busy, now_total = machine_cpu()
             if now_total > total:
-                series.append((int(time.time() - start) - 1, round((now_busy - busy) / (now_total - total), 3)))
+                series.append((round(time.time() - start) - 1, round((now_busy - busy) / (now_total - total), 3)))
             busy, total = now_busy, now_total
 
     def _stall_target(self) -> tuple[int, int]:

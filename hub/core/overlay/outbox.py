@@ -96,7 +96,8 @@ class Outbox:
             return 0
         if queued_only:
             queued = sum(1 for frame in self._frames.get(hub, ()) if frame[0] in ROUTED_OPCODES)
-            again = [(came_from, frame) for _, came_from, frame in list(kept)[len(kept) - queued :]] if queued else []
+            newest = list(kept)[max(0, len(kept) - queued) :] if queued else []  # kept in the order queued
+            again = [(came_from, frame) for _, came_from, frame in newest]
         else:
             oldest = self.clock.monotonic() - self.resend_window
             again = [(came_from, frame) for at, came_from, frame in kept if at >= oldest]
