@@ -79,6 +79,11 @@ class OverlayConfig:
     link_trials: float = 10.0
     #: Seconds between dial attempts to the same hub.
     redial_interval: float = 5.0
+    #: A link that broke keeps its place this long before another hub is dialled for it
+    #: (links.py), while the hub holds at least half its degree: most links break because
+    #: their far end crashed or stalled, and it comes back within seconds to find its
+    #: neighbours with room for it.  0: refill at once.
+    refill_after: float = 10.0
     #: Dials in flight at once.
     max_dialing: int = 4
 
@@ -87,7 +92,7 @@ class OverlayConfig:
             raise ValueError("degree must be in 1..max_peers")
         if self.shortcuts < 0 or self.shortcut_fanout < 1:
             raise ValueError("shortcuts must be >= 0 and shortcut_fanout >= 1")
-        if self.link_trials < 0:
-            raise ValueError("link_trials must be >= 0")
+        if self.link_trials < 0 or self.refill_after < 0:
+            raise ValueError("link_trials and refill_after must be >= 0")
         if not 1 <= self.ttl <= 255:
             raise ValueError("ttl must be in 1..255")

@@ -152,7 +152,7 @@ class Overlay:
             if self.shortcuts.down(hub):
                 self._moved()  # it broke, or the other end closed it: what was in flight is lost
             return
-        if self.policy.link_down(hub, self.clock.monotonic()):
+        if self.policy.link_down(hub, self.clock.monotonic(), broke=not pruned):
             self.costs.forget(hub)
             self.outbox.link_ended(hub, self.hub_id, pruned=pruned)
             if self.policy.advertises(hub):  # a link never advertised (a trial) was in no route

@@ -12,6 +12,14 @@ diameter that grows with log N.  Two rules keep it whole:
   link by closing one it can spare (a neighbour still reachable without it), so even
   an overlay where ``degree`` equals ``max_peers`` heals.
 
+A link that breaks (not one a hub closed) keeps its place for ``refill_after`` while the hub
+holds at least half its degree: its far end most often crashed or stalled and comes back
+within seconds, and a hub short of links dials first hubs with room (:meth:`_fill`), so it
+finds its old neighbours waiting.  Refilled at once, the neighbours of a crashed hub linked
+among themselves, and when it came back, linked to it past their degree and dropped a link
+each again: a flood of advertisements at every change, which on one machine of 50 hubs came
+with the seconds of slow deliveries after every crash and stall (docs/scale.md).
+
 Random links are as slow as the average pair of hubs.  So a hub whose links are all up
 and whose graph is whole now and then *tries* one more link, to a random full hub (X-BOT's
 optimisation, without its four-hub swap).  Neither end advertises the trial -- a hub
@@ -87,6 +95,9 @@ class LinkPolicy:
     trials_closed: int = 0
     #: links dialled to this hub past its degree that the dialler does not advertise yet
     unconfirmed: set[int] = field(default_factory=set)
+    #: hub -> (when its link broke, its boot then): its place is kept until ``refill_after``
+    #: (module docstring)
+    broken: dict[int, tuple[float, int | None]] = field(default_factory=dict)
 
     def may_accept(self, hub: int, now: float) -> bool:
         """One link past ``degree`` is taken (a hub joining between two linked hubs needs it; the
@@ -131,10 +142,14 @@ class LinkPolicy:
         if now < self._next_scan:
             return []
         held = len(self.links) + len(self.dialing)
-        want = config.degree - held
+        kept = self._places_kept(now, held)
+        want = config.degree - held - len(kept)
         # Short of links: look again soon.  Enough links but a hub out of reach (a split, or a
         # crashed hub not forgotten yet): only a healing dial may follow, which can wait.
+        # Places kept for broken links: look again when the first is given up.
         self._next_scan = now + (DIAL_SCAN_INTERVAL if want > 0 else config.redial_interval)
+        if kept:
+            self._next_scan = min(self._next_scan, min(kept) + config.refill_after)
         membership = self.membership
         me = membership.self_id
 
@@ -161,6 +176,22 @@ class LinkPolicy:
             self.last_dial[hub] = now
         return [s for s in (membership.get(h) for h in chosen) if s is not None]
 
+    def _places_kept(self, now: float, held: int) -> list[float]:
+        """When the links still keeping their places broke (``refill_after``), if the hub holds
+        at least half its degree without them.  A place goes sooner once its hub, in the same
+        life, advertises its links without this one: it closed the link itself (a prune or a
+        trial, which the far end cannot tell from a crash when the link ends)."""
+        config, me = self.config, self.membership.self_id
+
+        def given_up(hub: int, at: float, boot: int | None) -> bool:
+            state = self.membership.get(hub)
+            dropped = state is not None and state.boot == boot and me not in state.neighbors
+            return dropped or now - at >= config.refill_after or hub in self.links
+
+        for hub in [h for h, (at, boot) in self.broken.items() if given_up(h, at, boot)]:
+            del self.broken[hub]
+        return [at for at, _ in self.broken.values()] if 2 * held >= config.degree else []
+
     def _fill(self, known: list[int], unreachable: list[int], count: int) -> list[int]:
         """``count`` hubs to dial for links this hub lacks.
 
@@ -184,6 +215,10 @@ class LinkPolicy:
 
         order = list(unreachable)
         rng.shuffle(order)
+        # Those with room first: they take the link without going past their degree (a hub that
+        # restarts finds its map unreachable until its first link is advertised, and its old
+        # neighbours kept their places for it).
+        order.sort(key=lambda h: len(self._neighbors(h)) >= degree)
         for hub in order[:count]:
             take(hub)
         roomy = [h for h in known if h in candidates and len(self._neighbors(h)) < degree]
@@ -381,11 +416,16 @@ class LinkPolicy:
         self.links.add(hub)
         return True
 
-    def link_down(self, hub: int, now: float) -> bool:
+    def link_down(self, hub: int, now: float, *, broke: bool = False) -> bool:
+        """``broke``: it ended without this hub closing it (its place is kept: module docstring)."""
         self.dialing.pop(hub, None)
+        unconfirmed = hub in self.unconfirmed
         self.unconfirmed.discard(hub)
         if hub not in self.links:
             return False
         self.links.discard(hub)
         self.last_dial[hub] = now
+        if broke and self.config.refill_after and hub != self.trial and not unconfirmed:
+            state = self.membership.get(hub)
+            self.broken[hub] = (now, state.boot if state is not None else None)
         return True
