@@ -95,9 +95,8 @@ class LinkPolicy:
     trials_closed: int = 0
     #: links dialled to this hub past its degree that the dialler does not advertise yet
     unconfirmed: set[int] = field(default_factory=set)
-    #: hub -> (when its link broke, its boot then): its place is kept until ``refill_after``
-    #: (module docstring)
-    broken: dict[int, tuple[float, int | None]] = field(default_factory=dict)
+    #: hub -> when its link broke: its place is kept until ``refill_after`` (module docstring)
+    broken: dict[int, float] = field(default_factory=dict)
 
     def may_accept(self, hub: int, now: float) -> bool:
         """One link past ``degree`` is taken (a hub joining between two linked hubs needs it; the
@@ -178,19 +177,20 @@ class LinkPolicy:
 
     def _places_kept(self, now: float, held: int) -> list[float]:
         """When the links still keeping their places broke (``refill_after``), if the hub holds
-        at least half its degree without them.  A place goes sooner once its hub, in the same
-        life, advertises its links without this one: it closed the link itself (a prune or a
-        trial, which the far end cannot tell from a crash when the link ends)."""
+        at least half its degree without them.  A place goes sooner once its hub advertises
+        ``degree`` links without this one: it is full, so it closed the link itself (a prune, a
+        trial), which the far end cannot tell from a crash when the link ends, or came back
+        and linked elsewhere.  A hub back from a stall or a restart advertises fewer."""
         config, me = self.config, self.membership.self_id
 
-        def given_up(hub: int, at: float, boot: int | None) -> bool:
+        def given_up(hub: int, at: float) -> bool:
             state = self.membership.get(hub)
-            dropped = state is not None and state.boot == boot and me not in state.neighbors
-            return dropped or now - at >= config.refill_after or hub in self.links
+            full = state is not None and me not in state.neighbors and len(state.neighbors) >= config.degree
+            return full or now - at >= config.refill_after or hub in self.links
 
-        for hub in [h for h, (at, boot) in self.broken.items() if given_up(h, at, boot)]:
+        for hub in [h for h, at in self.broken.items() if given_up(h, at)]:
             del self.broken[hub]
-        return [at for at, _ in self.broken.values()] if 2 * held >= config.degree else []
+        return list(self.broken.values()) if 2 * held >= config.degree else []
 
     def _fill(self, known: list[int], unreachable: list[int], count: int) -> list[int]:
         """``count`` hubs to dial for links this hub lacks.
@@ -426,6 +426,5 @@ class LinkPolicy:
         self.links.discard(hub)
         self.last_dial[hub] = now
         if broke and self.config.refill_after and hub != self.trial and not unconfirmed:
-            state = self.membership.get(hub)
-            self.broken[hub] = (now, state.boot if state is not None else None)
+            self.broken[hub] = now
         return True
