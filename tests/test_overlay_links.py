@@ -1,4 +1,4 @@
-"""Which links a hub keeps and dials (hub/core/overlay/links.py): a broken link's place."""
+"""Which links a hub keeps and dials (hub/core/overlay/links.py, kept_places.py): a broken link's place."""
 
 from __future__ import annotations
 

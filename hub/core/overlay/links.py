@@ -12,13 +12,7 @@ diameter that grows with log N.  Two rules keep it whole:
   link by closing one it can spare (a neighbour still reachable without it), so even
   an overlay where ``degree`` equals ``max_peers`` heals.
 
-A link that breaks (not one a hub closed) keeps its place for ``refill_after`` while the hub
-holds at least half its degree: its far end most often crashed or stalled and comes back
-within seconds, and a hub short of links dials first hubs with room (:meth:`_fill`), so it
-finds its old neighbours waiting.  Refilled at once, the neighbours of a crashed hub linked
-among themselves, and when it came back, linked to it past their degree and dropped a link
-each again: a flood of advertisements at every change, which on one machine of 50 hubs came
-with the seconds of slow deliveries after every crash and stall (docs/scale.md).
+A link that breaks keeps its place for a while (kept_places.py).
 
 Random links are as slow as the average pair of hubs.  So a hub whose links are all up
 and whose graph is whole now and then *tries* one more link, to a random full hub (X-BOT's
@@ -40,6 +34,7 @@ from dataclasses import dataclass, field
 import wire
 
 from .config import OverlayConfig
+from .kept_places import KeptPlaces
 from .membership import Membership
 from .routes import reaches_without_link
 
@@ -95,8 +90,11 @@ class LinkPolicy:
     trials_closed: int = 0
     #: links dialled to this hub past its degree that the dialler does not advertise yet
     unconfirmed: set[int] = field(default_factory=set)
-    #: hub -> when its link broke: its place is kept until ``refill_after`` (module docstring)
-    broken: dict[int, float] = field(default_factory=dict)
+    #: places of broken links kept for their hubs (kept_places.py)
+    places: KeptPlaces = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.places = KeptPlaces(self.config, self.membership)
 
     def may_accept(self, hub: int, now: float) -> bool:
         """One link past ``degree`` is taken (a hub joining between two linked hubs needs it; the
@@ -141,7 +139,7 @@ class LinkPolicy:
         if now < self._next_scan:
             return []
         held = len(self.links) + len(self.dialing)
-        kept = self._places_kept(now, held)
+        kept = self.places.kept(now, held, self.links)
         want = config.degree - held - len(kept)
         # Short of links: look again soon.  Enough links but a hub out of reach (a split, or a
         # crashed hub not forgotten yet): only a healing dial may follow, which can wait.
@@ -174,23 +172,6 @@ class LinkPolicy:
             self.dialing[hub] = now
             self.last_dial[hub] = now
         return [s for s in (membership.get(h) for h in chosen) if s is not None]
-
-    def _places_kept(self, now: float, held: int) -> list[float]:
-        """When the links still keeping their places broke (``refill_after``), if the hub holds
-        at least half its degree without them.  A place goes sooner once its hub advertises
-        ``degree`` links without this one: it is full, so it closed the link itself (a prune, a
-        trial), which the far end cannot tell from a crash when the link ends, or came back
-        and linked elsewhere.  A hub back from a stall or a restart advertises fewer."""
-        config, me = self.config, self.membership.self_id
-
-        def given_up(hub: int, at: float) -> bool:
-            state = self.membership.get(hub)
-            full = state is not None and me not in state.neighbors and len(state.neighbors) >= config.degree
-            return full or now - at >= config.refill_after or hub in self.links
-
-        for hub in [h for h, at in self.broken.items() if given_up(h, at)]:
-            del self.broken[hub]
-        return list(self.broken.values()) if 2 * held >= config.degree else []
 
     def _fill(self, known: list[int], unreachable: list[int], count: int) -> list[int]:
         """``count`` hubs to dial for links this hub lacks.
@@ -425,6 +406,6 @@ class LinkPolicy:
             return False
         self.links.discard(hub)
         self.last_dial[hub] = now
-        if broke and self.config.refill_after and hub != self.trial and not unconfirmed:
-            self.broken[hub] = now
+        if broke and hub != self.trial and not unconfirmed:
+            self.places.broke(hub, now)
         return True
