@@ -215,24 +215,19 @@ def test_a_hub_that_restarts_before_its_neighbours_notice_gets_their_map() -> No
 
 
 @pytest.mark.parametrize("refill_after", [10.0, 0.0], ids=["places kept", "refilled at once"])
-def test_a_crashed_hub_comes_back_to_the_places_its_neighbours_kept(refill_after: float) -> None:
+def test_a_crashed_hubs_neighbours_keep_its_places_while_it_is_down(refill_after: float) -> None:
     """A hub crashes and restarts 5 s later, bootstrapping from the first hub (as the test bed
     restarts one): its neighbours keep its places (``refill_after``), linking to no one else
-    meanwhile, and it links to them again (a hub short of links dials hubs with room first).
-    Refilled at once (before 2026-11-29), its neighbours linked to others while it was down."""
+    meanwhile.  Refilled at once (before 2026-11-29), they linked to others while it was down,
+    and each of those links was advertised by both its ends."""
     config = OverlayConfig(degree=3, max_peers=6, refill_after=refill_after, link_trials=0, shortcuts=0)
     world = _formed(World(hubs=12, seed=6, config=config, detect_crash=0.05), until=30.0)
     x = next(h for h in reversed(world.order) if world.order[0] not in world.hubs[h].overlay.links)  # type: ignore[union-attr]
-    neighbours = set(world.hubs[x].overlay.links)  # type: ignore[union-attr]
     made = world.links_made
     world.crash(x)
     world.loop.run_until(world.clock.now + 5.0)
     made_while_down = world.links_made - made
     world.start(x, [world.order[0]])
-    world.loop.run_until(world.clock.now + 3.0)
-    back = set(world.hubs[x].overlay.links) & neighbours  # type: ignore[union-attr]
-    if refill_after:
-        assert made_while_down == 0
-        assert len(back) >= len(neighbours) - 1, (back, neighbours)  # one place may go to the bootstrap's link
-    else:
-        assert made_while_down > 0
+    world.loop.run_until(world.clock.now + 10.0)  # past refill_after: every place taken or given up
+    assert (made_while_down == 0) == bool(refill_after)
+    assert all(len(h.overlay.links) >= 2 for h in world.up_hubs() if h.overlay)

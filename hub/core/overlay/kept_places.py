@@ -2,11 +2,13 @@
 
 A link that breaks (not one this hub closed) keeps its place for ``refill_after`` while the hub
 holds at least half its degree: its far end most often crashed or stalled and comes back within
-seconds, and a hub short of links dials hubs with room first (LinkPolicy._fill), so it finds
-its old neighbours waiting.  Refilled at once, the neighbours of a crashed hub linked among
-themselves, and when it came back, linked to it past their degree and dropped a link each
-again: advertisements flooded at every change, which on one machine of 50 hubs came with the
-seconds of slow deliveries after every crash and stall (docs/scale.md).
+seconds, and hubs with room are dialled before full ones (LinkPolicy._fill).  Refilled at once,
+the neighbours of a crashed hub linked among themselves, and when it came back it joined between
+linked hubs, which dropped a link each: advertisements flooded at every change, which on one
+machine of 50 hubs came with the seconds of slow deliveries after every crash and stall
+(docs/scale.md).  (A restarted hub, whose map is unreachable until its first link is advertised,
+dials unreachable hubs first, at random: dialling those with room first brought it back to its
+old neighbours, but made the simulator's paths slower; docs/scale.md.)
 """
 
 from __future__ import annotations

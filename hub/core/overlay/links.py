@@ -196,10 +196,6 @@ class LinkPolicy:
 
         order = list(unreachable)
         rng.shuffle(order)
-        # Those with room first: they take the link without going past their degree (a hub that
-        # restarts finds its map unreachable until its first link is advertised, and its old
-        # neighbours kept their places for it).
-        order.sort(key=lambda h: len(self._neighbors(h)) >= degree)
         for hub in order[:count]:
             take(hub)
         roomy = [h for h in known if h in candidates and len(self._neighbors(h)) < degree]
