@@ -232,6 +232,17 @@ def test_a_link_pruned_here_sends_round_only_what_was_still_queued_for_it() -> N
     assert outbox.resent == {"link_down": 2}
 
 
+def test_a_links_end_routes_round_its_hub_only_meanwhile_and_counts_no_suspicion() -> None:
+    m = map_of(symmetric({(1, 2): 20, (1, 3): 20, (2, 3): 20, (3, 4): 20}), 1)
+    with m.routing_round(2):
+        assert m.suspected == {2} and m.next_hop(2) == 3
+    assert (m.suspected, m.suspicions, m.next_hop(2)) == (set(), 0, 2)
+    m.suspect(2, True)  # suspected before its link ended: it stays so
+    with m.routing_round(2):
+        pass
+    assert (m.suspected, m.suspicions) == ({2}, 1)
+
+
 def test_a_pruned_link_whose_queue_outgrew_what_was_kept_sends_round_what_was_kept() -> None:
     triangle = {(1, 2): 20, (1, 3): 20, (2, 3): 20, (3, 4): 20}
     m = map_of(symmetric(triangle), 1)

@@ -19,9 +19,10 @@ dialling across it).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import wire
@@ -222,15 +223,28 @@ class Membership:
             next_hop = detour(entries, me, next_hop, self.suspected, edge_cost if by_cost else one_hop)
         self._next_hop = next_hop
 
-    def suspect(self, hub: int, suspected: bool, *, count: bool = True) -> None:
+    def suspect(self, hub: int, suspected: bool) -> None:
         """A neighbour stopped answering (or answered again): routes go around it while they can
-        (detours.py); nothing is advertised.  ``count``: a suspicion, not a link's end routed
-        round the same way (core.py)."""
+        (detours.py); nothing is advertised."""
         if suspected != (hub in self.suspected):
             self.suspected.symmetric_difference_update((hub,))
-            self.suspicions += suspected and count
+            self.suspicions += suspected
             self.generation += 1
             self.deferred = False  # this hub's own view: used at once
+
+    @contextlib.contextmanager
+    def routing_round(self, hub: int) -> Iterator[None]:
+        """Routes as round a suspect ``hub`` for the frames sent meanwhile, not counted as a
+        suspicion (a link's end: outbox.py)."""
+        if hub in self.suspected:  # suspected already: routed round it as it is
+            yield
+            return
+        self.suspect(hub, True)
+        self.suspicions -= 1
+        try:
+            yield
+        finally:
+            self.suspect(hub, False)
 
     def _missing(self, hub_id: int) -> bool:
         """Not routed to: if routes are held down, settle them and look again (a hub that just

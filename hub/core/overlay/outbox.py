@@ -78,7 +78,7 @@ class Outbox:
         if kept is None:
             kept = self._sent[hub] = deque()
         kept.append((now, came_from, frame))
-        size = self._sent_bytes[hub] = self._sent_bytes[hub] + len(frame)
+        size = self._sent_bytes[hub] + len(frame)
         oldest = now - self.resend_window
         while kept and (kept[0][0] < oldest or size > self.resend_max_bytes):
             size -= len(kept.popleft()[2])
@@ -117,9 +117,9 @@ class Outbox:
         would send frames to neighbours that hand them back until the hop limit); then what was
         queued or kept for it goes.  The parts for ``hub`` itself go round with DETOUR_TTL hops:
         after a cut they reach it; after a crash they end at the limit (``dropped.ttl``)."""
-        self.membership.suspect(hub, True, count=False)
-        self.send_round(hub, me, "link_down", queued_only=pruned)
-        self.membership.suspect(hub, False)
+        if self._sent.get(hub):  # else no routes to compute twice
+            with self.membership.routing_round(hub):
+                self.send_round(hub, me, "link_down", queued_only=pruned)
         self.forget(hub)
 
     def by_next_hop(self, dests: Iterable[int], kind: str, *, relayed_from: int | None = None) -> dict[int, list[int]]:
