@@ -363,3 +363,27 @@ def test_topic_list_cap_is_a_remote_error(op: Opcode) -> None:
     assert isinstance(refused, RemoteProtocolError)
     assert refused.code is wire.ErrorCode.INVALID_TOPIC
     assert refused.offset == len(at_cap)
+
+
+# -- ERROR: a schema frame, encoded by hand (a hub refusing a connection storm sends thousands) --
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_error_encode_equals_spec_build(data: st.DataObject) -> None:
+    frame = data.draw(FRAME_STRATEGIES[Opcode.ERROR])
+    assert frame.encode_body() == BODIES[Opcode.ERROR].build(wire.plain(frame))
+    assert wire.Error.decode_body(frame.encode_body()) == frame
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"reason": "é" * 40_000}, {"ref": 1 << 64}, {"ref": -1}],
+    ids=["reason-past-65535-bytes", "ref-past-u64", "negative-ref"],
+)
+def test_an_error_that_does_not_fit_is_the_callers_error(fields: dict[str, Any]) -> None:
+    frame = wire.Error(code=wire.ErrorCode.LIMIT_EXCEEDED, **fields)
+    with pytest.raises(wire.LocalProtocolError, match="cannot encode ERROR"):
+        frame.encode()
+    with pytest.raises(ConstructError):  # the schema refuses it too
+        BODIES[Opcode.ERROR].build(wire.plain(frame))
