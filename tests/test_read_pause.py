@@ -177,3 +177,31 @@ def test_old_marks_merge_and_err_on_the_unread_side() -> None:
 def test_the_threshold_stays_below_half_the_cap() -> None:
     assert pause_threshold(8 << 20) == READ_PAUSE_REPLY_BYTES
     assert pause_threshold(64 << 10) == 32 << 10
+
+
+class _ReadLoopSteps(trio.abc.Instrument):
+    """Counts the steps of connections' read-loop tasks (a paused one wakes only to poll)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith("ClientConnection.run"):
+            self.steps += 1
+
+
+async def test_a_connection_that_stays_paused_is_polled_less_and_less(start_server: StartHub) -> None:
+    # A paused connection's read loop looks every 10 ms whether its replies drained, then twice
+    # as long each time: four attackers that never read cost the hub a hundred wake-ups a second
+    # each at a fixed 10 ms (the attack benchmark), a few now.
+    server = await start_server(max_pending_bytes=CAP)
+    pinger = await RawClient.connect(server.address, name="pinger")
+    await ping_until_not_read(pinger.stream)
+    assert pinger_session(server.core) in server.core.read_pauses
+    counter = _ReadLoopSteps()
+    trio.lowlevel.add_instrument(counter)
+    try:
+        await trio.sleep(1.0)
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    assert counter.steps <= 6, counter.steps  # 10 ms polls: ~100

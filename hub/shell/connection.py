@@ -39,8 +39,13 @@ log = logging.getLogger("pub0sub.hub.connection")
 RECEIVE_SIZE = 64 << 10
 #: How long a closing connection may take to flush its final ERROR frame.
 CLOSE_FLUSH_SECONDS = 2.0
-#: How often a connection not read from looks whether its replies drained (the kernel does not say).
+#: How often a connection not read from looks whether its replies drained (the kernel does not
+#: say): first after PAUSE_POLL_SECONDS, then twice as long each time, up to PAUSE_POLL_MAX_SECONDS.
+#: A client that reads again is read again within about as long as it had been paused (a short
+#: lag costs it 10 ms); one that never reads costs a few wake-ups a second, not a hundred (four
+#: of them took ~6% of the hub's core in the attack benchmark, docs/benchmarks.md).
 PAUSE_POLL_SECONDS = 0.01
+PAUSE_POLL_MAX_SECONDS = 0.32
 
 
 class ClientConnection:
@@ -261,10 +266,12 @@ class ClientConnection:
         pauses = self.core.read_pauses
         clock = self.core.clock
         pauses.paused(session, clock.monotonic(), self._replies_unread())
+        wait = PAUSE_POLL_SECONDS
         try:
             # Polled: the kernel's send queue draining wakes nobody.
-            while session.closing is None and self._replies_unread() > self._pause_above:  # noqa: ASYNC110
-                await trio.sleep(PAUSE_POLL_SECONDS)
+            while session.closing is None and self._replies_unread() > self._pause_above:
+                await trio.sleep(wait)
+                wait = min(2 * wait, PAUSE_POLL_MAX_SECONDS)
         finally:
             pauses.resumed(session, clock.monotonic())
 
