@@ -387,3 +387,12 @@ def test_an_error_that_does_not_fit_is_the_callers_error(fields: dict[str, Any])
         frame.encode()
     with pytest.raises(ConstructError):  # the schema refuses it too
         BODIES[Opcode.ERROR].build(wire.plain(frame))
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_publish_ack_frame_is_what_publish_ack_encodes(data: st.DataObject) -> None:
+    """The hub acknowledges with ``publish_ack_frame`` (no frame object built): the same bytes."""
+    ack = data.draw(FRAME_STRATEGIES[Opcode.PUBLISH_ACK])
+    ranges = [(r.topic, r.first_offset, r.num) for r in ack.ranges]
+    assert wire.publish_ack_frame(ack.producer_id, ack.sequence, ack.status, ack.timestamp, ranges) == ack.encode()

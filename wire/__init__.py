@@ -11,7 +11,7 @@ from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocol
 from .frames import FRAME_TYPES
 from .frames.base import HEADER, HEADER_SIZE, Frame, plain
 from .frames.client_commit import Commit, Committed
-from .frames.client_publish import AckStatus, OffsetRange, Publish, PublishAck, PublishFlags
+from .frames.client_publish import AckStatus, OffsetRange, Publish, PublishAck, PublishFlags, publish_ack_frame
 from .frames.client_session import (
     CLIENT_PROTOCOL_VERSION,
     HEADERS_CLIENT_VERSION,
@@ -156,6 +156,7 @@ __all__ = [
     "Publish",
     "PublishAck",
     "PublishFlags",
+    "publish_ack_frame",
     "RecordBatch",
     "RemoteProtocolError",
     "Repair",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from wire import HEADERS_CLIENT_VERSION, AckStatus, ErrorCode, OffsetRange, Publish, PublishAck
+from wire import HEADERS_CLIENT_VERSION, AckStatus, ErrorCode, Publish, publish_ack_frame
 from wire.topics import InvalidTopicError, check_topic
 
 from ..storage.batches import SharedBatch
@@ -168,16 +168,11 @@ class Publisher:
             stats.duplicate_batches += 1
         if frame.wants_ack:
             if stored_any or not producer:
-                ack = PublishAck(
-                    producer_id=producer,
-                    sequence=seq,
-                    status=AckStatus.STORED,
-                    timestamp=timestamp,
-                    ranges=tuple(OffsetRange(topic=t, first_offset=r[0], num=r[1]) for t, r in ranges.items()),
-                )
+                offsets = [(t, r[0], r[1]) for t, r in ranges.items()]
+                ack = publish_ack_frame(producer, seq, AckStatus.STORED, timestamp, offsets)
             else:
-                ack = PublishAck(producer_id=producer, sequence=seq, status=AckStatus.DUPLICATE, timestamp=timestamp)
-            self._acknowledge(session, ack.encode(), seq)
+                ack = publish_ack_frame(producer, seq, AckStatus.DUPLICATE, timestamp)
+            self._acknowledge(session, ack, seq)
 
     def _may_create_topics(self, session: ClientSession, frame: Publish) -> bool:
         """Check the topics ``frame`` would create against the limits; refuse it whole if one is passed."""

@@ -6,6 +6,7 @@ Both are hot frames with ``struct`` code (proven equal to :mod:`wire.schema`).
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 from typing import Any, ClassVar
@@ -14,7 +15,7 @@ from ..errors import LocalProtocolError, RemoteProtocolError
 from ..limits import MAX_U64
 from ..opcodes import Opcode
 from ..records import MessageSet, encode_topic, read_topic
-from .base import Frame, check_uint, plain
+from .base import HEADER, Frame, check_uint, plain
 
 
 class PublishFlags(IntFlag):
@@ -149,11 +150,8 @@ class PublishAck(Frame):
     ranges: tuple[OffsetRange, ...] = ()
 
     def encode_body(self) -> bytes:
-        parts = [_ACK_HEAD.pack(self.producer_id, self.sequence, self.status, self.timestamp, len(self.ranges))]
-        for r in self.ranges:
-            parts.append(encode_topic(r.topic))
-            parts.append(_RANGE_TAIL.pack(r.first_offset, r.num))
-        return b"".join(parts)
+        return _ack_body(self.producer_id, self.sequence, self.status, self.timestamp,
+                         [(r.topic, r.first_offset, r.num) for r in self.ranges])  # fmt: skip
 
     @classmethod
     def decode_body(cls, body: bytes) -> Frame:
@@ -177,3 +175,22 @@ class PublishAck(Frame):
         if pos != end:
             raise RemoteProtocolError(f"{end - pos} trailing bytes after the last range", offset=pos)
         return cls(producer_id=producer_id, sequence=sequence, status=status, timestamp=timestamp, ranges=tuple(ranges))
+
+
+def _ack_body(producer_id: int, sequence: int, status: int, timestamp: int,
+              ranges: Sequence[tuple[str, int, int]]) -> bytes:  # fmt: skip
+    parts = [_ACK_HEAD.pack(producer_id, sequence, status, timestamp, len(ranges))]
+    for topic, first_offset, num in ranges:
+        parts.append(encode_topic(topic))
+        parts.append(_RANGE_TAIL.pack(first_offset, num))
+    return b"".join(parts)
+
+
+def publish_ack_frame(producer_id: int, sequence: int, status: AckStatus, timestamp: int,
+                      ranges: Sequence[tuple[str, int, int]] = ()) -> bytes:  # fmt: skip
+    """The whole PUBLISH_ACK frame :class:`PublishAck` encodes, from plain values (topic, first
+    offset, count per range), without building the frame: a hub answers every acknowledged
+    PUBLISH, and the dataclasses were ~4% of a hub taking one-message publishes."""
+    body = _ack_body(producer_id, sequence, status, timestamp, ranges)
+    return HEADER.pack(Opcode.PUBLISH_ACK, len(body)) + body
+
