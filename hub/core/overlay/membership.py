@@ -226,25 +226,29 @@ class Membership:
     def suspect(self, hub: int, suspected: bool) -> None:
         """A neighbour stopped answering (or answered again): routes go around it while they can
         (detours.py); nothing is advertised."""
-        if suspected != (hub in self.suspected):
-            self.suspected.symmetric_difference_update((hub,))
-            self.suspicions += suspected
-            self.generation += 1
-            self.deferred = False  # this hub's own view: used at once
+        if self._mark(hub, suspected) and suspected:
+            self.suspicions += 1
 
     @contextlib.contextmanager
     def routing_round(self, hub: int) -> Iterator[None]:
         """Routes as round a suspect ``hub`` for the frames sent meanwhile, not counted as a
-        suspicion (a link's end: outbox.py)."""
-        if hub in self.suspected:  # suspected already: routed round it as it is
+        suspicion (a link's end: outbox.py).  A hub suspected already stays so."""
+        if not self._mark(hub, True):
             yield
             return
-        self.suspect(hub, True)
-        self.suspicions -= 1
         try:
             yield
         finally:
-            self.suspect(hub, False)
+            self._mark(hub, False)
+
+    def _mark(self, hub: int, suspected: bool) -> bool:
+        """Route round ``hub`` (or not) from now on; True if that changed anything."""
+        if suspected == (hub in self.suspected):
+            return False
+        self.suspected.symmetric_difference_update((hub,))
+        self.generation += 1
+        self.deferred = False  # this hub's own view: used at once
+        return True
 
     def _missing(self, hub_id: int) -> bool:
         """Not routed to: if routes are held down, settle them and look again (a hub that just
