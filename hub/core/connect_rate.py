@@ -124,10 +124,9 @@ def _parse(host: str) -> Address | None:
     return address
 
 
-@functools.lru_cache(maxsize=4096)
 def _classify(host: str, exempt: tuple[Network, ...]) -> tuple[str | None, str]:
-    """``host``'s bucket (None: exempt) and its address class, worked out once per host: parsing
-    an address took a seventh of a refusal's time, and a storm comes from few addresses."""
+    """``host``'s bucket (None: exempt) and its address class (ConnectRate caches it per host:
+    parsing an address took a seventh of a refusal's time, and a storm comes from few addresses)."""
     address = _parse(host)
     kind = address_class(address)
     if address is not None and exempt and any(address in net for net in exempt):
@@ -180,6 +179,8 @@ class ConnectRate:
     def __init__(self, limits: ConnectRateLimits) -> None:
         self.limits = limits
         self._exempt = parse_exempt(limits.exempt)
+        #: host -> (bucket, address class), for the 4,096 hosts seen last
+        self._classify = functools.lru_cache(maxsize=4096)(functools.partial(_classify, exempt=self._exempt))
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self.refused = 0
         self.refused_by_class: Counter[str] = Counter()
@@ -204,7 +205,7 @@ class ConnectRate:
         limits = self.limits
         if limits.per_second <= 0:
             return None
-        key, kind = _classify(host, self._exempt)
+        key, kind = self._classify(host)
         if key is None:
             return None
         bucket = self._buckets.get(key)
@@ -236,7 +237,7 @@ class ConnectRate:
         limits = self.limits
         if limits.per_second <= 0 or limits.failed_cost <= 0:
             return
-        key = _classify(host, self._exempt)[0]
+        key = self._classify(host)[0]
         bucket = None if key is None else self._buckets.get(key)
         if bucket is None:
             return
