@@ -35,16 +35,10 @@ from .shell.compactor import run_compaction
 from .shell.fdlimit import FdLimit, connection_limit, raise_fd_limit
 from .shell.gc_freeze import run_gc_freezer
 from .shell.listener import ClientListener, open_client_listeners
-from .shell.loops import (
-    run_consumer_saves,
-    run_group_deadlines,
-    run_heartbeats,
-    run_pump,
-    run_rates,
-    run_retention,
-)
+from .shell.loops import run_consumer_saves, run_group_deadlines, run_heartbeats, run_pump, run_rates, run_retention
 from .shell.position_saver import run_position_saver
 from .shell.tls import server_context
+from .shell.watchdog import LoopWatchdog, run_loop_watchdog
 from .storage.compaction_policy import CompactionPolicy
 from .storage.store import LogStore
 from .storage.topic_log import LogSettings
@@ -244,6 +238,7 @@ class HubServer:
                 nursery.start_soon(run_group_deadlines, core)
                 nursery.start_soon(run_rates, core)
                 nursery.start_soon(run_gc_freezer, core.stats)
+                nursery.start_soon(run_loop_watchdog, LoopWatchdog(core.stats))
                 if self.config.metrics_listen:
                     self.ops = self._open_ops()
                     await nursery.start(self.ops.run, *self.config.metrics_host_port or ("127.0.0.1", 0))

@@ -152,6 +152,10 @@ def _hub_families(core: HubCore) -> list[Family]:
                 stats.read_pauses),
         counter("pub0sub_read_pause_closes", "Client connections closed for staying unread past "
                 "slow_consumer_deadline.", stats.read_pause_closes),
+        counter("pub0sub_loop_stalls", "Times the hub's event loop ran no task for seconds (the stack is logged).",
+                stats.loop_stalls),
+        counter("pub0sub_loop_stall_seconds", "Seconds the hub's event loop ran no task, in all.",
+                stats.loop_stall_seconds),
         counter("pub0sub_tls_handshake_failures", "TLS handshakes that failed or did not finish in time.",
                 stats.tls_handshake_failures),
     ]

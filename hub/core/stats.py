@@ -47,6 +47,9 @@ class HubStats:
     #: (hub.core.read_pause)
     read_pauses: int = 0
     read_pause_closes: int = 0
+    #: times the event loop ran nothing for seconds, and those seconds in all (hub.shell.watchdog)
+    loop_stalls: int = 0
+    loop_stall_seconds: float = 0.0
 
 
 def bump(counts: dict[str, int], key: str, by: int = 1) -> None:

@@ -1,0 +1,98 @@
+"""A watchdog on the hub's event loop: when no task has run for a while, say where it is stuck.
+
+Everything a hub does runs in one trio loop.  A step that never yields -- a loop over a
+large backlog, a call that blocks -- stops every connection, heartbeat, acknowledgement and
+log line at once, and from outside such a hub looks like one that is merely quiet: a suite
+run once saw a publishing hub write nothing for 51 s while its publisher got no answer
+(docs/scale.md), and nothing was left to say why.
+
+So a task refreshes a timestamp every :data:`BEAT_SECONDS`, and a thread (it runs while the
+loop does not: the GIL is handed over every few milliseconds even to a loop that never yields)
+looks at it as often.  Once it is older than :data:`STALL_SECONDS`, the thread logs a WARNING
+with the stack of the loop's thread as it is then, and when the loop runs again, another with
+how long it was stopped.  A stack taken while the loop waits in the kernel (``epoll``) is an
+idle hub, never a stall: an idle loop still runs the beat task.  The cost is one wake-up of the
+loop and one of the thread per second.
+
+The machine itself stopping the process (SIGSTOP, a suspended VM) stops the thread too, so it is
+not reported; the host's CPU being taken by others for seconds is, and the stack then says where
+the loop happened to be.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+
+import trio
+
+from ..core.events import ev
+from ..core.stats import HubStats
+
+log = logging.getLogger("pub0sub.hub")
+
+BEAT_SECONDS = 1.0
+#: How long the loop may go without running the beat before the thread reports it.
+STALL_SECONDS = 5.0
+
+
+class LoopWatchdog:
+    """The loop's beat, and the thread that reports when it stops (:func:`run_loop_watchdog`)."""
+
+    def __init__(self, stats: HubStats, *, stall_seconds: float = STALL_SECONDS, beat_seconds: float = BEAT_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.stats = stats
+        self.stall_seconds = stall_seconds
+        self.beat_seconds = beat_seconds
+        self._clock = clock
+        self._beat = clock()
+        self.loop_thread = threading.get_ident()  # set again by run_loop_watchdog, from the loop
+        self._stopped = threading.Event()
+
+    def beat(self) -> None:
+        self._beat = self._clock()
+
+    def watch(self) -> None:
+        """The thread's body: until :meth:`stop`, report each stall once, and its end."""
+        stalled_since: float | None = None
+        while not self._stopped.wait(self.beat_seconds):
+            beat = self._beat
+            if stalled_since is not None and beat != stalled_since:
+                self._ended(beat - stalled_since)
+                stalled_since = None
+            if stalled_since is None and self._clock() - beat > self.stall_seconds:
+                stalled_since = beat
+                self._started(self._clock() - beat)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _started(self, seconds: float) -> None:
+        self.stats.loop_stalls += 1
+        frame = sys._current_frames().get(self.loop_thread)
+        where = "".join(traceback.format_stack(frame)) if frame is not None else "(the loop's thread is gone)\n"
+        log.warning("the event loop has not run for %.1f s; it is at:\n%s", seconds, where.rstrip(),
+                    extra=ev("loop_stalled", x_seconds=round(seconds, 3)))  # fmt: skip
+
+    def _ended(self, seconds: float) -> None:
+        self.stats.loop_stall_seconds += seconds
+        log.warning("the event loop runs again after %.1f s", seconds,
+                    extra=ev("loop_stall_ended", x_seconds=round(seconds, 3)))  # fmt: skip
+
+
+async def run_loop_watchdog(watchdog: LoopWatchdog) -> None:
+    """Beat every ``watchdog.beat_seconds`` from the loop, with the watching thread beside it."""
+    thread = threading.Thread(target=watchdog.watch, name="pub0sub-loop-watchdog", daemon=True)
+    watchdog.loop_thread = threading.get_ident()
+    watchdog.beat()
+    thread.start()
+    try:
+        while True:
+            watchdog.beat()
+            await trio.sleep(watchdog.beat_seconds)
+    finally:
+        watchdog.stop()

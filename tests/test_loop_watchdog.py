@@ -1,0 +1,62 @@
+"""The event loop's watchdog (hub/shell/watchdog.py): a step that never yields is reported with
+the stack it is stuck in, and its end with how long it lasted; an idle loop is not a stall."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import trio
+
+from hub.core.stats import HubStats
+from hub.shell.watchdog import LoopWatchdog, run_loop_watchdog
+
+
+def a_step_that_never_yields(seconds: float) -> None:
+    time.sleep(seconds)  # stands for any loop over a backlog that holds the trio loop
+
+
+def run(body: object, stats: HubStats) -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_loop_watchdog, LoopWatchdog(stats, stall_seconds=0.4, beat_seconds=0.1))
+            await trio.sleep(0.3)
+            await body()  # type: ignore[operator]
+            await trio.sleep(0.5)  # the thread sees the loop run again
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_blocked_loop_is_reported_with_where_it_is_and_for_how_long(caplog: pytest.LogCaptureFixture) -> None:
+    stats = HubStats()
+
+    async def block() -> None:
+        a_step_that_never_yields(1.5)
+
+    with caplog.at_level(logging.WARNING, logger="pub0sub.hub"):
+        run(block, stats)
+    started = [r for r in caplog.records if getattr(r, "event", None) == "loop_stalled"]
+    ended = [r for r in caplog.records if getattr(r, "event", None) == "loop_stall_ended"]
+    assert len(started) == 1 and len(ended) == 1, [r.getMessage() for r in caplog.records]
+    assert "a_step_that_never_yields" in started[0].getMessage()
+    assert "time.sleep(seconds)" in started[0].getMessage()  # the very line it is stuck on
+    assert stats.loop_stalls == 1
+    # Blocked 1.5 s from a beat at most 0.1 s before it: the end says so, within the beat.
+    assert 1.3 <= stats.loop_stall_seconds <= 1.8, stats.loop_stall_seconds
+
+
+def test_an_idle_loop_and_short_steps_are_not_stalls(caplog: pytest.LogCaptureFixture) -> None:
+    stats = HubStats()
+
+    async def idle_then_busy() -> None:
+        await trio.sleep(1.2)  # idle: waiting in the kernel is the loop running
+        for _ in range(10):
+            a_step_that_never_yields(0.1)  # steps shorter than the bound, yielding between them
+            await trio.lowlevel.checkpoint()
+
+    with caplog.at_level(logging.WARNING, logger="pub0sub.hub"):
+        run(idle_then_busy, stats)
+    assert not [r for r in caplog.records if getattr(r, "event", None) in ("loop_stalled", "loop_stall_ended")]
+    assert stats.loop_stalls == 0 and stats.loop_stall_seconds == 0.0
