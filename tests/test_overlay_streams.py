@@ -227,15 +227,18 @@ def test_an_answer_in_parts_is_asked_on_from_at_once_and_each_part_once() -> Non
 
 def test_holes_counted_once_when_the_gap_grows_before_its_resent_sets_arrive() -> None:
     """The origin answered 2..50 lacking 21..30 (counted: 10), but its resent sets were lost on
-    the way; a later set makes the gap reach 70 before they are sent again.  That is asked up to
-    50 first (its REPAIRED repeats the 10, not counted again), then on from there at once: 10
-    lost in all, not 20 (one ask over 2..70 would count 21..30 twice)."""
+    the way; a later set makes the gap reach 70 before they are sent again (asked for nothing at
+    once: the retry asks).  That is asked up to 50 first (its REPAIRED repeats the 10, not counted
+    again), then on from there at once: 10 lost in all, not 20 (one ask over 2..70 would count
+    21..30 twice)."""
     s = streams()
     s.receive(ORIGIN, (a_set(1, 2, 0), a_set(51, 10, 50)), wants, now=1.0)
     assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 2, 50)]
     s.repaired(ORIGIN, TOPIC, upto=50, missing=10, now=1.1)  # the resent 3..20 and 31..50: lost
     assert s.counters.messages_lost == 10 and s.open_gaps() == 1
     s.receive(ORIGIN, (a_set(71, 5, 70),), wants, now=1.2)  # 61..70 is owed too now
+    assert s.take_asks() == []
+    s.tick(2.1, reachable=lambda origin: True, retry=1.0, retry_max=8.0, give_up=60.0)
     assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 2, 50)]
     s.receive(ORIGIN, (a_set(3, 18, 2), a_set(31, 20, 20)), wants, now=1.3)
     s.repaired(ORIGIN, TOPIC, upto=50, missing=10, now=1.3)
@@ -244,6 +247,24 @@ def test_holes_counted_once_when_the_gap_grows_before_its_resent_sets_arrive() -
     s.repaired(ORIGIN, TOPIC, upto=70, missing=0, now=1.4)
     assert delivered(s) == [61, 71] and s.open_gaps() == 0
     assert s.counters.messages_lost == 10 and s.counters.gaps_lost == 0
+
+
+def test_sets_that_arrive_behind_an_open_gap_ask_nothing_more() -> None:
+    """Live sets keep coming while a gap is repaired: they wait, the one ask under way stands
+    (each used to ask again from the gap's start, and the origin read and resent the same range
+    once per set), and its answer releases them all; what a bounded answer left is asked on."""
+    s = streams()
+    s.receive(ORIGIN, (a_set(1, 2, 0), a_set(11, 1, 10)), wants, now=1.0)  # 3..10 lost
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 2, 10)]
+    for first in range(12, 1012):
+        s.receive(ORIGIN, (a_set(first, 1, first - 1),), wants, now=1.1)
+    assert s.take_asks() == [] and delivered(s) == [1]
+    s.receive(ORIGIN, (a_set(3, 4, 2),), wants, now=1.2)  # a bounded answer: 3..6 of 3..10
+    s.repaired(ORIGIN, TOPIC, upto=6, missing=0, now=1.2)
+    assert s.take_asks() == [RepairAsk(ORIGIN, TOPIC, 6, 1010)]  # on from there, up to what waits
+    s.receive(ORIGIN, (a_set(7, 4, 6),), wants, now=1.3)
+    assert delivered(s) == [3, 7, *range(11, 1012)]
+    assert s.open_gaps() == 0 and s.counters.repairs_asked == 2
 
 
 def test_a_part_whose_sets_are_still_on_the_way_is_asked_again_at_the_retry() -> None:

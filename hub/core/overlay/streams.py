@@ -202,13 +202,15 @@ class Streams:
 
     def _open_gap(self, origin: int, topic: str, stream: Stream, after: int, upto: int, now: float) -> None:
         gap = stream.gap
-        if gap is not None and gap.after == after and gap.upto >= upto:
+        if gap is not None and gap.after == after:
+            # A later set came behind the gap: the ask under way covers its start, and its answer
+            # (repaired() asks on) or the retry (tick()) covers the rest.  Asking again for every
+            # set that arrived behind a gap had the origin read and resend the same range once per
+            # set: a publisher's live sets behind a hand-over's gap held its hub for seconds.
+            gap.upto = max(gap.upto, upto)
             return
-        if gap is None or gap.after != after:
-            self.counters.gaps_opened += 1
-            stream.gap = Gap(after=after, upto=upto, opened=now, asked=now, retry=0.0)
-        else:
-            gap.upto = upto
+        self.counters.gaps_opened += 1
+        stream.gap = Gap(after=after, upto=upto, opened=now, asked=now, retry=0.0)
         self._ask(origin, topic, stream, now)
 
     def _ask(self, origin: int, topic: str, stream: Stream, now: float) -> None:
