@@ -163,7 +163,7 @@ class Streams:
         if self.held_bytes + size > self.hold_max_bytes:
             self.counters.held_dropped += 1  # it comes back by repair once the gap closes
         else:
-            stream.held[prev] = Held(s, index, size)
+            stream.held.add(prev, Held(s, index, size))
             self.held_bytes += size
             self.counters.held_sets += 1
 
@@ -179,8 +179,7 @@ class Streams:
             # Never said: the earliest held set starts the stream (or, with none, the head).
             self.counters.starts_assumed += 1
             if stream.held:
-                first = min(stream.held)
-                h = stream.held.pop(first)
+                h = stream.held.pop_first()
                 self.held_bytes -= h.size
                 stream.chain = h.s.last_seq
                 self._emit(origin, h.s, [topic])
@@ -196,7 +195,8 @@ class Streams:
         at = self._effective(origin, topic, stream)
         if at is None or stream.gap is not None:
             return
-        upto = min(stream.held) if stream.held else stream.head
+        first = stream.held.first()
+        upto = stream.head if first is None else first
         if upto > at:
             self._open_gap(origin, topic, stream, at, upto, now)
 
@@ -235,17 +235,12 @@ class Streams:
         """Deliver what waited behind the chain's new end, as far as it goes."""
         stream = self.streams[(origin, topic)]
         held = stream.held
-        while held and stream.chain is not None:
-            chain = stream.chain
-            for prev in [p for p, h in held.items() if h.s.last_seq <= chain]:
-                self.held_bytes -= held.pop(prev).size  # delivered meanwhile (a repair)
-            ready = [p for p in held if p <= chain]
-            if not ready:
-                break
-            h = held.pop(min(ready))
+        while stream.chain is not None and (first := held.first()) is not None and first <= stream.chain:
+            h = held.pop_first()
             self.held_bytes -= h.size
-            stream.chain = h.s.last_seq
-            self._emit(origin, h.s, [topic])
+            if h.s.last_seq > stream.chain:  # else delivered meanwhile (a repair)
+                stream.chain = h.s.last_seq
+                self._emit(origin, h.s, [topic])
         gap = stream.gap
         if gap is not None and stream.chain is not None and stream.chain >= gap.upto:
             stream.gap = None
@@ -308,8 +303,8 @@ class Streams:
             if gap.short_answers < SHORT_ANSWERS_MAX:
                 return  # tick() asks again when the retry is due
         self.counters.gaps_lost += 1
-        for prev in sorted(p for p in stream.held if p <= upto):
-            h = stream.held.pop(prev)
+        while (first := stream.held.first()) is not None and first <= upto:
+            h = stream.held.pop_first()
             self.held_bytes -= h.size
             if stream.chain is None or h.s.last_seq > stream.chain:
                 stream.chain = h.s.last_seq
