@@ -8,7 +8,7 @@ run once saw a publishing hub write nothing for 51 s while its publisher got no 
 
 So a task refreshes a timestamp every :data:`BEAT_SECONDS`, and a thread (it runs while the
 loop does not: the GIL is handed over every few milliseconds even to a loop that never yields)
-looks at it as often.  Once it is older than :data:`STALL_SECONDS`, the thread logs a WARNING
+looks at it as often.  Once it is older than :data:`STALL_SECONDS` (3 s), the thread logs a WARNING
 with the stack of the loop's thread as it is then, and when the loop runs again, another with
 how long it was stopped.  A stack taken while the loop waits in the kernel (``epoll``) is an
 idle hub, never a stall: an idle loop still runs the beat task.  The cost is one wake-up of the
@@ -36,8 +36,10 @@ from ..core.stats import HubStats
 log = logging.getLogger("pub0sub.hub")
 
 BEAT_SECONDS = 1.0
-#: How long the loop may go without running the beat before the thread reports it.
-STALL_SECONDS = 5.0
+#: How long the loop may go without running the beat before the thread reports it: with a beat
+#: a second, a step that held the loop for 2-3 s or more (nats-server warns of a read loop that
+#: took 2 s; a hub's clients see such a step as their latency).
+STALL_SECONDS = 3.0
 
 
 class LoopWatchdog:
