@@ -10,9 +10,9 @@ So a task refreshes a timestamp every :data:`BEAT_SECONDS`, and a thread (it run
 loop does not: the GIL is handed over every few milliseconds even to a loop that never yields)
 looks at it as often.  Once it is older than :data:`STALL_SECONDS` (3 s), the thread logs a WARNING
 with the stack of the loop's thread as it is then, and when the loop runs again, another with
-how long it was stopped.  A stack taken while the loop waits in the kernel (``epoll``) is an
-idle hub, never a stall: an idle loop still runs the beat task.  The cost is one wake-up of the
-loop and one of the thread per second.
+how long it was stopped.  An idle loop is never reported (it still runs the beat); a stack that
+ends in trio's wait in the kernel (``get_events``) means the step ended just as it was taken, or
+the process got no CPU.  The cost is one wake-up of the loop and one of the thread per second.
 
 The machine itself stopping the process (SIGSTOP, a suspended VM) stops the thread too, so it is
 not reported; the host's CPU being taken by others for seconds is, and the stack then says where
