@@ -60,3 +60,52 @@ def test_an_idle_loop_and_short_steps_are_not_stalls(caplog: pytest.LogCaptureFi
         run(idle_then_busy, stats)
     assert not [r for r in caplog.records if getattr(r, "event", None) in ("loop_stalled", "loop_stall_ended")]
     assert stats.loop_stalls == 0 and stats.loop_stall_seconds == 0.0
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def events(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [getattr(r, "event", "") for r in caplog.records]
+
+
+def test_the_process_stopped_whole_is_not_blamed_on_the_loop(caplog: pytest.LogCaptureFixture) -> None:
+    """SIGSTOP stops the watching thread too: it wakes 6 s late with the beat 6 s old, and says
+    the process did not run, with no stack and no stall counted (a test bed's SIGSTOP of a hub
+    was reported as a 5.2 s stall 'at get_events' before)."""
+    clock, stats = FakeClock(), HubStats()
+    dog = LoopWatchdog(stats, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="pub0sub.hub"):
+        clock.now = 1.0
+        dog.look()
+        clock.now = 7.0  # stopped from 1.0 to 7.0: no look, no beat
+        dog.look()
+        clock.now = 7.2
+        dog.beat()  # the loop gets its turn
+        clock.now = 8.0
+        dog.look()
+    assert events(caplog) == ["process_paused"]
+    assert "did not run for 6.0 s" in caplog.records[0].getMessage()
+    assert stats.loop_stalls == 0 and stats.loop_stall_seconds == 0.0
+
+
+def test_a_stall_is_reported_once_and_its_end_with_the_beats_between(caplog: pytest.LogCaptureFixture) -> None:
+    """The thread looks every second while the loop beats at 0 and then not until 7.5."""
+    clock, stats = FakeClock(), HubStats()
+    dog = LoopWatchdog(stats, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="pub0sub.hub"):
+        for second in range(1, 8):
+            clock.now = float(second)
+            dog.look()
+        clock.now = 7.5
+        dog.beat()
+        clock.now = 8.0
+        dog.look()
+    assert events(caplog) == ["loop_stalled", "loop_stall_ended"]
+    assert "has not run for 4.0 s" in caplog.records[0].getMessage()  # first seen at 4 s (> 3)
+    assert stats.loop_stalls == 1 and stats.loop_stall_seconds == 7.5

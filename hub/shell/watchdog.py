@@ -14,9 +14,8 @@ how long it was stopped.  An idle loop is never reported (it still runs the beat
 ends in trio's wait in the kernel (``get_events``) means the step ended just as it was taken, or
 the process got no CPU.  The cost is one wake-up of the loop and one of the thread per second.
 
-The machine itself stopping the process (SIGSTOP, a suspended VM) stops the thread too, so it is
-not reported; the host's CPU being taken by others for seconds is, and the stack then says where
-the loop happened to be.
+The process stopped whole (SIGSTOP, a suspended VM) stops the thread too: it finds on waking that
+it overslept, and says so (``process_paused``) instead of blaming the loop.
 """
 
 from __future__ import annotations
@@ -52,6 +51,8 @@ class LoopWatchdog:
         self.beat_seconds = beat_seconds
         self._clock = clock
         self._beat = clock()
+        self._looked = self._beat  # when the thread last looked
+        self._stalled_since: float | None = None  # the last beat before the stall being reported
         self.loop_thread = threading.get_ident()  # set again by run_loop_watchdog, from the loop
         self._stopped = threading.Event()
 
@@ -59,16 +60,27 @@ class LoopWatchdog:
         self._beat = self._clock()
 
     def watch(self) -> None:
-        """The thread's body: until :meth:`stop`, report each stall once, and its end."""
-        stalled_since: float | None = None
+        """The thread's body: a look every beat until :meth:`stop`."""
         while not self._stopped.wait(self.beat_seconds):
-            beat = self._beat
-            if stalled_since is not None and beat != stalled_since:
-                self._ended(beat - stalled_since)
-                stalled_since = None
-            if stalled_since is None and self._clock() - beat > self.stall_seconds:
-                stalled_since = beat
-                self._started(self._clock() - beat)
+            self.look()
+
+    def look(self) -> None:
+        """Report a stall once when the beat grows old, and its end when the loop beats again."""
+        now = self._clock()
+        looked, self._looked = self._looked, now
+        beat, since = self._beat, self._stalled_since
+        if since is not None and beat != since:
+            self._ended(beat - since)
+            self._stalled_since = since = None
+        if now - looked > self.stall_seconds:
+            # This thread did not run either: the whole process was stopped (SIGSTOP, a paused VM)
+            # or got no CPU.  Not the loop's doing, and its stack would only show it waiting.
+            log.warning("the hub's process did not run for %.1f s (stopped, or given no CPU)", now - looked,
+                        extra=ev("process_paused", x_seconds=round(now - looked, 3)))  # fmt: skip
+            return  # the loop's beat is as old as the pause: it gets a beat's time to run first
+        if since is None and now - beat > self.stall_seconds:
+            self._stalled_since = beat
+            self._started(now - beat)
 
     def stop(self) -> None:
         self._stopped.set()
