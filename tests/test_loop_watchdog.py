@@ -4,13 +4,17 @@ the stack it is stuck in, and its end with how long it lasted; an idle loop is n
 from __future__ import annotations
 
 import logging
+import signal
 import time
+from pathlib import Path
 
 import pytest
 import trio
 
 from hub.core.stats import HubStats
 from hub.shell.watchdog import LoopWatchdog, run_loop_watchdog
+from tests.support.cluster import Cluster, stall_report
+from tests.support.waiting import wait_until
 
 
 def a_step_that_never_yields(seconds: float) -> None:
@@ -109,3 +113,18 @@ def test_a_stall_is_reported_once_and_its_end_with_the_beats_between(caplog: pyt
     assert events(caplog) == ["loop_stalled", "loop_stall_ended"]
     assert "has not run for 4.0 s" in caplog.records[0].getMessage()  # first seen at 4 s (> 3)
     assert stats.loop_stalls == 1 and stats.loop_stall_seconds == 7.5
+
+
+def test_a_real_hub_stopped_whole_says_so_and_a_failed_tests_report_shows_it(tmp_path: Path) -> None:
+    """A hub process SIGSTOPped for 4.5 s logs process_paused once SIGCONT wakes it, and the
+    cluster harness's report (printed when a test fails) carries that line."""
+    with Cluster(tmp_path) as cl:
+        (hub,) = cl.start(1)
+        hub.signal(signal.SIGSTOP)
+        time.sleep(4.5)
+        hub.signal(signal.SIGCONT)
+        wait_until(lambda: any("event=process_paused" in line for line in hub.loop_reports()), timeout=10,
+                   what=lambda: f"process_paused in the hub's log: {hub.log_tail()}")  # fmt: skip
+        report = stall_report([hub])
+        assert report.startswith(f"{hub.name}: ") and "did not run for" in report
+        assert "event=loop_stalled" not in report  # the loop is not blamed for the process's pause

@@ -34,6 +34,9 @@ from ..core.stats import HubStats
 
 log = logging.getLogger("pub0sub.hub")
 
+#: The events it logs (``event=`` in each line).
+STALLED, STALL_ENDED, PAUSED = "loop_stalled", "loop_stall_ended", "process_paused"
+
 BEAT_SECONDS = 1.0
 #: How long the loop may go without running the beat before the thread reports it: with a beat
 #: a second, a step that held the loop for 2-3 s or more (nats-server warns of a read loop that
@@ -76,7 +79,7 @@ class LoopWatchdog:
             # This thread did not run either: the whole process was stopped (SIGSTOP, a paused VM)
             # or got no CPU.  Not the loop's doing, and its stack would only show it waiting.
             log.warning("the hub's process did not run for %.1f s (stopped, or given no CPU)", now - looked,
-                        extra=ev("process_paused", x_seconds=round(now - looked, 3)))  # fmt: skip
+                        extra=ev(PAUSED, x_seconds=round(now - looked, 3)))  # fmt: skip
             return  # the loop's beat is as old as the pause: it gets a beat's time to run first
         if since is None and now - beat > self.stall_seconds:
             self._stalled_since = beat
@@ -90,12 +93,12 @@ class LoopWatchdog:
         frame = sys._current_frames().get(self.loop_thread)
         where = "".join(traceback.format_stack(frame)) if frame is not None else "(the loop's thread is gone)\n"
         log.warning("the event loop has not run for %.1f s; it is at:\n%s", seconds, where.rstrip(),
-                    extra=ev("loop_stalled", x_seconds=round(seconds, 3)))  # fmt: skip
+                    extra=ev(STALLED, x_seconds=round(seconds, 3)))  # fmt: skip
 
     def _ended(self, seconds: float) -> None:
         self.stats.loop_stall_seconds += seconds
         log.warning("the event loop runs again after %.1f s", seconds,
-                    extra=ev("loop_stall_ended", x_seconds=round(seconds, 3)))  # fmt: skip
+                    extra=ev(STALL_ENDED, x_seconds=round(seconds, 3)))  # fmt: skip
 
 
 async def run_loop_watchdog(watchdog: LoopWatchdog) -> None:

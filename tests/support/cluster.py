@@ -36,6 +36,7 @@ import trio
 import wire
 from hub.core.mesh.protocols import MeshVersion
 from hub.core.overlay.membership import RENDEZVOUS_OWNERS, hub_ring_position, key_ring_position, rendezvous_key
+from hub.shell.watchdog import PAUSED, STALL_ENDED, STALLED
 from sdk.tools.bench.procs import LineReader
 from sdk.tools.cluster import restartable_ports
 from tests.support.waiting import await_until, wait_until
@@ -44,6 +45,10 @@ ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0
 POLL_INTERVAL = 0.05
 STATUS_TIMEOUT = 5.0
+
+
+#: What the hubs' loop watchdog writes (hub/shell/watchdog.py): shown in a failed test's report.
+WATCHDOG_EVENTS = tuple(f"event={e}" for e in (STALLED, STALL_ENDED, PAUSED))
 
 
 class HubError(RuntimeError):
@@ -150,6 +155,14 @@ class Hub:
                 proc.wait(timeout)
         if proc.stdout is not None:
             proc.stdout.close()
+
+    def loop_reports(self) -> list[str]:
+        """The watchdog's lines in this hub's log (hub/shell/watchdog.py), stacks unfolded."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        return [line.replace("\\n", "\n") for line in text.splitlines() if any(e in line for e in WATCHDOG_EVENTS)]
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -435,8 +448,18 @@ class Cluster:
     def __enter__(self) -> Cluster:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            self.close()
+        finally:
+            if exc_type is not None:
+                # A failed test's report shows any hub whose event loop stood still, and where.
+                print(stall_report(self.hubs))
+
+
+def stall_report(hubs: Iterable[Hub]) -> str:
+    """Every hub's loop stalls and pauses, as the watchdog logged them ("" when there were none)."""
+    return "\n".join(f"{hub.name}: {line}" for hub in hubs for line in hub.loop_reports())
 
 
 @contextmanager
