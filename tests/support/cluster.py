@@ -156,19 +156,19 @@ class Hub:
         if proc.stdout is not None:
             proc.stdout.close()
 
-    def loop_reports(self) -> list[str]:
-        """The watchdog's lines in this hub's log (hub/shell/watchdog.py), stacks unfolded."""
+    def log_lines(self) -> list[str]:
+        """This hub's log so far (none yet: empty)."""
         try:
-            text = self.log_path.read_text(errors="replace")
+            return self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return []
-        return [line.replace("\\n", "\n") for line in text.splitlines() if any(e in line for e in WATCHDOG_EVENTS)]
+
+    def loop_reports(self) -> list[str]:
+        """The watchdog's lines in this hub's log (hub/shell/watchdog.py), stacks unfolded."""
+        return [line.replace("\\n", "\n") for line in self.log_lines() if any(e in line for e in WATCHDOG_EVENTS)]
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return "\n".join(self.log_lines()[-lines:])
 
     # -- status ------------------------------------------------------------------------
 
@@ -452,9 +452,9 @@ class Cluster:
         try:
             self.close()
         finally:
-            if exc_type is not None:
-                # A failed test's report shows any hub whose event loop stood still, and where.
-                print(stall_report(self.hubs))
+            # A failed test's report shows any hub whose event loop stood still, and where.
+            if exc_type is not None and (report := stall_report(self.hubs)):
+                print(report)
 
 
 def stall_report(hubs: Iterable[Hub]) -> str:
