@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+import inspect
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -13,6 +15,8 @@ from .batching import Ticket
 from .messages import Gap, Message
 from .protocol import ClientProtocol
 from .subscriptions import SubscriptionView, SubState, checked_names, key_filter_of
+
+log = logging.getLogger("pub0sub.sdk")
 
 
 class AsyncDriver(Protocol):
@@ -48,6 +52,12 @@ class Subscription(SubscriptionView):
       arrived (one DELIVER each): the fast path for high rates.
     * ``async for item in sub.events()`` yields messages *and* :class:`Gap`
       notices, in order.
+    * ``on_batch=handle`` (:meth:`Client.subscribe`) calls ``handle(batch)`` with each
+      list of messages the moment it is decoded, in the client's reader task, with
+      no hand-over to another task: the lowest latency, for a handler that does
+      not block (it is a plain function, not awaited).  Wait with
+      ``await sub.wait()``; an exception from the handler ends the subscription and
+      is raised there (or, if nobody waited, at the end of the ``async with``).
 
     Gaps (messages dropped under ``policy="drop-oldest"``, or missed by a
     ``latest`` subscription while reconnecting) are never silent: the first two
@@ -76,12 +86,29 @@ class Subscription(SubscriptionView):
 
     _client: AsyncDriver
 
-    def __init__(self, client: AsyncDriver, topics: str | Sequence[str], **options: Any) -> None:
+    def __init__(
+        self,
+        client: AsyncDriver,
+        topics: str | Sequence[str],
+        *,
+        on_batch: Callable[[list[Message]], object] | None = None,
+        **options: Any,
+    ) -> None:
+        if on_batch is not None and (not callable(on_batch) or inspect.iscoroutinefunction(on_batch)):
+            raise TypeError(
+                "on_batch must be a plain function of one list of messages: it runs in the client's "
+                "reader task and is not awaited (iterate the subscription to await things per batch)"
+            )
         self._client = client
         self._topics = topics
         self._options = options
         self._state: SubState | None = None
         self._init_batches()
+        self._handler = on_batch
+        self._handling = False
+        #: the exception the handler raised (it ended the subscription), until raised to the application
+        self._handler_error: BaseException | None = None
+        self._ended: anyio.Event | None = None
 
     async def __aenter__(self) -> Subscription:
         client = self._client
@@ -89,6 +116,11 @@ class Subscription(SubscriptionView):
         state, ticket = client._proto.subscribe(self._topics, owner=self, **self._options)
         self._state = state
         self._auto = state.ack == "auto" and state.sends_acks
+        if self._handler is not None:
+            # Set before the SUB is written: every batch, even one that comes with the SUB_OK, goes
+            # to the handler.
+            self._ended = anyio.Event()
+            state.waiter = _Dispatch(self._dispatch)
         await client._write()
         try:
             self.start_offsets = await client._wait(ticket, None)
@@ -99,6 +131,10 @@ class Subscription(SubscriptionView):
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         await self._close(clean=exc_type is None)
+        if exc_type is None and self._handler is not None:
+            # A callback subscription that ended with an error nobody has seen (wait() raises it)
+            # does not end quietly: the block raises it.
+            self._raise_end(unseen_only=True)
 
     async def close(self) -> None:
         """Unsubscribe (UNSUB); iteration then ends.  Idempotent.
@@ -195,8 +231,75 @@ class Subscription(SubscriptionView):
     def _ack_queued(self) -> None:
         self._client._kick()  # sent when this task next yields, with whatever else is queued
 
+    # -- on_batch: batches handed over in the reader task ----------------------------------
+
+    async def wait(self) -> None:
+        """For a subscription opened with ``on_batch``: wait until it ends.
+
+        Returns once the application closed it (:meth:`close`, from another task); raises what
+        ended it otherwise: the exception ``on_batch`` raised, :class:`SlowConsumerError`,
+        :class:`SubscriptionClosedError`, or :class:`ConnectionLostError`.
+        """
+        if self._ended is None:
+            raise RuntimeError("wait() is for a subscription opened with on_batch, inside its 'async with'")
+        await self._ended.wait()
+        self._raise_end(unseen_only=False)
+
+    def _raise_end(self, *, unseen_only: bool) -> None:
+        error = self._handler_error
+        if error is not None:
+            self._handler_error = None  # raised once, by wait() or by the end of the block
+            raise error
+        state = self._s
+        if not unseen_only and state.closed and state.error is not None:
+            raise state.error
+
+    def _dispatch(self) -> None:
+        """The protocol core has items for this subscription: hand each batch to the handler now.
+
+        Runs where the core was fed (the client's reader task), so a batch reaches the
+        application with no task switch.  Gaps were recorded in :attr:`gaps` (and logged) as
+        they came.  Re-entered when the subscription ends under its own handler: nothing to do.
+        """
+        if self._handling:
+            return
+        state = self._s
+        proto = self._client._proto
+        handler = self._handler
+        assert handler is not None and self._ended is not None
+        self._handling = True
+        try:
+            while self._handler_error is None and (item := proto.take(state)) is not None:
+                if type(item) is Gap:
+                    continue
+                batch = state.messages(item)  # type: ignore[arg-type]
+                try:
+                    handler(batch)
+                except Exception as exc:
+                    self._handler_failed(exc)
+                    break
+                if self._auto:
+                    self._msgs = batch
+                    self._pos = len(batch)
+                    self._settle(self._pos)
+            if proto.has_output:
+                self._client._kick()  # credit (and acks) go out with the reader's next write
+        finally:
+            self._handling = False
+        if state.closed:
+            self._ended.set()
+
+    def _handler_failed(self, error: Exception) -> None:
+        """on_batch raised: the subscription ends (UNSUB), its batch unacknowledged; the error waits for the app."""
+        state = self._s
+        log.error("subscription %d: on_batch raised %r; the subscription is closed", state.sub_id, error)
+        self._handler_error = error
+        self._client._proto.unsubscribe(state)
+
     async def _next_item(self) -> wire.RecordBatch | Gap:
         state = self._s
+        if self._handler is not None:
+            raise RuntimeError("this subscription hands its batches to on_batch; use 'await sub.wait()', not iteration")
         proto = self._client._proto
         if self._auto and self._pos:
             # The application asks for more: it is done with everything it took.
@@ -290,3 +393,13 @@ class Subscription(SubscriptionView):
             self._client._proto.ack(state, messages)
         if state.ack_dirty:
             self._client._kick()
+
+
+class _Dispatch:
+    """A callback subscription's ``SubState.waiter``: where the core would wake a waiting
+    consumer (``set()``), it runs the subscription's dispatch instead."""
+
+    __slots__ = ("set",)
+
+    def __init__(self, dispatch: Callable[[], None]) -> None:
+        self.set = dispatch

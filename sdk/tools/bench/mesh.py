@@ -278,6 +278,16 @@ register_method(
     "L2",
     Method(
         system="pub0sub",
+        method="python-callback",
+        server="pub0sub-mesh2",
+        measure=_l2("lat-sub-pub0sub-callback", "lat-pub-pub0sub"),
+        tooling="SDK paced publisher on hub A -> mesh link -> SDK on_batch subscriber (reader task) on hub B",
+    ),
+)
+register_method(
+    "L2",
+    Method(
+        system="pub0sub",
         method="fastest",
         server="pub0sub-mesh2",
         measure=_l2("lat-sub-pub0sub-raw", "lat-pub-pub0sub-raw"),

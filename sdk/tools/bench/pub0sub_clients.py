@@ -8,6 +8,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable
+from typing import Any
 
 import wire
 
@@ -257,6 +258,35 @@ def lat_sub_pub0sub(*, host: str, port: int, rate: float, seconds: float, size: 
     _report(latencies, expected)
 
 
+def lat_sub_pub0sub_callback(*, host: str, port: int, rate: float, seconds: float, size: int,
+                             timeout: float = 60.0) -> None:  # fmt: skip
+    """L1/L2 subscriber taking each batch in the SDK's reader task (``on_batch``), as nats-py's callback subscriber."""
+    import trio
+
+    from sdk import connect
+
+    expected = int(rate * seconds)
+    latencies: list[int] = []
+    unpack = STAMP.unpack_from
+
+    async def main() -> None:
+        done = trio.Event()
+
+        def handle(batch: list[Any]) -> None:
+            now = time.monotonic_ns()
+            latencies.extend(now - unpack(m.data)[0] for m in batch)
+            if len(latencies) >= expected:
+                done.set()
+
+        async with connect(f"{host}:{port}", name="lat-sub") as client, client.subscribe(CHANNEL, on_batch=handle):
+            print("ready", flush=True)
+            with trio.move_on_after(seconds + timeout):
+                await done.wait()
+
+    trio.run(main)
+    _report(latencies, expected)
+
+
 def lat_pub_pub0sub(*, host: str, port: int, rate: float, seconds: float, size: int, tick: float = TICK) -> None:
     import trio
 
@@ -332,6 +362,7 @@ ROLES: dict[str, Callable[..., None]] = {
     "sub-pub0sub-sdk": sub_pub0sub_sdk,
     "pub-pub0sub-sdk": pub_pub0sub_sdk,
     "lat-sub-pub0sub": lat_sub_pub0sub,
+    "lat-sub-pub0sub-callback": lat_sub_pub0sub_callback,
     "lat-pub-pub0sub": lat_pub_pub0sub,
 }
 
