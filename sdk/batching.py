@@ -39,6 +39,8 @@ _SET_FIXED_BYTES = 9
 _MAX_SETS = 0xFFFF
 #: Where a PUBLISH frame's flags byte sits: after the 5-byte frame header, the producer id and the sequence.
 _FLAGS_AT = 5 + 16
+_ACK_BIT = int(wire.PublishFlags.ACK)
+_HEADERS_BIT = int(wire.PublishFlags.HEADERS)
 #: Flush when this much is buffered: big enough to amortise the per-frame cost,
 #: small enough to keep latency and hub-side buffering low (BENCHMARKS.md: ~64 KiB batches).
 DEFAULT_FLUSH_BYTES = 64 * 1024
@@ -164,7 +166,9 @@ class PublishBuffer:
         self.pending: deque[PendingBatch] = deque()
         #: set by the owner when publishing must fail (the connection is gone for good)
         self.failed: BaseException | None = None
-        self._sets: list[tuple[tuple[str, ...], list[bytes | memoryview], bytes]] = []
+        #: the frame being filled: per set, its topics, record parts, headers block and encoded
+        #: topic list (checked once, when the set was started)
+        self._sets: list[tuple[tuple[str, ...], list[bytes | memoryview], bytes, bytes]] = []
         #: per set: records beyond one per part (add_encoded appends many records as one part)
         self._extra: list[int] = []
         self._tickets: list[AckTicket] = []
@@ -285,7 +289,7 @@ class PublishBuffer:
             if len(self._sets) >= _MAX_SETS:
                 self.emit()
             self._parts = []
-            self._sets.append((normal, self._parts, headers))
+            self._sets.append((normal, self._parts, headers, header))
             self._extra.append(0)
             self._topics = normal
             self._headers = headers
@@ -323,13 +327,13 @@ class PublishBuffer:
 
     def holds_headers(self) -> bool:
         """Whether a message buffered or awaiting its PUBLISH_ACK carries headers."""
-        return any(headers for _, _, headers in self._sets) or any(has_headers(b.frame) for b in self.pending)
+        return any(headers for _, _, headers, _ in self._sets) or any(has_headers(b.frame) for b in self.pending)
 
     def take_frame(self) -> tuple[bytes, PendingBatch | None]:
         """The buffered messages as one PUBLISH frame, and its pending entry if it wants an ack."""
         sets = [
-            (topics, parts, headers, len(parts) + extra)
-            for (topics, parts, headers), extra in zip(self._sets, self._extra, strict=True)
+            (topics, encoded, b"".join(parts), headers, len(parts) + extra)
+            for (topics, parts, headers, encoded), extra in zip(self._sets, self._extra, strict=True)
             if parts
         ]
         tickets = self._tickets
@@ -344,23 +348,23 @@ class PublishBuffer:
         if not sets:
             return b"", None
         self.sequence += 1
-        flags = wire.PublishFlags.ACK if tickets else wire.PublishFlags.NONE
-        if any(headers for _, _, headers, _ in sets):
-            flags |= wire.PublishFlags.HEADERS
-        frame = wire.Publish(
-            producer_id=self.producer_id,
-            sequence=self.sequence,
-            flags=flags,
-            sets=tuple(
-                wire.MessageSet(topics=topics, count=count, records=b"".join(parts), headers=headers)
-                for topics, parts, headers, count in sets
-            ),
-        ).encode()
+        flags = _ACK_BIT if tickets else 0
+        if any(headers for _, _, _, headers, _ in sets):
+            flags |= _HEADERS_BIT
+        # The parts were checked as they came (topics when each set started, headers by
+        # encode_headers, record sizes by add()), so the frame is joined as is, not rebuilt
+        # through Publish and MessageSet: tests/test_wire_fastpath.py holds the bytes equal.
+        frame = wire.publish_frame(
+            self.producer_id,
+            self.sequence,
+            flags,
+            [(encoded, count, records, headers) for _, encoded, records, headers, count in sets],
+        )
         if not tickets:
             return frame, None
         for ticket in tickets:
             ticket.sequence = self.sequence
-        batch = PendingBatch(self.sequence, frame, [(t, count) for t, _, _, count in sets], tickets)
+        batch = PendingBatch(self.sequence, frame, [(t, count) for t, _, _, _, count in sets], tickets)
         self.pending.append(batch)
         return frame, batch
 

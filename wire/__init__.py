@@ -11,7 +11,15 @@ from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocol
 from .frames import FRAME_TYPES
 from .frames.base import HEADER, HEADER_SIZE, Frame, plain
 from .frames.client_commit import Commit, Committed
-from .frames.client_publish import AckStatus, OffsetRange, Publish, PublishAck, PublishFlags, publish_ack_frame
+from .frames.client_publish import (
+    AckStatus,
+    OffsetRange,
+    Publish,
+    PublishAck,
+    PublishFlags,
+    publish_ack_frame,
+    publish_frame,
+)
 from .frames.client_session import (
     CLIENT_PROTOCOL_VERSION,
     HEADERS_CLIENT_VERSION,
@@ -157,6 +165,7 @@ __all__ = [
     "PublishAck",
     "PublishFlags",
     "publish_ack_frame",
+    "publish_frame",
     "RecordBatch",
     "RemoteProtocolError",
     "Repair",

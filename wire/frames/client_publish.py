@@ -12,8 +12,10 @@ from enum import IntEnum, IntFlag
 from typing import Any, ClassVar
 
 from ..errors import LocalProtocolError, RemoteProtocolError
+from ..headers import EMPTY_BLOCK
 from ..limits import MAX_U64
 from ..opcodes import Opcode
+from ..records import REGION_HEADER as _REGION
 from ..records import MessageSet, encode_topic, read_topic
 from .base import HEADER, Frame, check_uint, plain
 
@@ -184,6 +186,30 @@ def _ack_body(producer_id: int, sequence: int, status: int, timestamp: int,
         parts.append(encode_topic(topic))
         parts.append(_RANGE_TAIL.pack(first_offset, num))
     return b"".join(parts)
+
+
+def publish_frame(producer_id: int, sequence: int, flags: int,
+                  sets: Sequence[tuple[bytes, int, bytes, bytes]]) -> bytes:  # fmt: skip
+    """The whole PUBLISH frame :class:`Publish` encodes, from parts a publisher already holds checked.
+
+    Each set is ``(topic list, count, records, headers block)``: the topic list encoded as
+    :class:`MessageSet` writes it (``[u8 n][topic]...``), ``count`` records in ``records``,
+    the block ``b""`` for none.  Nothing is validated here: the caller checked the topics
+    and headers when it made the parts and counted the records it joined; a client publishing
+    at a low rate paid ~10 us a frame for the dataclasses' checks and encoding (hot), twice
+    that with cold caches, on every message's way to the socket.
+    """
+    parts = [_PUBLISH_HEAD.pack(producer_id, sequence, flags, len(sets))]
+    append = parts.append
+    headered = flags & _HEADERS_BIT
+    for topics, count, records, headers in sets:
+        if headered:
+            append(headers or EMPTY_BLOCK)
+        append(topics)
+        append(_REGION.pack(count, len(records)))
+        append(records)
+    body = b"".join(parts)
+    return HEADER.pack(Opcode.PUBLISH, len(body)) + body
 
 
 def publish_ack_frame(producer_id: int, sequence: int, status: AckStatus, timestamp: int,
