@@ -283,7 +283,9 @@ class Subscription(SubscriptionView):
                     self._pos = len(batch)
                     self._settle(self._pos)
             if proto.has_output:
-                self._client._kick()  # credit (and acks) go out with the reader's next write
+                # Credit (and acks) queued: in the reader task its next write sends them; the kick
+                # covers a dispatch from elsewhere (the subscription ending in the client's task).
+                self._client._kick()
         finally:
             self._handling = False
         if state.closed:
