@@ -325,6 +325,11 @@ class PublishBuffer:
     def empty(self) -> bool:
         return not self._sets
 
+    @property
+    def unframed(self) -> int:
+        """Messages buffered but not yet in a frame (what the next take_frame carries)."""
+        return sum(len(parts) + extra for (_, parts, _, _), extra in zip(self._sets, self._extra, strict=True))
+
     def holds_headers(self) -> bool:
         """Whether a message buffered or awaiting its PUBLISH_ACK carries headers."""
         return any(headers for _, _, headers, _ in self._sets) or any(has_headers(b.frame) for b in self.pending)

@@ -241,7 +241,7 @@ def test_vectorised_sink_completes_a_task_the_per_row_sink_began(start_hub: Call
     for value, key in zip(values[:3500], keys[:3500], strict=True):
         first.publish("upgrade", value, key=key)  # sends each frame as it fills
     # The executor dies: its full frames were sent, its half-filled one never is (the sink's abandon()).
-    unsent = sum(len(parts) for _, parts, _ in first._proto.buffer._sets)
+    unsent = first._proto.buffer.unframed
     abandon(first)
     assert 0 < unsent < 3500
     wait_until(lambda: stored(hub.address, "upgrade") == 3500 - unsent, timeout=20, what="the full frames stored")
