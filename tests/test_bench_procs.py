@@ -87,3 +87,43 @@ def test_a_stop_whose_unwinding_raised_something_else_ends_the_bench_run() -> No
     done = subprocess.run([sys.executable, "-c", STOPPED_MEASUREMENT], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["SIGINT", "0"], (done.stdout, done.stderr)
+
+
+# A stop signal right after a measurement spawned a worker, before any ``try`` knows it (the
+# window ``children_stopped`` closes): the worker must be gone before the server stops, or it
+# meets a closed port and prints a traceback into the bench's stderr.
+WORKER_BEFORE_SERVER = """
+import os, signal, sys, time
+from sdk.tools.bench.procs import spawn, stop_process, stop_spawned
+from sdk.tools.bench.registry import Method, Params, Scenario, register_scenario, register_server
+from sdk.tools.bench.results import FigureSpec
+from sdk.tools.bench.runner import run
+from sdk.tools.stopping import run_until_stopped
+
+spawned = []
+
+class Server:
+    def start(self):
+        self.proc = spawn([sys.executable, "-c", "import time; time.sleep(60)"], capture=False)
+    def stop(self):
+        print("worker alive when the server stopped:", spawned[0].poll() is None, flush=True)
+        stop_process(self.proc)
+
+def measure(server, params):
+    spawned.append(spawn([sys.executable, "-c", "import time; time.sleep(60)"], capture=False))
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+
+register_server("s", Server)
+register_scenario(Scenario(id="X2", title="stopped", figures=(FigureSpec(name="n", unit="1"),), defaults=lambda p: p,
+                           methods=[Method(system="x", method="m", tooling="-", server="s", measure=measure)]))
+outcome = run_until_stopped(lambda: run(["X2"], Params(), repeat=1), cleanup=stop_spawned)  # as pub0sub bench
+print(outcome.signal, flush=True)
+"""
+
+
+def test_a_measurements_workers_are_stopped_before_its_server() -> None:
+    done = subprocess.run([sys.executable, "-c", WORKER_BEFORE_SERVER], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["worker alive when the server stopped: False", "SIGINT"], (done.stdout,
+                                                                                                   done.stderr)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 HOST = "127.0.0.1"
 #: Hub arguments: every bench client connects from loopback (C1: thousands of them at once), and
@@ -109,6 +109,24 @@ def stop_spawned(*, grace: float = 5.0) -> list[int]:
         stop_process(proc, grace=grace)
     _spawned.clear()
     return [proc.pid for proc in running]
+
+
+@contextlib.contextmanager
+def children_stopped() -> Iterator[None]:
+    """Stop (by PID) every child :func:`spawn` starts inside the block that still runs when the
+    block exits, however it exits.
+
+    Around a measurement, so its workers stop before the servers they use: a stop signal
+    landing between a worker's spawn and the ``try`` that would stop it left that worker to
+    :func:`stop_spawned`, which runs only after the servers were stopped, and the worker, still
+    starting, met a closed port and printed a traceback into the bench's stderr (a suite run
+    saw it: ``test_bench_prints_what_it_measured_and_stops_its_servers``)."""
+    before = list(_spawned)
+    try:
+        yield
+    finally:
+        for proc in [p for p in _spawned if all(p is not q for q in before)]:
+            stop_process(proc)
 
 
 class LineReader:

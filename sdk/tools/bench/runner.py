@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from ..stopping import stop_requested
 from .peers import Server
+from .procs import children_stopped
 from .registry import SCENARIOS, SERVERS, Method, Params, Scenario
 from .results import FigureSpec, Measurement, Summary, fill_ratios
 
@@ -96,7 +97,8 @@ def _specs(scenario: Scenario, m: Method) -> tuple[FigureSpec, ...]:
 def _measure_once(m: Method, p: Params, pool: ServerPool) -> Measurement:
     try:
         server = pool.get(m.server) if m.server else None
-        return m.measure(server, p)
+        with children_stopped():  # the workers, before the pool stops the server
+            return m.measure(server, p)
     except Exception as exc:
         if stop_requested():
             # The stop's KeyboardInterrupt, replaced by what the unwinding it started raised (a
