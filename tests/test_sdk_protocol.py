@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import wire
 from sdk import ConnectionLostError, Gap, HubError, ProtocolError, SlowConsumerError, SubscriptionClosedError
@@ -188,6 +190,28 @@ def test_subscribe_deliver_and_message_fields() -> None:
     assert msgs[0].datetime.year == 1970
     assert state.next_offsets == {"a": 0, "b.x": 9}
     assert proto.take(state) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    records=st.lists(st.tuples(st.binary(max_size=6), st.binary(max_size=40)), min_size=1, max_size=80)
+    | st.tuples(st.binary(max_size=6), st.binary(max_size=40), st.integers(1, 80)).map(lambda t: [t[:2]] * t[2]),
+    base=st.integers(0, 2**63),
+)
+def test_messages_are_the_records_in_order_with_an_empty_key_as_none(
+    records: list[tuple[bytes, bytes]], base: int
+) -> None:
+    """Small batches take the loop, larger ones ``wire.iter_records`` (C for records of one size, a generator for
+    mixed sizes): the same Messages either way."""
+    proto = ready()
+    state, _ = proto.subscribe("a")
+    count, region = wire.encode_records(records)
+    item = wire.RecordBatch(topic="a", base_offset=base, timestamp=5, origin=3, origin_seq=1, count=count,
+                            records=region)  # fmt: skip
+    msgs = state.messages(item)
+    assert [(m.offset, m.key, m.data, m.topic, m.origin) for m in msgs] == [
+        (base + i, key or None, data, "a", 3) for i, (key, data) in enumerate(records)
+    ]
 
 
 def test_gap_is_queued_in_order_and_recorded() -> None:
