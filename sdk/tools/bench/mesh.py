@@ -264,36 +264,16 @@ for _m in (
            tooling="same, GossipSub(spam_protection_enabled=False)"),
 ):  # fmt: skip
     register_method("M1", _m)
-register_method(
-    "L2",
-    Method(
-        system="pub0sub",
-        method="python",
-        server="pub0sub-mesh2",
-        measure=_l2("lat-sub-pub0sub", "lat-pub-pub0sub"),
-        tooling="SDK paced publisher on hub A -> mesh link -> SDK sub.batches() on hub B",
-    ),
-)
-register_method(
-    "L2",
-    Method(
-        system="pub0sub",
-        method="python-callback",
-        server="pub0sub-mesh2",
-        measure=_l2("lat-sub-pub0sub-callback", "lat-pub-pub0sub"),
-        tooling="SDK paced publisher on hub A -> mesh link -> SDK on_batch subscriber (reader task) on hub B",
-    ),
-)
-register_method(
-    "L2",
-    Method(
-        system="pub0sub",
-        method="fastest",
-        server="pub0sub-mesh2",
-        measure=_l2("lat-sub-pub0sub-raw", "lat-pub-pub0sub-raw"),
-        tooling="raw paced publisher on hub A -> mesh link -> raw decoding subscriber on hub B",
-    ),
-)
+for _method, _sub, _pub, _tooling in (
+    ("python", "lat-sub-pub0sub", "lat-pub-pub0sub",
+     "SDK paced publisher on hub A -> mesh link -> SDK sub.batches() on hub B"),
+    ("python-callback", "lat-sub-pub0sub-callback", "lat-pub-pub0sub",
+     "SDK paced publisher on hub A -> mesh link -> SDK on_batch subscriber (reader task) on hub B"),
+    ("fastest", "lat-sub-pub0sub-raw", "lat-pub-pub0sub-raw",
+     "raw paced publisher on hub A -> mesh link -> raw decoding subscriber on hub B"),
+):  # fmt: skip
+    register_method("L2", Method(system="pub0sub", method=_method, server="pub0sub-mesh2", measure=_l2(_sub, _pub),
+                                 tooling=_tooling))  # fmt: skip
 register_method(
     "L2",
     Method(
