@@ -127,3 +127,27 @@ def test_a_measurements_workers_are_stopped_before_its_server() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["worker alive when the server stopped: False", "SIGINT"], (done.stdout,
                                                                                                    done.stderr)
+
+
+# A stop signal inside ``stop_deferred`` (as inside ``spawn``'s Popen) raises only at the block's end.
+DEFERRED = """
+import os, signal
+from sdk.tools.stopping import run_until_stopped, stop_deferred
+
+steps = []
+
+def main():
+    with stop_deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        steps.append("after the signal, inside")
+    steps.append("after the block")
+
+outcome = run_until_stopped(main)
+print(outcome.signal, steps, flush=True)
+"""
+
+
+def test_a_stop_signal_inside_stop_deferred_raises_at_the_end_of_the_block() -> None:
+    done = subprocess.run([sys.executable, "-c", DEFERRED], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "SIGTERM ['after the signal, inside']", (done.stdout, done.stderr)

@@ -81,6 +81,9 @@ class _StopHandler:
         #: set by :func:`stop_softly`: what the first signal does instead of raising, and where
         self.soft: Callable[[], object] | None = None
         self.soft_inside = ""
+        #: inside :func:`stop_deferred`: the first signal raises when the block ends
+        self.defer = False
+        self.deferred = False
 
     def note(self, signum: int) -> bool:
         """Record a stop signal; true for the first one while the main runs (it must stop)."""
@@ -92,6 +95,9 @@ class _StopHandler:
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         if self.note(signum):
+            if self.defer:
+                self.deferred = True
+                return
             if self.soft is not None and _runs_in(frame, self.soft_inside):
                 self.soft()
                 return
@@ -190,6 +196,26 @@ def stop_softly(cancel: Callable[[], object], *, inside: str) -> None:
     """
     if _active is not None:
         _active.soft, _active.soft_inside = cancel, inside
+
+
+@contextlib.contextmanager
+def stop_deferred() -> Iterator[None]:
+    """A stop signal that lands inside the block raises ``KeyboardInterrupt`` when the block
+    ends, not inside it: for steps an interrupt must not cut in two.  ``pub0sub bench``'s
+    ``spawn`` is one: an interrupt inside ``Popen`` (after the fork, before it returned) left a
+    started child that no cleanup knew, which outlived its server and printed a traceback."""
+    handler = _active
+    if handler is None or handler.defer or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler.defer = True
+    try:
+        yield
+    finally:
+        handler.defer = False
+        if handler.deferred:
+            handler.deferred = False
+            raise KeyboardInterrupt
 
 
 def check_stop() -> None:

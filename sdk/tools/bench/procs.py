@@ -17,6 +17,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+from ..stopping import stop_deferred
+
 HOST = "127.0.0.1"
 #: Hub arguments: every bench client connects from loopback (C1: thousands of them at once), and
 #: the servers a hub is compared with have no per-address connection rate limit: the hub's is lifted.
@@ -165,15 +167,18 @@ def spawn(argv: Sequence[str], *, capture: bool = True, cwd: str | None = None) 
     its children by PID on the way out, instead of every worker printing its own traceback.
     """
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        list(argv),
-        stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    )
-    _spawned[:] = [p for p in _spawned if p.returncode is None]  # those seen to end are done with
-    _spawned.append(proc)
+    # A stop signal raises only once the child is recorded: one landing inside Popen (the child
+    # forked, Popen not yet returned) left a child no cleanup knew (a suite run saw it).
+    with stop_deferred():
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+        _spawned[:] = [p for p in _spawned if p.returncode is None]  # those seen to end are done with
+        _spawned.append(proc)
     return proc
