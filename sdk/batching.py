@@ -138,7 +138,7 @@ def check_publish_topics(topics: tuple[str, ...]) -> bytes:
         wire.records.check_topics(topics)
     except wire.ProtocolError as exc:
         raise ValueError(f"invalid topics {list(topics)!r}: {exc.reason}") from None
-    return bytes((len(topics),)) + b"".join(wire.encode_topic(t) for t in topics)
+    return wire.encode_topic_list(topics)
 
 
 def as_bytes(value: Any, what: str) -> bytes:

@@ -404,7 +404,6 @@ def test_publish_frame_is_what_publish_encodes(data: st.DataObject) -> None:
     """The SDK frames its buffered publishes with ``publish_frame`` (no frame object built): the same bytes."""
     frame = data.draw(FRAME_STRATEGIES[Opcode.PUBLISH])
     sets = [
-        (bytes((len(s.topics),)) + b"".join(wire.encode_topic(t) for t in s.topics), s.count, s.records, s.headers)
-        for s in frame.sets
+        (wire.encode_topic_list(s.topics), s.count, s.records, s.headers) for s in frame.sets
     ]
     assert wire.publish_frame(frame.producer_id, frame.sequence, int(frame.flags), sets) == frame.encode()

@@ -86,7 +86,15 @@ from .opcodes import (
     ROUTED_CONTROL_OPCODES,
     Opcode,
 )
-from .records import MessageSet, RecordBatch, encode_record, encode_records, encode_topic, iter_records
+from .records import (
+    MessageSet,
+    RecordBatch,
+    encode_record,
+    encode_records,
+    encode_topic,
+    encode_topic_list,
+    iter_records,
+)
 from .topics import InvalidTopicError, check_topic, is_pattern
 
 __all__ = [
@@ -113,6 +121,7 @@ __all__ = [
     "encode_record",
     "encode_records",
     "encode_topic",
+    "encode_topic_list",
     "encode_headers",
     "Error",
     "ErrorCode",

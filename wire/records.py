@@ -31,7 +31,6 @@ from .limits import MAX_KEY_BYTES, MAX_TOPIC_BYTES, MAX_TOPICS_PER_MESSAGE, MAX_
 RECORD_HEADER = struct.Struct(">HI")
 REGION_HEADER = struct.Struct(">II")
 BATCH_FIELDS = struct.Struct(">QQQQ")
-_u8 = struct.Struct(">B")
 
 
 @lru_cache(maxsize=4096)
@@ -46,6 +45,12 @@ def encode_topic(topic: str) -> bytes:
             code=ErrorCode.INVALID_TOPIC,
         )
     return bytes((len(raw),)) + raw
+
+
+def encode_topic_list(topics: Iterable[str]) -> bytes:
+    """``[u8 count][topic]...``: a message set's topic list as PUBLISH and FORWARD_BATCH carry it."""
+    encoded = [encode_topic(t) for t in topics]
+    return bytes((len(encoded),)) + b"".join(encoded)
 
 
 def check_topics(topics: tuple[str, ...]) -> None:
@@ -274,14 +279,8 @@ class MessageSet:
         return cls(topics=tuple(topics), count=count, records=records, headers=headers)
 
     def encode(self) -> bytes:
-        return b"".join(
-            (
-                _u8.pack(len(self.topics)),
-                *(encode_topic(t) for t in self.topics),
-                REGION_HEADER.pack(self.count, len(self.records)),
-                self.records,
-            )
-        )
+        region = REGION_HEADER.pack(self.count, len(self.records))
+        return b"".join((encode_topic_list(self.topics), region, self.records))
 
     def encode_headered(self) -> bytes:
         """``[headers block][MessageSet]``: a set in a frame whose sets all carry a block."""

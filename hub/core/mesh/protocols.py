@@ -110,7 +110,7 @@ def make_decoder(version: MeshVersion) -> wire.FrameDecoder:
 @lru_cache(maxsize=4096)
 def _encoded_topics(topics: tuple[str, ...]) -> bytes:
     # A hub publishes to few distinct topic lists: encode each once, not once per set.
-    return bytes((len(topics),)) + b"".join(wire.encode_topic(t) for t in topics)
+    return wire.encode_topic_list(topics)
 
 
 def encode_stored_set(origin_seq: int, timestamp: int, topics: tuple[str, ...], count: int, records: bytes) -> bytes:
@@ -155,7 +155,7 @@ def headered_set(encoded: bytes, headers: bytes) -> bytes:
 
 def encode_v1_forwards(messages: wire.MessageSet) -> tuple[bytes, int]:
     """``(frames, count)``: one seed FORWARD frame per record (keys do not exist in v1)."""
-    topics = b"".join((bytes((len(messages.topics),)), *(wire.encode_topic(t) for t in messages.topics)))
+    topics = wire.encode_topic_list(messages.topics)
     records = messages.records
     unpack = RECORD_HEADER.unpack_from
     parts: list[bytes] = []
