@@ -12,7 +12,8 @@ import pytest
 import trio
 
 from hub.core.stats import HubStats
-from hub.shell.watchdog import LoopWatchdog, run_loop_watchdog
+from hub.shell.watchdog import PAUSED, STALL_ENDED, STALLED, LoopWatchdog, run_loop_watchdog
+from tests.support.client_protocol import FakeClock
 from tests.support.cluster import Cluster, stall_report
 from tests.support.waiting import wait_until
 
@@ -41,8 +42,8 @@ def test_a_blocked_loop_is_reported_with_where_it_is_and_for_how_long(caplog: py
 
     with caplog.at_level(logging.WARNING, logger="pub0sub.hub"):
         run(block, stats)
-    started = [r for r in caplog.records if getattr(r, "event", None) == "loop_stalled"]
-    ended = [r for r in caplog.records if getattr(r, "event", None) == "loop_stall_ended"]
+    started = [r for r in caplog.records if getattr(r, "event", None) == STALLED]
+    ended = [r for r in caplog.records if getattr(r, "event", None) == STALL_ENDED]
     assert len(started) == 1 and len(ended) == 1, [r.getMessage() for r in caplog.records]
     assert "a_step_that_never_yields" in started[0].getMessage()
     assert "time.sleep(seconds)" in started[0].getMessage()  # the very line it is stuck on
@@ -62,16 +63,8 @@ def test_an_idle_loop_and_short_steps_are_not_stalls(caplog: pytest.LogCaptureFi
 
     with caplog.at_level(logging.WARNING, logger="pub0sub.hub"):
         run(idle_then_busy, stats)
-    assert not [r for r in caplog.records if getattr(r, "event", None) in ("loop_stalled", "loop_stall_ended")]
+    assert not [r for r in caplog.records if getattr(r, "event", None) in (STALLED, STALL_ENDED)]
     assert stats.loop_stalls == 0 and stats.loop_stall_seconds == 0.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def events(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -83,6 +76,7 @@ def test_the_process_stopped_whole_is_not_blamed_on_the_loop(caplog: pytest.LogC
     the process did not run, with no stack and no stall counted (a test bed's SIGSTOP of a hub
     was reported as a 5.2 s stall 'at get_events' before)."""
     clock, stats = FakeClock(), HubStats()
+    clock.now = 0.0
     dog = LoopWatchdog(stats, clock=clock)
     with caplog.at_level(logging.WARNING, logger="pub0sub.hub"):
         clock.now = 1.0
@@ -93,7 +87,7 @@ def test_the_process_stopped_whole_is_not_blamed_on_the_loop(caplog: pytest.LogC
         dog.beat()  # the loop gets its turn
         clock.now = 8.0
         dog.look()
-    assert events(caplog) == ["process_paused"]
+    assert events(caplog) == [PAUSED]
     assert "did not run for 6.0 s" in caplog.records[0].getMessage()
     assert stats.loop_stalls == 0 and stats.loop_stall_seconds == 0.0
 
@@ -101,6 +95,7 @@ def test_the_process_stopped_whole_is_not_blamed_on_the_loop(caplog: pytest.LogC
 def test_a_stall_is_reported_once_and_its_end_with_the_beats_between(caplog: pytest.LogCaptureFixture) -> None:
     """The thread looks every second while the loop beats at 0 and then not until 7.5."""
     clock, stats = FakeClock(), HubStats()
+    clock.now = 0.0
     dog = LoopWatchdog(stats, clock=clock)
     with caplog.at_level(logging.WARNING, logger="pub0sub.hub"):
         for second in range(1, 8):
@@ -110,7 +105,7 @@ def test_a_stall_is_reported_once_and_its_end_with_the_beats_between(caplog: pyt
         dog.beat()
         clock.now = 8.0
         dog.look()
-    assert events(caplog) == ["loop_stalled", "loop_stall_ended"]
+    assert events(caplog) == [STALLED, STALL_ENDED]
     assert "has not run for 4.0 s" in caplog.records[0].getMessage()  # first seen at 4 s (> 3)
     assert stats.loop_stalls == 1 and stats.loop_stall_seconds == 7.5
 
