@@ -278,14 +278,11 @@ class Subscription(SubscriptionView):
                 except Exception as exc:
                     self._handler_failed(exc)
                     break
-                if self._auto:
-                    self._msgs = batch
-                    self._pos = len(batch)
-                    self._settle(self._pos)
-            if proto.has_output:
-                # Credit (and acks) queued: in the reader task its next write sends them; the kick
-                # covers a dispatch from elsewhere (the subscription ending in the client's task).
-                self._client._kick()
+                if self._auto:  # handled: acknowledged (one topic, consecutive offsets)
+                    proto.ack_range(state, batch[0].topic, batch[0].offset, batch[-1].offset)
+            # No kick for the credit, acks or UNSUB this queued: a dispatch runs in the reader task,
+            # whose write right after this read sends them, or as the subscription ends in the
+            # application's task, which writes its UNSUB next (a lost connection sends nothing).
         finally:
             self._handling = False
         if state.closed:

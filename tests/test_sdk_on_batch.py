@@ -176,3 +176,25 @@ def test_a_lost_connection_ends_a_callback_subscription_with_its_error(start_hub
                 await sub.wait()
 
     anyio.run(scenario, backend="trio")
+
+
+def test_auto_acks_reach_the_hub_while_the_subscription_runs(start_hub: StartHub, tmp_path: Path) -> None:
+    """Handled batches are acknowledged by the reader's own writes, not only when the subscription closes."""
+    hub = start_hub("--data-dir", str(tmp_path / "data"))
+    seen: list[int] = []
+
+    def position() -> dict[str, int]:
+        (durable,) = [d for d in hub_status(hub.address)["durables"] if d["name"] == "live"]
+        return durable["positions"]  # type: ignore[no-any-return]
+
+    async def scenario() -> None:
+        async with sdk.connect(hub.address) as client:
+            for i in range(10):
+                await client.publish_acked("a.t", bytes([i]))
+            async with client.subscribe("a.t", durable="live", start="earliest", ack="auto",
+                                        on_batch=lambda batch: seen.extend(m.offset for m in batch)):  # fmt: skip
+                await await_until(lambda: position() == {"a.t": 10}, timeout=10, what="the acks at the hub",
+                                  in_thread=True)  # fmt: skip
+
+    anyio.run(scenario, backend="trio")
+    assert seen == list(range(10))
