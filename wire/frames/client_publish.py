@@ -16,7 +16,7 @@ from ..headers import EMPTY_BLOCK
 from ..limits import MAX_U64
 from ..opcodes import Opcode
 from ..records import REGION_HEADER as _REGION
-from ..records import MessageSet, encode_topic, read_topic
+from ..records import MessageSet, encode_topic, encode_topic_list, read_topic
 from .base import HEADER, Frame, check_uint, plain
 
 
@@ -44,6 +44,8 @@ class AckStatus(IntEnum):
 
 
 _PUBLISH_HEAD = struct.Struct(">QQBH")
+#: A set as the PUBLISH encoders take it: (encoded topic list, record count, records, headers block).
+SetParts = tuple[bytes, int, bytes, bytes]
 #: Fields of a frozen frame set without its __init__ (a decoded frame, checked as it was read).
 _set = object.__setattr__
 
@@ -76,10 +78,8 @@ class Publish(Frame):
             raise LocalProtocolError("a message set with headers needs PUBLISH flag HEADERS")
 
     def encode_body(self) -> bytes:
-        head = _PUBLISH_HEAD.pack(self.producer_id, self.sequence, self.flags, len(self.sets))
-        if self.has_headers:
-            return head + b"".join(s.encode_headered() for s in self.sets)
-        return head + b"".join(s.encode() for s in self.sets)
+        sets = [(encode_topic_list(s.topics), s.count, s.records, s.headers) for s in self.sets]
+        return _publish_body(self.producer_id, self.sequence, int(self.flags), sets)
 
     @classmethod
     def decode_body(cls, body: bytes) -> Frame:
@@ -188,8 +188,7 @@ def _ack_body(producer_id: int, sequence: int, status: int, timestamp: int,
     return b"".join(parts)
 
 
-def publish_frame(producer_id: int, sequence: int, flags: int,
-                  sets: Sequence[tuple[bytes, int, bytes, bytes]]) -> bytes:  # fmt: skip
+def publish_frame(producer_id: int, sequence: int, flags: int, sets: Sequence[SetParts]) -> bytes:
     """The whole PUBLISH frame :class:`Publish` encodes, from parts a publisher already holds checked.
 
     Each set is ``(topic list, count, records, headers block)``: the topic list encoded as
@@ -199,6 +198,12 @@ def publish_frame(producer_id: int, sequence: int, flags: int,
     at a low rate paid ~10 us a frame for the dataclasses' checks and encoding (hot), twice
     that with cold caches, on every message's way to the socket.
     """
+    body = _publish_body(producer_id, sequence, flags, sets)
+    return HEADER.pack(Opcode.PUBLISH, len(body)) + body
+
+
+def _publish_body(producer_id: int, sequence: int, flags: int, sets: Sequence[SetParts]) -> bytes:
+    """A PUBLISH body from its sets as :func:`publish_frame` takes them (what :class:`Publish` encodes too)."""
     parts = [_PUBLISH_HEAD.pack(producer_id, sequence, flags, len(sets))]
     append = parts.append
     headered = flags & _HEADERS_BIT
@@ -208,8 +213,7 @@ def publish_frame(producer_id: int, sequence: int, flags: int,
         append(topics)
         append(_REGION.pack(count, len(records)))
         append(records)
-    body = b"".join(parts)
-    return HEADER.pack(Opcode.PUBLISH, len(body)) + body
+    return b"".join(parts)
 
 
 def publish_ack_frame(producer_id: int, sequence: int, status: AckStatus, timestamp: int,
