@@ -32,8 +32,8 @@ HEARTBEAT = 0.5
 MISSES = 3
 #: Status polling, process scheduling and the session timer's tick on a loaded 2-core machine.
 SLACK = 1.5
-#: Discovery looks the cluster up every 2 s (MeshConfig.discovery_interval); a late joiner needs a
-#: lookup on each side plus a dial.
+#: A late joiner looks the cluster up every 2 s (MeshConfig.discovery_interval) and dials what it
+#: finds (the others' lookups back off while nothing changes): a lookup or two plus a dial.
 JOIN_BOUND = 20.0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 
 from hub.mesh import Mesh
+from hub.mesh.discovery import Discovery
 from tests.support.mesh import start_mesh
 from tests.support.waiting import await_until
 
@@ -33,3 +34,38 @@ async def test_hubs_discover_each_other_and_a_late_joiner() -> None:
             what="every hub to see the late hub's interest",
         )
         nursery.cancel_scope.cancel()
+
+
+async def test_lookups_back_off_while_they_find_the_same_hubs_and_a_joiner_links_itself() -> None:
+    """Each v2 lookup asks the whole small cluster, so a hub whose lookups keep finding the same
+    hubs looks up less and less often, down to ``discovery_interval_max``.  A joiner does not
+    wait for that: it looks up at the base interval and dials the hubs it finds."""
+    async with trio.open_nursery() as nursery:
+        common = {"discovery": True, "discovery_interval": 0.1, "discovery_interval_max": 0.8, "cluster": "t2"}
+        a = await start_mesh(nursery, **common)
+        b = await start_mesh(nursery, bootstrap=(a.listen_addrs[0],), **common)
+        await await_until(lambda: _full_mesh([a, b]), timeout=15, what="a and b linked")
+        settled = [m.discovery for m in (a, b)]
+        await await_until(lambda: all(d is not None and d.wait == 0.8 for d in settled), timeout=15,
+                          what=lambda: f"both lookups backed off to 0.8 s: {[d and d.status() for d in settled]}")
+
+        late = await start_mesh(nursery, bootstrap=(a.listen_addrs[0],), **common)
+        await await_until(lambda: _full_mesh([a, b, late]), timeout=15, what="the late joiner linked by all")
+        assert late.discovery is not None and late.discovery.lookups >= 1
+        nursery.cancel_scope.cancel()
+
+
+def test_the_lookup_interval_doubles_on_the_same_hubs_and_starts_over_on_a_change() -> None:
+    found = Discovery(None, cluster="t", bootstrap=[], interval=2.0, max_interval=30.0,  # type: ignore[arg-type]
+                      on_found=lambda info: None)
+    same = frozenset({"hub-a", "hub-b"})
+    assert [found._next_wait(same) for _ in range(6)] == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]  # the first is new
+    assert found._next_wait(same | {"hub-c"}) == 2.0  # a hub it had not found
+    assert found._next_wait(same | {"hub-c"}) == 4.0
+    found.hurry()  # a link ended
+    assert found.wait == 2.0
+    assert found._next_wait(same | {"hub-c"}) == 4.0
+    assert found._next_wait(frozenset()) == 2.0  # found nobody: not settled, keep looking
+    assert found._next_wait(frozenset()) == 2.0
+    fixed = Discovery(None, cluster="t", bootstrap=[], interval=2.0, on_found=lambda info: None)  # type: ignore[arg-type]
+    assert [fixed._next_wait(same) for _ in range(3)] == [2.0, 2.0, 2.0]  # no max_interval: no backoff

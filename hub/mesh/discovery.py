@@ -5,7 +5,13 @@ multiaddrs, provides ``pub0sub-cluster:<name>`` and looks it up again every
 ``interval`` seconds so that late joiners are found -- while it needs to: a hub on
 the overlay that holds a link finds the others from link state, and only provides
 (an idle 20-hub cluster, switched to the overlay, took 1.94-1.97 of this machine's 2
-cores with every hub looking up every 2 s, 0.41-0.48 without: docs/scale.md).
+cores with every hub looking up every 2 s, 0.41-0.48 without: docs/scale.md).  On the
+v2 full mesh the lookups back off while they find the same hubs, doubling up to
+``max_interval``: each lookup asks every hub of a small cluster, so an idle 9-hub
+mesh looking up every 2 s spent ~11% of a core per hub (docs/benchmarks.md).  A joiner
+does not wait for them: it looks up at ``interval`` itself and dials the hubs it finds.
+A lookup that finds a hub it did not find before, or a link that ends (:meth:`hurry`),
+brings the interval back to ``interval``.
 
 py-libp2p quirks handled here:
 
@@ -65,12 +71,21 @@ class Discovery:
         interval: float,
         on_found: Callable[[PeerInfo], None],
         linked: Callable[[], bool] = lambda: False,
+        max_interval: float | None = None,
     ) -> None:
-        """``linked()``: the hub finds its peers otherwise now (the overlay holds a link): no lookups."""
+        """``linked()``: the hub finds its peers otherwise now (the overlay holds a link): no lookups.
+        ``max_interval``: how far the interval backs off while lookups find nothing new (default:
+        ``interval``, no backoff)."""
         self.host = host
         self.key = cluster_key(cluster)
         self.bootstrap = [multiaddr.Multiaddr(a) for a in bootstrap]
         self.interval = interval
+        self.max_interval = max(interval, max_interval if max_interval is not None else interval)
+        #: Seconds until the next lookup: ``interval``, doubled after each lookup that found the same hubs.
+        self.wait = interval
+        self._hurried = trio.Event()
+        #: The hubs the last lookup found (peer ids as text)
+        self._last_found: frozenset[str] = frozenset()
         self.on_found = on_found
         self.linked = linked
         self.dht: KadDHT | None = None
@@ -82,7 +97,20 @@ class Discovery:
         self.provides = 0
 
     def status(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "lookups": self.lookups, "provides": self.provides, "found": len(self.found)}
+        return {"rounds": self.rounds, "lookups": self.lookups, "provides": self.provides, "found": len(self.found),
+                "interval": self.wait}
+
+    def hurry(self) -> None:
+        """Something changed (a link ended): look up again at the shortest interval from now on."""
+        self.wait = self.interval
+        self._hurried.set()
+
+    def _next_wait(self, found: frozenset[str]) -> float:
+        """Back off while lookups find the same, non-empty set of hubs; anything else starts over."""
+        same = bool(found) and found == self._last_found
+        self._last_found = found
+        self.wait = min(self.wait * 2, self.max_interval) if same else self.interval
+        return self.wait
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         dht = KadDHT(self.host, DHTMode.SERVER)
@@ -95,10 +123,12 @@ class Discovery:
                 if dht.get_routing_table_size() == 0:
                     await self._bootstrap(dht)
                 linked = self.linked()
+                found: list[PeerInfo] = []
                 if not linked:
                     with trio.move_on_after(LOOKUP_TIMEOUT):
-                        for info in await self._lookup(dht):
-                            self.on_found(info)
+                        found = await self._lookup(dht)
+                    for info in found:
+                        self.on_found(info)
                 # Look up before the first provide: afterwards the local store is never empty.
                 every = REPROVIDE_LINKED_SECONDS if linked else REPROVIDE_EVERY * self.interval
                 if trio.current_time() - provided_at >= every:
@@ -107,7 +137,10 @@ class Discovery:
                         provided_at = trio.current_time()
                         self.provides += 1
                 self.rounds += 1
-                await trio.sleep(self.interval)
+                wait = self._next_wait(frozenset(str(info.peer_id) for info in found)) if not linked else self.interval
+                with trio.move_on_after(wait):
+                    await self._hurried.wait()
+                self._hurried = trio.Event()
 
     async def _bootstrap(self, dht: KadDHT) -> None:
         for addr in self.bootstrap:

@@ -1,11 +1,10 @@
 """The mesh over libp2p: a hub's host, its dials and accepts, its sessions.
 
-The decisions are :class:`hub.core.mesh.core.MeshCore`'s (who wants what, who
-gets each forward, whether a stream may become a link, when to give up on a
-peer); this class owns the libp2p host and does what they say: it dials,
-accepts, runs a :class:`~hub.mesh.session.PeerSession` per link, and runs the
-DHT discovery, all in one trio nursery owned by :meth:`Mesh.run`.  The hub drives it through
-``announce``/``withdraw``/``forward``; v3 links are the overlay's (``overlay_links.py``).
+The decisions are :class:`hub.core.mesh.core.MeshCore`'s (who wants what, who gets each forward,
+whether a stream may become a link, when to give up on a peer); this class owns the libp2p host and
+does what they say: it dials, accepts, runs a :class:`~hub.mesh.session.PeerSession` per link, and
+runs the DHT discovery, all in one trio nursery owned by :meth:`Mesh.run`.  The hub drives it
+through ``announce``/``withdraw``/``forward``; v3 links are the overlay's (``overlay_links.py``).
 """
 
 from __future__ import annotations
@@ -58,14 +57,13 @@ DIAL_TIMEOUT = 10.0
 class Mesh:
     """A hub's place in the mesh.
 
-    ``hub_id`` is this hub's origin id (u64, never 0) -- the one in WELCOME and
-    MESH_HELLO.  ``on_forward(origin, sets, peer_id)`` stores forwarded sets and
-    returns the last origin seq the hub holds (``None``: everything given).
-    ``resume_positions()`` gives the last stored seq per origin at start-up (from
-    the hub's logs), so resends after a restart are deduplicated too.  ``replay``
-    reads this hub's own publishes back from its logs for a peer the window could
-    not cover (``hub/core/mesh/replay.py``); without it such forwards are counted
-    as evicted, not resent.  Run it with ``await nursery.start(mesh.run)``.
+    ``hub_id`` is this hub's origin id (u64, never 0) -- the one in WELCOME and MESH_HELLO.
+    ``on_forward(origin, sets, peer_id)`` stores forwarded sets and returns the last origin seq
+    the hub holds (``None``: everything given).  ``resume_positions()`` gives the last stored seq
+    per origin at start-up (from the hub's logs), so resends after a restart are deduplicated
+    too.  ``replay`` reads this hub's own publishes back from its logs for a peer the window could
+    not cover (``hub/core/mesh/replay.py``); without it such forwards are counted as evicted, not
+    resent.  Run it with ``await nursery.start(mesh.run)``.
     """
 
     def __init__(
@@ -217,8 +215,8 @@ class Mesh:
                     self.overlay.switch()  # --mesh-overlay: the overlay from the start
                 if self.config.discovery:
                     self.discovery = Discovery(
-                        host, cluster=self.config.cluster, bootstrap=self.config.bootstrap,
-                        interval=self.config.discovery_interval, on_found=self._found,
+                        host, cluster=self.config.cluster, bootstrap=self.config.bootstrap, on_found=self._found,
+                        interval=self.config.discovery_interval, max_interval=self.config.discovery_interval_max,
                         # On the overlay, hubs are found from link state: the DHT is only a way in.
                         linked=lambda: self.overlay is not None and bool(self.overlay.peers),
                     )
@@ -405,6 +403,8 @@ class Mesh:
             redial = self.overlay.session_ended(protocol, link, outbound=outbound, reason=reason) and redial
         if redial and not self._closing and self._nursery is not None:
             self._nursery.start_soon(self._dial, link)
+        if self.discovery is not None:
+            self.discovery.hurry()  # a hub that went may come back at another address: look again soon
         self._notify()
 
     async def _reap_lingering(self) -> None:

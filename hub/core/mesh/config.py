@@ -33,8 +33,10 @@ class MeshConfig:
     admission: AdmissionRules = OPEN_MESH
     #: Run the Kademlia DHT and connect to what it finds.
     discovery: bool = True
-    #: How often a hub looks the cluster up again, so late joiners are found.
+    #: How often a hub looks the cluster up again, so late joiners are found (hub/mesh/discovery.py) ...
     discovery_interval: float = 2.0
+    #: ... doubling up to this while its lookups keep finding the same hubs (a joiner dials them itself).
+    discovery_interval_max: float = 30.0
     #: Full mesh: each hub links to every other, up to this many.
     max_peers: int = 64
     #: With the overlay among ``versions``: switch to it once this many hubs are known (this one
