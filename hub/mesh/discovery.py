@@ -137,8 +137,11 @@ class Discovery:
                         provided_at = trio.current_time()
                         self.provides += 1
                 self.rounds += 1
-                wait = self._next_wait(frozenset(str(info.peer_id) for info in found)) if not linked else self.interval
-                with trio.move_on_after(wait):
+                if linked:
+                    self.wait = self.interval  # rounds only: provides, and a look at whether still linked
+                else:
+                    self._next_wait(frozenset(str(info.peer_id) for info in found))
+                with trio.move_on_after(self.wait):
                     await self._hurried.wait()
                 self._hurried = trio.Event()
 
