@@ -6,7 +6,7 @@ multiaddrs, provides ``pub0sub-cluster:<name>`` and looks it up again every
 the overlay that holds a link finds the others from link state, and only provides
 (an idle 20-hub cluster, switched to the overlay, took 1.94-1.97 of this machine's 2
 cores with every hub looking up every 2 s, 0.41-0.48 without: docs/scale.md).  On the
-v2 full mesh the lookups back off while they find the same hubs, doubling up to
+v2 full mesh the lookups back off while they find no new hub, doubling up to
 ``max_interval``: each lookup asks every hub of a small cluster, so an idle 9-hub
 mesh looking up every 2 s spent ~11% of a core per hub (docs/benchmarks.md).  A joiner
 does not wait for them: it looks up at ``interval`` itself and dials the hubs it finds.
@@ -81,11 +81,11 @@ class Discovery:
         self.bootstrap = [multiaddr.Multiaddr(a) for a in bootstrap]
         self.interval = interval
         self.max_interval = max(interval, max_interval if max_interval is not None else interval)
-        #: Seconds until the next lookup: ``interval``, doubled after each lookup that found the same hubs.
+        #: Seconds until the next lookup: ``interval``, doubled after each lookup that found no new hub.
         self.wait = interval
         self._hurried = trio.Event()
-        #: The hubs the last lookup found (peer ids as text)
-        self._last_found: frozenset[str] = frozenset()
+        #: Every hub a lookup found so far (peer ids as text)
+        self._known: set[str] = set()
         self.on_found = on_found
         self.linked = linked
         self.dht: KadDHT | None = None
@@ -106,10 +106,15 @@ class Discovery:
         self._hurried.set()
 
     def _next_wait(self, found: frozenset[str]) -> float:
-        """Back off while lookups find the same, non-empty set of hubs; anything else starts over."""
-        same = bool(found) and found == self._last_found
-        self._last_found = found
-        self.wait = min(self.wait * 2, self.max_interval) if same else self.interval
+        """Back off while lookups find no hub they had not found before; a new one starts over.
+
+        An empty result counts as nothing new once some hub was found: py-libp2p's lookups in a
+        small cluster now and then come back empty (two hubs: about every other one).  A hub that
+        has found nobody yet keeps looking at the base interval."""
+        new = found - self._known
+        self._known |= found
+        settled = bool(self._known) and not new
+        self.wait = min(self.wait * 2, self.max_interval) if settled else self.interval
         return self.wait
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

@@ -35,7 +35,7 @@ class MeshConfig:
     discovery: bool = True
     #: How often a hub looks the cluster up again, so late joiners are found (hub/mesh/discovery.py) ...
     discovery_interval: float = 2.0
-    #: ... doubling up to this while its lookups keep finding the same hubs (a joiner dials them itself).
+    #: ... doubling up to this while its lookups find no new hub (a joiner dials the hubs it finds itself).
     discovery_interval_max: float = 30.0
     #: Full mesh: each hub links to every other, up to this many.
     max_peers: int = 64
