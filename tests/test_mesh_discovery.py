@@ -36,9 +36,10 @@ async def test_hubs_discover_each_other_and_a_late_joiner() -> None:
         nursery.cancel_scope.cancel()
 
 
-async def test_lookups_back_off_while_they_find_the_same_hubs_and_a_joiner_links_itself() -> None:
+async def test_lookups_back_off_while_they_find_no_new_hub_and_a_joiner_links_itself() -> None:
     """Each v2 lookup asks the whole small cluster, so a hub whose lookups keep finding the same
-    hubs looks up less and less often, down to ``discovery_interval_max``.  A joiner does not
+    hubs (none it had not found before) looks up less and less often, down to
+    ``discovery_interval_max``.  A joiner does not
     wait for that: it looks up at the base interval and dials the hubs it finds.  A link that
     ends brings a hub's interval back to the base (the hub that went may come back elsewhere)."""
     async with trio.open_nursery() as nursery:
@@ -70,7 +71,7 @@ async def test_lookups_back_off_while_they_find_the_same_hubs_and_a_joiner_links
         nursery.cancel_scope.cancel()
 
 
-def test_the_lookup_interval_doubles_on_the_same_hubs_and_starts_over_on_a_change() -> None:
+def test_the_lookup_interval_doubles_while_no_new_hub_is_found_and_starts_over_on_a_change() -> None:
     found = Discovery(None, cluster="t", bootstrap=[], interval=2.0, max_interval=30.0,  # type: ignore[arg-type]
                       on_found=lambda info: None)
     same = frozenset({"hub-a", "hub-b"})
@@ -87,3 +88,4 @@ def test_the_lookup_interval_doubles_on_the_same_hubs_and_starts_over_on_a_chang
     assert [alone._next_wait(frozenset()) for _ in range(3)] == [2.0, 2.0, 2.0]  # found nobody yet: keep looking
     fixed = Discovery(None, cluster="t", bootstrap=[], interval=2.0, on_found=lambda info: None)  # type: ignore[arg-type]
     assert [fixed._next_wait(same) for _ in range(3)] == [2.0, 2.0, 2.0]  # no max_interval: no backoff
+    assert found.status()["found"] == 3 and found.status()["interval"] == 16.0

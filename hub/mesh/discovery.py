@@ -71,27 +71,26 @@ class Discovery:
         interval: float,
         on_found: Callable[[PeerInfo], None],
         linked: Callable[[], bool] = lambda: False,
-        max_interval: float | None = None,
+        max_interval: float = 0.0,
     ) -> None:
         """``linked()``: the hub finds its peers otherwise now (the overlay holds a link): no lookups.
-        ``max_interval``: how far the interval backs off while lookups find nothing new (default:
-        ``interval``, no backoff)."""
+        ``max_interval``: how far the interval backs off while lookups find nothing new (at or
+        below ``interval``: no backoff)."""
         self.host = host
         self.key = cluster_key(cluster)
         self.bootstrap = [multiaddr.Multiaddr(a) for a in bootstrap]
         self.interval = interval
-        self.max_interval = max(interval, max_interval if max_interval is not None else interval)
+        self.max_interval = max(interval, max_interval)
         #: Seconds until the next lookup: ``interval``, doubled after each lookup that found no new hub.
         self.wait = interval
         self._hurried = trio.Event()
-        #: Every hub a lookup found so far (peer ids as text)
-        self._known: set[str] = set()
         self.on_found = on_found
         self.linked = linked
         self.dht: KadDHT | None = None
         self.rounds = 0
         #: DHT lookups of the cluster key made (none while ``linked()``)
         self.lookups = 0
+        #: Every hub a lookup found so far (peer ids as text): a lookup that adds none to it backs off
         self.found: set[str] = set()
         #: Provides of the cluster key made
         self.provides = 0
@@ -111,9 +110,9 @@ class Discovery:
         An empty result counts as nothing new once some hub was found: py-libp2p's lookups in a
         small cluster now and then come back empty (two hubs: about every other one).  A hub that
         has found nobody yet keeps looking at the base interval."""
-        new = found - self._known
-        self._known |= found
-        settled = bool(self._known) and not new
+        new = found - self.found
+        self.found |= new
+        settled = bool(self.found) and not new
         self.wait = min(self.wait * 2, self.max_interval) if settled else self.interval
         return self.wait
 
@@ -187,5 +186,4 @@ class Discovery:
         for info in providers:
             if info.peer_id != me and info.peer_id not in unique:
                 unique[info.peer_id] = info
-        self.found.update(str(p) for p in unique)
         return list(unique.values())
