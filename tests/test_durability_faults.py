@@ -29,8 +29,8 @@ import trio
 
 import wire
 from tests.support.history import FAIL, OK, UNKNOWN, History, check
-from tests.support.hubprocess import ROOT, HubProcess
-from tests.support.publisher import assert_acked_offsets_hold
+from tests.support.hubprocess import ROOT, HubProcess, hub_status
+from tests.support.publisher import Publisher, assert_acked_offsets_hold, wait_progress
 from tests.support.rawclient import RawClient
 from tests.support.scenarios import SERVE_AGAIN_WITHIN, kill9, kill_loop, power_loss_loop, restart_timed
 from tests.support.syncclient import SyncClient, publish_frame, read_all, topic_ends
@@ -236,6 +236,40 @@ def test_sigkill_under_load_loses_and_duplicates_nothing(start_hub: StartHub, tm
     for pub in run.publishers:
         assert_acked_offsets_hold(pub, run.reads)
     print(run.row())
+
+
+def test_a_publisher_never_counts_another_hub_on_its_hubs_old_port(start_hub: StartHub, tmp_path: Path) -> None:
+    """The checker above trusts that every ack came from the hub under test.  While that hub
+    restarts, its old port is free; another hub may take it (the suite starts hundreds), and a
+    publisher that published there would get acks this hub never gave: "lost" values, though
+    nothing was lost.  Here the address points at another hub while the first is down."""
+    args = hub_args(tmp_path / "mine")
+    mine = start_hub(*args)
+    other = start_hub(*hub_args(tmp_path / "other"))
+    address = [mine.address]
+    history = History()
+    pub = Publisher(history, lambda: address[0], ["stray.t"], producer=0x57, window=2, max_seconds=60)
+    pub.start()
+    try:
+        wait_progress(pub, 5)
+        address[0] = other.address  # the next connection finds another hub there
+        kill9(mine)
+        # The status calls count too: 8 means some of the publisher's reached the other hub.
+        wait_until(lambda: hub_status(other.address)["counters"]["connections_total"] >= 8, timeout=10,
+                   what="connections to the other hub")
+        mine, _took = restart_timed(start_hub, args)
+        address[0] = mine.address
+        wait_progress(pub, pub.acked_batches + 5)
+    finally:
+        pub.stop()
+    assert not pub.errors and pub.finished_cleanly, pub.errors
+    with SyncClient.connect(other.address) as client:
+        assert "stray.t" not in topic_ends(client)
+    reads, gaps = read_all(mine.address, ["stray.t"])
+    assert not gaps
+    result = check(history, reads)
+    assert result.valid and result.lost == 0 and result.acknowledged > 0, result.summary()
+    assert pub.wrong_hub_connects >= 1
 
 
 # -- 2. simulated power loss ---------------------------------------------------------------------

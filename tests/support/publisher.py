@@ -20,6 +20,12 @@ class Publisher(threading.Thread):
     ``window`` batches in flight, logs every attempt in ``history``; when the
     connection breaks, every batch in flight is *unknown* and is retried after
     reconnecting, in order, with the same producer id and sequence.
+
+    It publishes to one hub: the hub id of its first WELCOME (kept in the data directory, so
+    the same across restarts).  While that hub restarts, its old port is free and any other
+    hub started meanwhile may get it (the suite starts hundreds); a connection welcomed by
+    another hub id is closed and retried, never published on -- otherwise its acks would
+    count as this hub's and the checker would call them lost.
     """
 
     def __init__(
@@ -55,6 +61,9 @@ class Publisher(threading.Thread):
         self.duplicate_acks = 0
         self.errors: list[str] = []
         self.finished_cleanly = False
+        #: the hub it publishes to (set by the first WELCOME) and connections refused as another hub
+        self.hub_id: int | None = None
+        self.wrong_hub_connects = 0
 
     def run(self) -> None:
         try:
@@ -77,6 +86,10 @@ class Publisher(threading.Thread):
                     try:
                         client = SyncClient.connect(self.address(), timeout=1.0, name=self.process)
                     except (OSError, ConnectionLost):
+                        time.sleep(0.05)
+                        continue
+                    if not self._is_my_hub(client):
+                        client = None
                         time.sleep(0.05)
                         continue
                     self.reconnects += 1
@@ -125,6 +138,16 @@ class Publisher(threading.Thread):
                     self.ack_offsets[v] = (r_topic, first + i)
         if client is not None:
             client.close()
+
+    def _is_my_hub(self, client: SyncClient) -> bool:
+        assert client.welcome is not None
+        if self.hub_id is None:
+            self.hub_id = client.welcome.hub_id
+        if client.welcome.hub_id == self.hub_id:
+            return True
+        self.wrong_hub_connects += 1
+        client.close()
+        return False
 
     def stop(self, timeout: float = 30.0) -> None:
         self.stopping.set()

@@ -123,7 +123,8 @@ def kill_loop(start_hub: StartHub, data_dir: Path, *, kills: int, seed: int, bat
     reads, gaps = read_all(hub.address, ["load.a", "load.b", "load.c", "load.d"])
     assert not gaps, gaps
     figures = {"kills": kills, "seed": seed, "restart_s_max": round(max(restart_times, default=0.0), 2),
-               "retries_answered_duplicate": sum(p.duplicate_acks for p in pubs)}  # fmt: skip
+               "retries_answered_duplicate": sum(p.duplicate_acks for p in pubs),
+               "connects_to_another_hub_refused": sum(p.wrong_hub_connects for p in pubs)}  # fmt: skip
     return FaultRun(history, check(history, reads), pubs, hub, reads, figures)
 
 
