@@ -39,6 +39,8 @@ from hub.core.overlay.membership import RENDEZVOUS_OWNERS, hub_ring_position, ke
 from hub.shell.watchdog import PAUSED, STALL_ENDED, STALLED
 from sdk.tools.bench.procs import LineReader
 from sdk.tools.cluster import restartable_ports
+from tests.support import forkserver
+from tests.support.forkserver import ForkedProcess
 from tests.support.waiting import await_until, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +66,7 @@ class Hub:
         self.args = list(args)
         self.mesh_port = mesh_port
         self.log_path = data_dir.parent / f"{name}.log"
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[str] | ForkedProcess | None = None
         self.address = ""
         self.hub_id = ""
         self.multiaddr = ""
@@ -87,11 +89,14 @@ class Hub:
             "--mesh-listen", f"/ip4/127.0.0.1/tcp/{self.mesh_port}", "--data-dir", str(self.data_dir), *self.args,
         ]  # fmt: skip
         # stderr to a file: a pipe nobody reads would block a chatty hub.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, cwd=ROOT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )  # fmt: skip
+            if forkserver.wanted():
+                self.proc = ForkedProcess(argv[3:], env=env, cwd=str(ROOT), stderr=log)
+            else:
+                self.proc = subprocess.Popen(
+                    argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, cwd=ROOT, env=env
+                )
 
     def ready(self, timeout: float = START_TIMEOUT) -> Hub:
         assert self.proc is not None

@@ -15,13 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import sdk
+from tests.support import forkserver
+from tests.support.forkserver import ForkedProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB_START_TIMEOUT = 20.0
 
 
 class HubProcess:
-    """A ``python -m hub`` subprocess; stopped by its PID, never by name."""
+    """A hub process running ``python -m hub ARGS``: forked from the worker's fork server
+    (:mod:`tests.support.forkserver`) when it runs this tree's hub, exec'd otherwise; stopped by its
+    PID, never by name."""
 
     def __init__(
         self, *args: str, env: dict[str, str] | None = None, nofile: int | None = None, root: Path = ROOT
@@ -31,15 +35,21 @@ class HubProcess:
         self.args = ["--listen", "127.0.0.1:0", *args]
         # stderr to a file: the hub logs at INFO, and a pipe nobody reads would block it once full.
         self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the hub stops; GC closes it
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hub", *self.args],
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            cwd=root,
-            env={**os.environ, **(env or {})},
-            preexec_fn=None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)),
-        )
+        self.proc: subprocess.Popen[str] | ForkedProcess
+        if root == ROOT and forkserver.wanted():
+            self.proc = ForkedProcess(self.args, env={**os.environ, **(env or {})}, cwd=str(root),
+                                      stderr=self._stderr, nofile=nofile)  # fmt: skip
+        else:
+            limit = None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hub", *self.args],
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                text=True,
+                cwd=root,
+                env={**os.environ, **(env or {})},
+                preexec_fn=limit,
+            )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + HUB_START_TIMEOUT
         line = ""
