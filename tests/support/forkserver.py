@@ -15,7 +15,7 @@ SIGSTOPped and SIGKILLed by it), its own sockets and files.
 and sends its exit status.  ``PUB0SUB_TEST_EXEC=1`` makes the suite exec every hub instead.
 
 The protocol, one JSON message per SOCK_SEQPACKET datagram: the client sends
-``{"id", "args", "env", "cwd", "nofile"}`` with the hub's stdout and stderr descriptors
+``{"id", "args", "env", "cwd", "nofile": [soft, hard]}`` with the hub's stdout and stderr descriptors
 attached (SCM_RIGHTS); the server answers ``{"id", "pid"}`` (or ``{"id", "error"}``), and
 ``{"exited": pid, "code": c}`` whenever a hub ends (``c`` as Popen's ``returncode``:
 negative for a signal).
@@ -97,7 +97,9 @@ class ForkServer:
         with self._send_lock:
             self._next_id += 1
             request_id = self._next_id
-            request = {"id": request_id, "args": args, "env": env, "cwd": cwd, "nofile": nofile}
+            # What an exec'd child would inherit from this process: its descriptor limits.
+            limits = (nofile, nofile) if nofile is not None else resource.getrlimit(resource.RLIMIT_NOFILE)
+            request = {"id": request_id, "args": args, "env": env, "cwd": cwd, "nofile": list(limits)}
             socket.send_fds(self.sock, [json.dumps(request).encode()], [stdout, stderr])
         with self._changed:
             if not self._changed.wait_for(lambda: request_id in self._replies or self._closed, timeout=60):
@@ -274,8 +276,8 @@ def _run_hub(request: dict[str, Any], fds: list[int], sock: socket.socket) -> No
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        if request["nofile"]:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (request["nofile"], request["nofile"]))
+        soft, hard = request["nofile"]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         # What a new interpreter would have: stdout to a pipe is block-buffered unless
         # PYTHONUNBUFFERED, stderr is line-buffered; and a random module of its own.
         unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
