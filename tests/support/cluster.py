@@ -242,12 +242,22 @@ async def next_data(sub: Any) -> bytes:
 
 async def publish_until_linked(pub: Any, sub: Any, topic: str, *, seconds: float = 30.0, **publish: Any) -> Any:
     """Publish probes on ``pub`` until ``sub`` (on another hub) gets one: its interest has reached
-    ``pub``'s hub.  ``publish`` are ``publish_acked``'s options (a key, headers); the message."""
+    ``pub``'s hub.  ``publish`` are ``publish_acked``'s options (a key, headers); the message.
+
+    The probes published after the first to arrive are on their way too (those before it were
+    published before the interest was known, and are not): they are taken here, so the caller's
+    next message is its own."""
+    sent = 0
     with trio.fail_after(seconds):
         while True:
-            await pub.publish_acked(topic, b"probe", **publish)
+            await pub.publish_acked(topic, b"probe %d" % sent, **publish)
+            sent += 1
             with trio.move_on_after(0.5):
-                return await sub.__anext__()
+                first = await sub.__anext__()
+                break
+        for _ in range(int(first.data.split()[1]) + 1, sent):
+            await sub.__anext__()
+    return first
 
 
 # What arrived by the deadline is the result: the test compares it and says what is missing.
