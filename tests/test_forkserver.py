@@ -15,6 +15,7 @@ import pytest
 import sdk
 from tests.support.forkserver import EXEC_ENV, ForkedProcess
 from tests.support.hubprocess import ROOT, HubProcess, hub_status
+from tests.support.waiting import wait_until
 
 MODES = ["fork", "exec"]
 
@@ -42,8 +43,11 @@ def test_a_hub_serves_as_itself_and_exits_0_on_sigterm_and_minus_9_on_sigkill(mo
             client.publish_acked("t", b"x")
         assert journal.read_text().strip()  # the environment reached the hub: it journals its fsyncs
         hub.proc.send_signal(signal.SIGSTOP)  # a fault test's pause, by PID
-        assert Path(f"/proc/{hub.pid}/stat").read_text().split(") ", 1)[1].startswith("T")
-        hub.proc.send_signal(signal.SIGCONT)
+        try:
+            wait_until(lambda: Path(f"/proc/{hub.pid}/stat").read_text().split(") ", 1)[1].startswith("T"),
+                       timeout=10, what="the hub stopped")  # fmt: skip
+        finally:
+            hub.proc.send_signal(signal.SIGCONT)
     finally:
         assert hub.stop() == 0
     assert "OPEN HUB" in hub.stderr_text()

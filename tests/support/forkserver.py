@@ -279,7 +279,7 @@ def _run_hub(request: dict[str, Any], fds: list[int], sock: socket.socket) -> No
         soft, hard = request["nofile"]
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         # What a new interpreter would have: stdout to a pipe is block-buffered unless
-        # PYTHONUNBUFFERED, stderr is line-buffered; and a random module of its own.
+        # PYTHONUNBUFFERED, stderr is line-buffered; and random generators of its own.
         unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
         sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
         raw = open(1, "wb", buffering=0 if unbuffered else -1, closefd=False)  # noqa: SIM115
@@ -289,6 +289,9 @@ def _run_hub(request: dict[str, Any], fds: list[int], sock: socket.socket) -> No
         import random
 
         random.seed()
+        import trio
+
+        trio._core._run._r.seed()  # trio's scheduling randomness, seeded once at its import
         sys.argv = ["-m", *request["args"]]
         import runpy
 
