@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import wire
@@ -79,6 +79,9 @@ class MeshLink:
         self.publisher: SetStore | None = None
         self.mesh: MeshPort | None = None
         self.forwarded_messages_in = 0
+        #: (origin, topic) -> a position the overlay's store of that stream stopped at, past which
+        #: it may lack sets (Streams.floors; set by the overlay's store): v2 resumes no later.
+        self.resume_floors: Mapping[tuple[int, str], int] = {}
 
     def attach(self, mesh: MeshPort) -> None:
         """The mesh is up: from now on interest and publishes reach it; what is wanted already is announced."""
@@ -106,7 +109,10 @@ class MeshLink:
     # -- in ---------------------------------------------------------------------------
 
     def positions(self) -> dict[int, int]:
-        """Last stored origin sequence per origin, from the topic logs (resume after a restart)."""
+        """Last stored origin sequence per origin, from the topic logs (resume after a restart).
+
+        A maximum over topics, so no later than an overlay stream's floor: on the overlay one
+        topic's stream can stand behind a gap while another's is stored further on."""
         store = self.store
         if store is None:
             return {}
@@ -115,6 +121,8 @@ class MeshLink:
             for origin, seq in topic_log.origins.items():
                 if seq > positions.get(origin, 0):
                     positions[origin] = seq
+        for (origin, _topic), floor in self.resume_floors.items():
+            positions[origin] = min(positions.get(origin, floor), floor)
         return positions
 
     def on_forward(self, origin: int, sets: list[wire.ForwardSet], peer: Any) -> int | None:
@@ -127,10 +135,14 @@ class MeshLink:
         assert publisher is not None, "the hub attaches its publisher before the mesh runs"
         match = self.router.match
         last: int | None = None
+        logs = self.store.logs if self.store is not None else {}
         for fset in sets:
             mset = fset.messages
-            # Only topics someone here wants are stored (the set may name others).
-            topics = tuple(t for t in mset.topics if match(t))
+            # Only topics someone here wants are stored (the set may name others), and not again
+            # where it is (v2 resumed at an overlay floor: other topics were stored further on).
+            seq = fset.origin_seq
+            topics = tuple(t for t in mset.topics if match(t) and not (
+                (lg := logs.get(t)) is not None and lg.origins.get(origin, 0) >= seq))
             if topics:
                 try:
                     publisher.store_set(

@@ -8,8 +8,10 @@
   for what it stored.  A hub without logs keeps it in memory.
 * This hub's own sets are read back from its logs to answer REPAIR past the overlay's
   memory of recent sets.
-* Stream starts (JOINED) are kept in ``DATA/overlay-since.json``, and the starts this hub told
-  its destinations in ``DATA/overlay-joins.json`` (hub/core/overlay/joins.py), written atomically.
+* Stream starts (JOINED) are kept in ``DATA/overlay-since.json``, the starts this hub told
+  its destinations in ``DATA/overlay-joins.json`` (hub/core/overlay/joins.py), and the streams'
+  floors (gaps open, starts awaited: Streams.floors) in ``DATA/overlay-floors.json``, written
+  atomically.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ log = logging.getLogger("hub.mesh")
 
 SINCE_FILE = "overlay-since.json"
 JOINS_FILE = "overlay-joins.json"
+FLOORS_FILE = "overlay-floors.json"
 #: Bytes asked of a topic log per read while answering a REPAIR.
 READ_BYTES = 256 << 10
 
@@ -45,6 +48,11 @@ class OverlayLogStore:
         self.hub_id = hub_id
         self._since_path = None if data_dir is None else Path(data_dir) / SINCE_FILE
         self._joins_path = None if data_dir is None else Path(data_dir) / JOINS_FILE
+        self._floors_path = None if data_dir is None else Path(data_dir) / FLOORS_FILE
+        # Without them a gap open at a crash is not found again once v2 stores past it.
+        self.floors = _load_starts(self._floors_path, "overlay stream floors begin afresh")
+        if mesh_link is not None:  # (a test's origin side has no hub behind it)
+            mesh_link.resume_floors = self.floors
         #: (origin, topic) -> last stored, for a hub without logs
         self._positions: dict[tuple[int, str], int] = {}
         self.keeps_logs = store is not None
@@ -83,6 +91,10 @@ class OverlayLogStore:
 
     def save_joins(self, joins: Mapping[tuple[int, str], int]) -> None:
         _save_starts(self._joins_path, joins)
+
+    def save_floors(self, floors: Mapping[tuple[int, str], int]) -> None:
+        self.floors = self.mesh_link.resume_floors = dict(floors)
+        _save_starts(self._floors_path, self.floors)
 
     # -- this hub's own sets (OwnLog) ----------------------------------------------------------
 

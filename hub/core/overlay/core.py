@@ -90,7 +90,7 @@ class Overlay:
         self.owned = OwnedKeys(self.membership, version_base=self.boot & 0xFFFFFFFF)
         self.watching = Watching(self.membership, lambda: self.sender.join_since(), lambda *w: self.joins.watching(*w))
         self.streams = Streams(stored_position=store.stored_position, save_since=store.save_since, since=since,
-                               hold_max_bytes=config.hold_max_bytes)  # fmt: skip
+                               hold_max_bytes=config.hold_max_bytes, floors=store.floors, save_floors=store.save_floors)
         self.origin = OriginSide(store, recent_max_bytes=config.recent_max_bytes)
         #: where this hub's sets for each destination start (told again when the hub returns)
         self.joins = Joins(store.save_joins, joins, now=clock.monotonic())

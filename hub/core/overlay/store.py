@@ -28,3 +28,12 @@ class OverlayStore(OwnLog, Protocol):
     def save_joins(self, joins: Mapping[tuple[int, str], int]) -> None:
         """Keep the starts this hub told its destinations (hub/core/overlay/joins.py) across restarts."""
         ...
+
+    @property
+    def floors(self) -> Mapping[tuple[int, str], int]:
+        """The streams' floors as last saved (Streams.floors), read at start."""
+        ...
+
+    def save_floors(self, floors: Mapping[tuple[int, str], int]) -> None:
+        """Keep the streams' floors (Streams.floors) across restarts."""
+        ...

@@ -49,9 +49,17 @@ class Streams:
         save_since: Callable[[Mapping[tuple[int, str], int]], None],
         since: Mapping[tuple[int, str], int] | None = None,
         hold_max_bytes: int,
+        floors: Mapping[tuple[int, str], int] | None = None,
+        save_floors: Callable[[Mapping[tuple[int, str], int]], None] = lambda floors: None,
     ) -> None:
         self._stored_position = stored_position
         self._save_since = save_since
+        self._save_floors = save_floors
+        #: (origin, topic) -> where this hub's store of the stream stopped when a gap opened, or its
+        #: sets waited for their start: past it the topic holds only what came in order.  Kept
+        #: across restarts, because the stored positions alone hide such a gap once another topic
+        #: of the origin is stored further: v2 resumes an origin no later than these (MeshLink).
+        self.floors: dict[tuple[int, str], int] = dict(floors or {})
         #: (origin, key) -> the origin's sequence after which its sets under the key are for us
         self.since: dict[tuple[int, str], int] = dict(since or {})
         self.streams: dict[tuple[int, str], Stream] = {}
@@ -88,6 +96,8 @@ class Streams:
         """Drop the state of streams whose topic is no longer wanted here."""
         for k in [k for k in self.streams if not wanted(k[1])]:
             self.held_bytes -= sum(h.size for h in self.streams.pop(k).held.values())
+            if self.floors.pop(k, None) is not None:  # nothing of it is stored from now on
+                self._save_floors(self.floors)
 
     def origins(self) -> set[int]:
         """Origins this hub keeps streams or starts with."""
@@ -141,6 +151,7 @@ class Streams:
             # Its origin has not said (or its word was lost) where this hub's stream starts:
             # hold the set and ask, rather than take it as the start and lose what came before.
             self._hold(stream, s, index)
+            self._keep_floor(origin, topic, self._stored_position(origin, topic))
             if stream.asked_start is None:
                 stream.asked_start = stream.start_asked = now
                 self.starts.append((origin, topic))
@@ -211,6 +222,7 @@ class Streams:
             return
         self.counters.gaps_opened += 1
         stream.gap = Gap(after=after, upto=upto, opened=now, asked=now, retry=0.0)
+        self._keep_floor(origin, topic, after)
         self._ask(origin, topic, stream, now)
 
     def _ask(self, origin: int, topic: str, stream: Stream, now: float) -> None:
@@ -249,6 +261,21 @@ class Streams:
             self._next_gap(origin, topic, stream, gap.asked)
         elif gap is not None and stream.chain is not None and stream.chain > gap.after:
             gap.after, gap.short_answers = stream.chain, 0  # part of it came: the rest is asked from now on
+
+    def _keep_floor(self, origin: int, topic: str, position: int) -> None:
+        key = (origin, topic)
+        if position < self.floors.get(key, position + 1):
+            self.floors[key] = position
+            self._save_floors(self.floors)
+
+    def _settle_floors(self) -> None:
+        """Floors of streams stored past them in order since (no gap, nothing held) go."""
+        settled = [k for k, floor in self.floors.items() if self._stored_position(*k) > floor and (
+            (s := self.streams.get(k)) is None or (s.gap is None and not s.held and s.asked_start is None))]
+        for k in settled:
+            del self.floors[k]
+        if settled:
+            self._save_floors(self.floors)
 
     def stored_less(self, origin: int, topics: tuple[str, ...], position: int) -> None:
         """The hub stored less than it was given (a storage error): chains go back to what it holds."""
@@ -322,6 +349,7 @@ class Streams:
     def tick(self, now: float, reachable: Callable[[int], bool], retry: float, retry_max: float,
              give_up: float) -> float | None:  # fmt: skip
         """Ask again for gaps not filled; give up on origins gone too long.  Returns the next deadline."""
+        self._settle_floors()
         deadline: float | None = None
         for (origin, topic), stream in list(self.streams.items()):
             if stream.asked_start is not None:

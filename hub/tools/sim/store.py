@@ -52,6 +52,11 @@ class SimStore:
     def save_joins(self, joins: Mapping[tuple[int, str], int]) -> None:
         self.joins = dict(joins)
 
+    floors: Mapping[tuple[int, str], int] = {}  # they bound where v2 resumes: no v2 here, none kept
+
+    def save_floors(self, floors: Mapping[tuple[int, str], int]) -> None:
+        pass
+
     def own_last(self, topic: str) -> int:
         sets = self.own.get(topic)
         return sets[-1][0] + sets[-1][2] - 1 if sets else 0
