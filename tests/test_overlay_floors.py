@@ -79,6 +79,9 @@ def test_a_topic_no_longer_wanted_leaves_no_floor() -> None:
     assert s.floors
     s.forget_topics(lambda topic: False)
     assert s.floors == {} and st.saved[-1] == {}
+    restarted = st.streams(floors={(ORIGIN, TOPIC): 2})  # one from before a restart, no stream yet
+    restarted.forget_topics(lambda topic: False)
+    assert restarted.floors == {}
 
 
 def test_a_floor_from_before_a_restart_stays_until_the_topic_is_stored_past_it() -> None:

@@ -96,8 +96,11 @@ class Streams:
         """Drop the state of streams whose topic is no longer wanted here."""
         for k in [k for k in self.streams if not wanted(k[1])]:
             self.held_bytes -= sum(h.size for h in self.streams.pop(k).held.values())
-            if self.floors.pop(k, None) is not None:  # nothing of it is stored from now on
-                self._save_floors(self.floors)
+        unwanted = [k for k in self.floors if not wanted(k[1])]  # nothing of them is stored from now on
+        for k in unwanted:
+            del self.floors[k]
+        if unwanted:
+            self._save_floors(self.floors)
 
     def origins(self) -> set[int]:
         """Origins this hub keeps streams or starts with."""
