@@ -305,6 +305,8 @@ def sends_to(at: Hub, topic: str, of: Hub, *, present: bool = True, hubs: Iterab
     mesh = at.mesh()
     overlay = mesh.get("overlay")
     entry = at.peer(of, mesh)
+    if overlay is not None and entry is not None and entry["protocol"] is None:
+        return False  # a link to it being set up: v2 or v3 is not known yet (ask again)
     if overlay is None or (entry is not None and not MeshVersion.from_protocol(entry["protocol"]).overlay):
         if present:
             return entry is not None and entry["connected"] and topic in entry["interest"]
