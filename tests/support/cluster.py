@@ -24,7 +24,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -39,11 +38,10 @@ from hub.core.overlay.membership import RENDEZVOUS_OWNERS, hub_ring_position, ke
 from hub.shell.watchdog import PAUSED, STALL_ENDED, STALLED
 from sdk.tools.bench.procs import LineReader
 from sdk.tools.cluster import restartable_ports
-from tests.support import forkserver
 from tests.support.forkserver import ForkedProcess
+from tests.support.hubprocess import start_hub_process
 from tests.support.waiting import await_until, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0
 POLL_INTERVAL = 0.05
 STATUS_TIMEOUT = 5.0
@@ -84,19 +82,13 @@ class Hub:
             # Not port 0: a restart listens on the same port (peers' redials find the hub), and a
             # port from the ephemeral range could be some connection's source port by then.
             [self.mesh_port] = restartable_ports(1)
-        argv = [
-            sys.executable, "-m", "hub", "--listen", "127.0.0.1:0",
+        args = [
+            "--listen", "127.0.0.1:0",
             "--mesh-listen", f"/ip4/127.0.0.1/tcp/{self.mesh_port}", "--data-dir", str(self.data_dir), *self.args,
         ]  # fmt: skip
         # stderr to a file: a pipe nobody reads would block a chatty hub.
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log_path, "a") as log:
-            if forkserver.wanted():
-                self.proc = ForkedProcess(argv[3:], env=env, cwd=str(ROOT), stderr=log)
-            else:
-                self.proc = subprocess.Popen(
-                    argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, cwd=ROOT, env=env
-                )
+            self.proc = start_hub_process(args, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stderr=log)
 
     def ready(self, timeout: float = START_TIMEOUT) -> Hub:
         assert self.proc is not None

@@ -148,7 +148,6 @@ class ForkedProcess:
         cwd: str,
         stderr: IO[Any] | int,
         nofile: int | None = None,
-        text: bool = True,
     ) -> None:
         self.args = [sys.executable, "-m", "hub", *args]
         self._server = server()
@@ -161,8 +160,7 @@ class ForkedProcess:
             raise
         finally:
             os.close(write_end)
-        self.stdout: IO[Any] = open(read_end, "r" if text else "rb")  # noqa: SIM115 - closed by the owner
-        self.stderr = None
+        self.stdout: IO[str] = open(read_end)  # noqa: SIM115 - closed by the owner
         self.returncode: int | None = None
         # A PID file descriptor: signals reach this process even after its PID is reused.
         self._pidfd: int | None = None
@@ -256,9 +254,8 @@ def _reap(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
-        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
         with contextlib.suppress(OSError):
-            sock.send(json.dumps({"exited": pid, "code": code}).encode())
+            sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
 def _run_hub(request: dict[str, Any], fds: list[int], sock: socket.socket) -> None:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import sdk
 from tests.support import forkserver
@@ -22,10 +22,20 @@ ROOT = Path(__file__).resolve().parents[2]
 HUB_START_TIMEOUT = 20.0
 
 
+def start_hub_process(
+    args: list[str], *, env: dict[str, str], stderr: IO[str], root: Path = ROOT, nofile: int | None = None
+) -> subprocess.Popen[str] | ForkedProcess:
+    """``python -m hub ARGS`` with stdout to a pipe: forked from the worker's fork server when it is
+    this tree's hub (:mod:`tests.support.forkserver`), exec'd otherwise (``root``: another tree's)."""
+    if root == ROOT and forkserver.wanted():
+        return ForkedProcess(args, env=env, cwd=str(root), stderr=stderr, nofile=nofile)
+    limit = None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    return subprocess.Popen([sys.executable, "-m", "hub", *args], stdout=subprocess.PIPE, stderr=stderr,
+                            stdin=subprocess.DEVNULL, text=True, cwd=root, env=env, preexec_fn=limit)  # fmt: skip
+
+
 class HubProcess:
-    """A hub process running ``python -m hub ARGS``: forked from the worker's fork server
-    (:mod:`tests.support.forkserver`) when it runs this tree's hub, exec'd otherwise; stopped by its
-    PID, never by name."""
+    """A hub process (:func:`start_hub_process`); stopped by its PID, never by name."""
 
     def __init__(
         self, *args: str, env: dict[str, str] | None = None, nofile: int | None = None, root: Path = ROOT
@@ -35,21 +45,8 @@ class HubProcess:
         self.args = ["--listen", "127.0.0.1:0", *args]
         # stderr to a file: the hub logs at INFO, and a pipe nobody reads would block it once full.
         self._stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the hub stops; GC closes it
-        self.proc: subprocess.Popen[str] | ForkedProcess
-        if root == ROOT and forkserver.wanted():
-            self.proc = ForkedProcess(self.args, env={**os.environ, **(env or {})}, cwd=str(root),
-                                      stderr=self._stderr, nofile=nofile)  # fmt: skip
-        else:
-            limit = None if nofile is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hub", *self.args],
-                stdout=subprocess.PIPE,
-                stderr=self._stderr,
-                text=True,
-                cwd=root,
-                env={**os.environ, **(env or {})},
-                preexec_fn=limit,
-            )
+        self.proc = start_hub_process(self.args, env={**os.environ, **(env or {})}, stderr=self._stderr, root=root,
+                                      nofile=nofile)  # fmt: skip
         assert self.proc.stdout is not None
         deadline = time.monotonic() + HUB_START_TIMEOUT
         line = ""
