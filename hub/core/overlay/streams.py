@@ -154,10 +154,10 @@ class Streams:
             # Its origin has not said (or its word was lost) where this hub's stream starts:
             # hold the set and ask, rather than take it as the start and lose what came before.
             self._hold(stream, s, index)
-            self._keep_floor(origin, topic, self._stored_position(origin, topic))
             if stream.asked_start is None:
                 stream.asked_start = stream.start_asked = now
                 self.starts.append((origin, topic))
+                self._keep_floor(origin, topic, self._stored_position(origin, topic))
             return False
         if at is None or prev <= at:
             if at is not None and s.last_seq <= at:
