@@ -134,7 +134,7 @@ class HubConfig:
     mesh_degree: int = 8
     #: With the overlay: direct links (not advertised) to hubs this one sends to that the
     #: overlay reaches only through relays, at most this many (hub/core/overlay/shortcuts.py).
-    mesh_shortcuts: int = 6
+    mesh_shortcuts: int = 7
     #: With the overlay: a hub tries a link to a random hub about this often (doubling while none
     #: is faster) and keeps it in place of a much slower one (hub/core/overlay/links.py; 0: never).
     mesh_link_trials: float = 10.0

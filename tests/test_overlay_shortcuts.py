@@ -16,8 +16,8 @@ from hub.core.overlay.config import OverlayConfig
 from hub.tools.sim.report import connections
 from hub.tools.sim.world import World
 
-#: degree 2 and room for one shortcut (max_peers - degree - 2)
-CONFIG = OverlayConfig(degree=2, max_peers=5, shortcut_idle=5.0)
+#: degree 2 and room for one shortcut
+CONFIG = OverlayConfig(degree=2, max_peers=5, shortcuts=1, shortcut_idle=5.0)
 
 
 def sparse(hubs: int = 8, config: OverlayConfig = CONFIG, seed: int = 5) -> World:
@@ -128,7 +128,7 @@ def test_a_shortcut_that_breaks_mid_stream_loses_nothing() -> None:
 @pytest.mark.parametrize(
     "config",
     [
-        pytest.param(OverlayConfig(degree=2, max_peers=4), id="no slot above degree + 2"),
+        pytest.param(OverlayConfig(degree=2, max_peers=3), id="no slot above degree + 1"),
         pytest.param(OverlayConfig(degree=2, max_peers=5, shortcuts=0), id="shortcuts 0"),
         pytest.param(OverlayConfig(degree=2, max_peers=5, shortcut_fanout=1), id="topic wanted by 2 > fanout"),
     ],
@@ -144,6 +144,24 @@ def test_no_shortcut_without_a_slot_or_for_a_topic_many_hubs_want(config: Overla
     world.loop.run_until(world.clock.now + 3.0)
     assert world.shortcuts_made == 0
     assert stored(world, y, x, "pair.t") == seqs
+
+
+def test_a_hub_at_its_degree_fills_every_slot_but_one_with_shortcuts() -> None:
+    """A hub holding ``degree`` links that sends to more far hubs than it has slots opens
+    ``max_peers - degree - 1`` shortcuts: one slot stays free, for a joining hub's link."""
+    config = OverlayConfig(degree=3, max_peers=7, shortcut_idle=60.0)
+    world = sparse(hubs=14, config=config, seed=3)
+    x = next(h for h in world.order if len(world.hubs[h].overlay.links) == config.degree)  # type: ignore[union-attr]
+    links = world.hubs[x].overlay.links  # type: ignore[union-attr]
+    far = [h for h in world.order if h != x and h not in links][:6]
+    for hub in far:
+        world.subscribe(hub, "team.t")
+    world.loop.run_until(world.clock.now + 5.0)
+    publish(world, x, "team.t", 40)
+    world.loop.run_until(world.clock.now + 3.0)
+    assert len(links) == config.degree
+    assert len(shortcuts_of(world, x)) == config.max_peers - config.degree - 1 == 3
+    assert len(links) + len(shortcuts_of(world, x)) == config.max_peers - 1
 
 
 def test_links_and_shortcuts_together_never_pass_max_peers() -> None:

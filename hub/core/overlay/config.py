@@ -64,9 +64,10 @@ class OverlayConfig:
     watch_idle: float = 600.0
     #: Shortcuts (shortcuts.py): direct links, not advertised, that carry frames for a hub the
     #: overlay reaches only through relays.  At most this many per hub, and never more than
-    #: ``max_peers - degree - 2`` (two slots stay for a joining hub and for healing a split),
-    #: so with the defaults a hub holds at most 9 overlay links + 6 shortcuts (0: none).
-    shortcuts: int = 6
+    #: ``max_peers - degree - 1``, one slot kept free (for a joining hub's link; a link past
+    #: that, healing a split, closes the least recently used shortcut), so with the defaults a
+    #: hub holds 8 overlay links + 7 shortcuts, or 9 + 6, and 16 with a joining hub's (0: none).
+    shortcuts: int = 7
     #: Only sets of topics wanted by at most this many hubs ask for a shortcut: a topic many
     #: hubs want is best served by its tree, whose relays mostly want it themselves.
     shortcut_fanout: int = 8

@@ -66,8 +66,10 @@ class Shortcuts:
 
     @property
     def slots(self) -> int:
+        # A hub at its degree keeps one connection free, for a joining hub's link (degree + 1);
+        # a link past that (a split healing) takes a shortcut's place (make_room).
         config = self.config
-        return max(0, min(config.shortcuts, config.max_peers - config.degree - 2))
+        return max(0, min(config.shortcuts, config.max_peers - config.degree - 1))
 
     # -- what the sender tells --------------------------------------------------------------
 

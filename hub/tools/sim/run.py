@@ -14,7 +14,7 @@ class SimSettings:
     degree: int = 8
     max_peers: int = 16
     #: shortcuts per hub (hub/core/overlay/shortcuts.py; 0: none)
-    shortcuts: int = 6
+    shortcuts: int = 7
     #: seconds between a hub's trial links (hub/core/overlay/links.py; 0: none)
     link_trials: float = 10.0
     #: how latencies between hubs are drawn (hub/tools/sim/latency.py): "pairs" or "plane"
