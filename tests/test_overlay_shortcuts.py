@@ -164,6 +164,29 @@ def test_a_hub_at_its_degree_fills_every_slot_but_one_with_shortcuts() -> None:
     assert len(links) + len(shortcuts_of(world, x)) == config.max_peers - 1
 
 
+def test_a_hub_with_one_slot_opens_it_to_the_farther_of_two_hubs_it_sends_as_much() -> None:
+    """The same sets go to a hub two hops away and to one further: the one slot goes where it
+    saves more relays (sets times the route's length), not to the lower hub id."""
+    world = sparse()
+
+    def distance(a: int, b: int) -> int:
+        overlay = world.hubs[a].overlay
+        assert overlay is not None
+        return overlay.membership.distance(b)
+
+    x, near, far = next(
+        (x, y, z) for x, y, z in itertools.permutations(world.order, 3)
+        if y < z and y not in shortcuts_of(world, x) and 0 < distance(x, y) < distance(x, z)
+        and y not in world.hubs[x].overlay.links  # type: ignore[union-attr]
+    )  # fmt: skip
+    for hub in (near, far):
+        world.subscribe(hub, "two.t")
+    world.loop.run_until(world.clock.now + 5.0)
+    publish(world, x, "two.t", 30)
+    world.loop.run_until(world.clock.now + 3.0)
+    assert shortcuts_of(world, x) == {far}
+
+
 def test_links_and_shortcuts_together_never_pass_max_peers() -> None:
     """Thirty hubs, each publishing to two others chosen at random: every hub wants more
     shortcuts than it has slots, and hubs keep joining while they open."""

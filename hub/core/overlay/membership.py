@@ -87,6 +87,8 @@ class Membership:
     deferred: bool = False
     _routes_at: int = -1
     _next_hop: dict[int, int] = field(default_factory=dict)
+    #: each hub's distance by the routes' metric (cost units; empty while routes go by hops)
+    _distance: dict[int, int] = field(default_factory=dict)
     #: the next hops to suspects before any detour: what frames relayed to a suspect take
     _suspect_hop: dict[int, int] = field(default_factory=dict)
     _ring_at: int = -1
@@ -217,7 +219,10 @@ class Membership:
         self._routes_at = self.generation
         by_cost = all(e.state.costs or not e.state.neighbors for e in self.entries.values())
         entries, me = self.entries, self.self_id
-        next_hop = shortest(entries, me, edge_cost)[1] if by_cost else hop_routes(entries, me)
+        if by_cost:
+            self._distance, next_hop = shortest(entries, me, edge_cost)
+        else:
+            self._distance, next_hop = {}, hop_routes(entries, me)
         self._suspect_hop = {s: next_hop[s] for s in self.suspected if s in next_hop}
         if self.suspected:  # around neighbours that stopped answering, where that cannot loop
             next_hop = detour(entries, me, next_hop, self.suspected, edge_cost if by_cost else one_hop)
@@ -263,6 +268,11 @@ class Membership:
         """The neighbour to send to for ``hub_id`` (None: unreachable, or ourselves)."""
         self._routes()
         return None if self._missing(hub_id) else self._next_hop[hub_id]
+
+    def distance(self, hub_id: int) -> int:
+        """How far the routes take a frame for ``hub_id`` (cost units), 0 if not known."""
+        self._routes()
+        return self._distance.get(hub_id, 0)
 
     def reachable(self) -> list[int]:
         """Hubs the graph reaches from here (ourselves excluded)."""

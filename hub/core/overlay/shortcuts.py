@@ -10,7 +10,9 @@ far end go over it, both ways, control frames too), but it is advertised to nobo
 no other hub's routes, floods nothing and starts no HEADS round anywhere.
 
 The choice is made every REVIEW seconds from what the last interval sent: the hubs with the
-most sets of topics wanted by at most ``shortcut_fanout`` hubs, while slots are free.  The hub
+most sets of topics wanted by at most ``shortcut_fanout`` hubs, each count weighed by the length
+of the route the shortcut would replace (a farther hub's copies cross more relays), while slots
+are free.  The hub
 that opened a shortcut closes it once nothing crossed it either way for ``shortcut_idle``
 seconds; an overlay link that needs a slot takes the least recently used shortcut's.
 
@@ -109,7 +111,10 @@ class Shortcuts:
         )
         if room > 0 and self.sent:
             membership = self.membership
-            for hub, _ in sorted(self.sent.items(), key=lambda item: (-item[1], item[0])):
+            # Where a shortcut saves the most: sets sent times the length of the route it replaces
+            # (a far hub's copies cross more relays, and wait longer).
+            distance = membership.distance
+            for hub, _ in sorted(self.sent.items(), key=lambda item: (-item[1] * max(1, distance(item[0])), item[0])):
                 if room <= 0:
                     break
                 if hub in self.links or hub in self.live or hub in self.dialing:
