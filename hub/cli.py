@@ -151,8 +151,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     option("--mesh-degree", "on the overlay: links each hub keeps (at most --max-peers)", metavar="N", type=int)
     option("--mesh-shortcuts", "on the overlay: direct links to far hubs this one sends to (0: none)",
            metavar="N", type=int)  # fmt: skip
-    option("--mesh-link-trials", "on the overlay: seconds between tries of a faster link (0: never)",
-           metavar="SECONDS", type=float)  # fmt: skip
+    option("--mesh-link-trials", "on the overlay: seconds between tries of a faster link, times hubs/100 "
+           "past 100 hubs (0: never)", metavar="SECONDS", type=float)  # fmt: skip
     option("--no-discovery", "link only to --bootstrap hubs, no DHT discovery", shown="discovery on",
            action="store_true")  # fmt: skip
     option("--mesh-heartbeat-interval", "seconds between mesh heartbeats", metavar="SECONDS", type=float)

@@ -3,6 +3,9 @@ in place of its costliest one when that is much slower -- driven through the sim
 
 from __future__ import annotations
 
+import pytest
+
+from hub.core.overlay import links
 from hub.core.overlay.config import OverlayConfig
 from hub.core.overlay.links import TRIAL_MARGIN
 from hub.tools.sim import churn
@@ -74,6 +77,26 @@ def test_rejected_trials_back_off() -> None:
     # least 16 s, so at most 4 trials each in the second minute, fewer than in the first.
     second_minute = trials(world, "closed") - first_minute
     assert second_minute <= 4 * 6 and second_minute < first_minute
+
+
+def test_a_larger_map_tries_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past TRIAL_HUBS hubs a hub waits hubs / TRIAL_HUBS times longer between trials (each
+    kept one floods every hub).  Trials every 100 s: the first comes 50-150 s after a hub is
+    whole, and with a TRIAL_HUBS of 1, six times later (its map holds the 6 hubs by then)."""
+    config = OverlayConfig(degree=4, max_peers=6, link_trials=100.0)
+
+    def tried_by(*moments: float) -> list[int]:
+        world = formed((0.050, 0.050), config)
+        counts = []
+        for moment in moments:
+            world.loop.run_until(moment)
+            counts.append(trials(world, "closed") + trials(world, "kept"))
+        return counts
+
+    assert tried_by(160.0)[0] >= 1
+    monkeypatch.setattr(links, "TRIAL_HUBS", 1)
+    early, late = tried_by(290.0, 1000.0)
+    assert early == 0 and late >= 1
 
 
 def test_hubs_on_one_machine_never_try() -> None:

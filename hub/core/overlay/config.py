@@ -74,7 +74,8 @@ class OverlayConfig:
     #: A shortcut nothing crossed either way for this long is closed by the hub that opened it.
     shortcut_idle: float = 60.0
     #: A hub whose links are all up tries one more link to a random hub about this often (seconds,
-    #: randomised, doubled after each trial that found no faster link or found nothing to try)
+    #: randomised, doubled after each trial that found no faster link or found nothing to try,
+    #: times hubs / 100 in a map of more than 100 hubs)
     #: and keeps it in place of its costliest link when that is much slower (links.py): links
     #: become faster than random, and so do routes.  0: never.
     link_trials: float = 10.0

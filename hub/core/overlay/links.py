@@ -59,6 +59,10 @@ TRIAL_MIN_DEGREE = 4
 TRIAL_WAIT = 10.0
 #: Rejected trials in a row double the wait (``link_trials`` seconds) up to this many times.
 TRIAL_BACKOFF_MAX = 5
+#: A kept trial changes 3-4 hubs' links, each change flooding every hub, so past TRIAL_HUBS hubs
+#: waits grow with the map (x hubs / TRIAL_HUBS): the cluster tries no more links a second than
+#: TRIAL_HUBS hubs do, each hub hears no more of it, and links improve more slowly (scale.md).
+TRIAL_HUBS = 100
 
 
 @dataclass
@@ -84,7 +88,9 @@ class LinkPolicy:
     #: the hub of the trial link being dialled or timed (see the module docstring), and since when
     trial: int | None = None
     _trial_at: float = 0.0
-    _next_trial: float | None = None
+    #: when the wait for the next trial began, and its length in ``link_trials`` x hubs / TRIAL_HUBS
+    _trial_since: float | None = None
+    _trial_factor: float = 1.0
     _trials_rejected: int = 0
     trials_kept: int = 0
     trials_closed: int = 0
@@ -246,7 +252,7 @@ class LinkPolicy:
             return self._trial_at + TRIAL_WAIT
         if len(self.dialing) >= self.config.max_dialing:
             return None
-        return self._next_scan if self.wants_dials() else self._next_trial
+        return self._next_scan if self.wants_dials() else self._trial_due()
 
     # -- trial links ---------------------------------------------------------------------
 
@@ -280,12 +286,12 @@ class LinkPolicy:
         if config.link_trials <= 0 or config.degree < TRIAL_MIN_DEGREE or self.trial is not None or self.dialing or \
                 len(self.links) != config.degree:  # fmt: skip
             return []
-        if self._next_trial is None:  # whole and full just now: the first trial waits a while too
-            self._next_trial = now + config.link_trials * self.rng.uniform(0.5, 1.5)
-        if now < self._next_trial:
+        if self._trial_since is None:  # whole and full just now: the first trial waits a while too
+            self._trial_since, self._trial_factor = now, self.rng.uniform(0.5, 1.5)
+        if (due := self._trial_due()) is not None and now < due:
             return []
-        wait = config.link_trials * 2 ** min(self._trials_rejected, TRIAL_BACKOFF_MAX)
-        self._next_trial = now + wait * self.rng.uniform(0.5, 1.5)
+        doubling = 2 ** min(self._trials_rejected, TRIAL_BACKOFF_MAX)
+        self._trial_since, self._trial_factor = now, doubling * self.rng.uniform(0.5, 1.5)
         if max(map(self.link_cost, self.links), default=0) < TRIAL_MIN_COST:
             self._trials_rejected += 1  # nothing to gain (one site): look less and less often
             return []
@@ -307,6 +313,13 @@ class LinkPolicy:
         self.dialing[hub] = self.last_dial[hub] = now
         state = membership.get(hub)
         return [] if state is None else [state]
+
+    def _trial_due(self) -> float | None:
+        """When the next trial is due, by the map's size now (it may have grown meanwhile)."""
+        if self._trial_since is None:
+            return None
+        spacing = self.config.link_trials * max(1.0, len(self.membership.entries) / TRIAL_HUBS)
+        return self._trial_since + spacing * self._trial_factor
 
     def _judge_trial(self, now: float) -> int | None:
         """The link to close for the trial (the trial's or the one it replaces), once it is timed."""
