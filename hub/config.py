@@ -136,7 +136,8 @@ class HubConfig:
     #: overlay reaches only through relays, at most this many (hub/core/overlay/shortcuts.py).
     mesh_shortcuts: int = 7
     #: With the overlay: a hub tries a link to a random hub about this often (doubling while none
-    #: is faster) and keeps it in place of a much slower one (hub/core/overlay/links.py; 0: never).
+    #: is faster; times hubs / 100 past 100 hubs) and keeps it in place of a much slower one
+    #: (hub/core/overlay/links.py; 0: never).
     mesh_link_trials: float = 10.0
     #: Find hubs through the DHT (off: link only to --bootstrap hubs, e.g. behind a fixed proxy).
     discovery: bool = True
