@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import wire
 from hub.core.overlay.costs import READVERTISE_EVERY, WINDOW, LinkCosts, cost_units
 from hub.core.overlay.membership import Membership
+from hub.core.overlay.routes import edge_cost, shortest
 
 
 def state(hub: int, links: dict[int, int], *, seq: int = 1, costed: bool = True) -> wire.LinkState:
@@ -141,3 +142,20 @@ def test_hubs_with_the_same_map_route_without_loops(seed: int, hubs: int, costs:
                 assert nxt not in seen, f"a loop from {src} to {dst}"
                 seen.add(nxt)
                 at = nxt
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), hubs=st.integers(2, 40))
+def test_the_route_search_by_latency_is_the_search_with_the_cost_as_a_function(seed: int, hubs: int) -> None:
+    """``shortest`` writes ``edge_cost`` out for speed: the same distances and next hops as the
+    search that calls it, on maps with one-sided, unmeasured and missing advertisements."""
+    rng = random.Random(seed)
+    graph: dict[int, dict[int, int]] = {hub: {} for hub in range(1, hubs + 1)}
+    for _ in range(3 * hubs):
+        a, b = rng.sample(range(1, hubs + 1), 2)
+        graph[a][b] = rng.choice([0, 0, 1, 50, 400, rng.randrange(0, 0xFFFF)])
+        if rng.random() < 0.8:  # else one-sided: the edge does not count
+            graph[b][a] = rng.choice([0, 50, rng.randrange(0, 0xFFFF)])
+    entries = map_of({h: links for h, links in graph.items() if rng.random() < 0.95}, 1).entries
+    for source in range(1, hubs + 1):
+        assert shortest(entries, source, edge_cost) == shortest(entries, source, lambda a, b: edge_cost(a, b))
