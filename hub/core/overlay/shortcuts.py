@@ -12,9 +12,9 @@ no other hub's routes, floods nothing and starts no HEADS round anywhere.
 The choice is made every REVIEW seconds from what the last interval sent: the hubs with the
 most sets of topics wanted by at most ``shortcut_fanout`` hubs, each count weighed by the length
 of the route the shortcut would replace (a farther hub's copies cross more relays), while slots
-are free.  The hub
-that opened a shortcut closes it once nothing crossed it either way for ``shortcut_idle``
-seconds; an overlay link that needs a slot takes the least recently used shortcut's.
+are free.  The hub that opened a shortcut closes it once nothing crossed it either way for
+``shortcut_idle`` seconds; an overlay link that needs a slot takes the least recently used
+shortcut's.
 
 Order needs nothing new: sets that take the shortcut may overtake sets still on the longer path,
 and the receiver's hold-back puts them back in order (streams.py), as after any change of route.

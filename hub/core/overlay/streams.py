@@ -273,6 +273,8 @@ class Streams:
 
     def _settle_floors(self) -> None:
         """Floors of streams stored past them in order since (no gap, nothing held) go."""
+        if not self.floors:  # the usual case, on every tick
+            return
         settled = [k for k, floor in self.floors.items() if self._stored_position(*k) > floor and (
             (s := self.streams.get(k)) is None or (s.gap is None and not s.held and s.asked_start is None))]
         for k in settled:
